@@ -1,0 +1,39 @@
+"""The typer application and the helpers every command shares."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+import typer
+
+app = typer.Typer(
+    name="broker",
+    help=(
+        "Multi-cloud GPU burst broker. Schedule first, then scale: diagnose why a queue waits, "
+        "and only when bursting is the right fix, quote GPU capacity across AWS, GCP and Azure "
+        "at full cost, launch it, hand the job off and tear it down."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def server_option_default() -> str:
+    return os.environ.get("BROKER_SERVER", DEFAULT_SERVER)
+
+
+def exit_usage(message: str) -> NoReturn:
+    """Bad input: one sentence on stderr, exit code 2, no traceback."""
+    sys.stderr.write(f"broker: {message.rstrip()}\n")
+    raise typer.Exit(2)
+
+
+def exit_error(message: str, code: int = 1) -> NoReturn:
+    """The request was valid but could not be served (server down, cloud refused)."""
+    sys.stderr.write(f"broker: {message.rstrip()}\n")
+    raise typer.Exit(code)

@@ -1,0 +1,192 @@
+"""The full cost of serving a Demand with an Offering: every line, or the reason it cannot.
+
+All money is integer micro-dollars. ``price`` is pure: the same inputs always give the same
+answer, and ``now`` (epoch seconds) is a parameter, so the simulator and the service agree.
+
+Lines (DESIGN.md, "The cost of an offer"):
+
+- compute: hourly price x nodes x runtime, where runtime is the demand's hours stretched for a
+  slower GPU (memory-matched demands) and, for multi-node jobs, for weaker interconnect.
+- interruption (spot only): expected interruptions x rework (half a checkpoint interval plus a
+  restart) x the whole gang's hourly price.
+- storage: dataset and results held in the region for the run.
+- data_transfer: dataset in (on-prem egress, or cloud egress / cross-region from where it lives)
+  plus results out (the offer's internet egress tiers).
+- sla_risk: the chance that any node of the gang is down at the published availability, times
+  the compute it would waste.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from providers.base import Market, Offering
+from providers.catalog import Region, Terms
+
+from policies.demand import Demand
+
+HOURS_PER_MONTH = 730.0
+# A multi-node job needs at least this node-to-node bandwidth at all.
+MIN_MULTINODE_GBPS = 100
+# Per-GPU bandwidth at which a multi-node job runs at full speed (p5 / ND H100 v5: 3200 Gbps / 8).
+FULL_SPEED_GBPS_PER_GPU = 400.0
+# Worst-case slowdown of a communication-bound job on the weakest accepted interconnect.
+MAX_INTERCONNECT_STRETCH = 0.30
+REFERENCE_GPU = "A100"  # memory-matched demands give hours on an A100
+
+
+@dataclass(frozen=True, slots=True)
+class CostLines:
+    compute: int
+    interruption: int
+    storage: int
+    data_transfer: int
+    sla_risk: int
+
+    @property
+    def total(self) -> int:
+        return self.compute + self.interruption + self.storage + self.data_transfer + self.sla_risk
+
+
+@dataclass(frozen=True, slots=True)
+class PricedOffer:
+    offering: Offering
+    nodes: int
+    runtime_hours: float
+    cost: CostLines
+    zone: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    offering: Offering
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Everything besides the demand and the offering that a price depends on."""
+
+    terms: dict[str, Terms]
+    regions: dict[tuple[str, str], Region]
+    gpu_perf: dict[str, float]
+    now: float
+    onprem_egress_micros_per_gb: int = 0
+    # Blocked scopes ("gcp", "aws/us-east-1", "azure/eastus/1", "aws/us-east-1/p5.48xlarge/spot")
+    # mapped to the reason they are blocked.
+    blocked: dict[str, str] | None = None
+
+
+def nodes_for(d: Demand, gpus_per_node: int) -> int | None:
+    """How many nodes of this shape serve the demand, or None when the shape cannot."""
+    if d.nodes:
+        per_node = d.gpus // d.nodes
+        return d.nodes if gpus_per_node == per_node else None
+    return math.ceil(d.gpus / gpus_per_node)
+
+
+def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]) -> float:
+    h = d.hours
+    if not d.gpu_model:
+        ref = gpu_perf.get(REFERENCE_GPU, 1.0)
+        h *= ref / gpu_perf.get(o.instance.gpu.upper(), ref)
+    if nodes > 1:
+        per_gpu = o.instance.interconnect_gbps / max(1, o.instance.gpus)
+        h *= 1.0 + MAX_INTERCONNECT_STRETCH * max(0.0, 1.0 - per_gpu / FULL_SPEED_GBPS_PER_GPU)
+    return h
+
+
+def _blocked(o: Offering, ctx: Context) -> str | None:
+    if not ctx.blocked:
+        return None
+    p, r = o.instance.provider, o.region
+    for key in (p, f"{p}/{r}", f"{p}/{r}/{o.instance.name}/{o.market.value}"):
+        if key in ctx.blocked:
+            return ctx.blocked[key]
+    return None
+
+
+def exclusion_reason(d: Demand, o: Offering, ctx: Context) -> str | None:
+    """Why ``o`` cannot serve ``d`` (None when it can). Cheap checks first."""
+    it = o.instance
+    if d.gpu_model and it.gpu.upper() != d.gpu_model:
+        return f"GPU is {it.gpu}, not {d.gpu_model}"
+    if it.gpu_memory_gb < d.min_gpu_memory_gb:
+        return f"too little GPU memory: {it.gpu_memory_gb} GB per GPU, demand needs {d.min_gpu_memory_gb} GB"
+    if d.providers and it.provider not in d.providers:
+        return f"provider {it.provider} not allowed"
+    if d.regions and o.region not in d.regions:
+        return f"region {o.region} not in allowed regions"
+    if d.residency:
+        reg = ctx.regions.get((it.provider, o.region))
+        geo = reg.geo if reg else "?"
+        if geo not in d.residency and o.region not in d.residency:
+            return f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}"
+    if o.market is Market.SPOT and not d.interruptible:
+        return "spot capacity needs an interruptible (checkpointing) job"
+    nodes = nodes_for(d, it.gpus)
+    if nodes is None:
+        return f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs"
+    if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
+        return (f"no interconnect for a {nodes}-node job: {it.interconnect} at "
+                f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})")
+    if o.market is Market.RESERVED and o.reserved_nodes and nodes > o.reserved_nodes:
+        return f"reservation {o.reservation} holds {o.reserved_nodes} nodes, demand needs {nodes}"
+    if d.min_sla_pct and o.sla_pct < d.min_sla_pct:
+        sla = "no SLA" if o.sla_pct == 0 else f"SLA {o.sla_pct}%"
+        return f"{sla} is under the minimum {d.min_sla_pct}%"
+    why = _blocked(o, ctx)
+    if why:
+        return why
+    return None
+
+
+def _transfer_in(d: Demand, o: Offering, ctx: Context, terms: Terms) -> int:
+    gb = d.data_in_gb
+    if gb <= 0:
+        return 0
+    if d.data_location == "onprem":
+        return int(gb * (ctx.onprem_egress_micros_per_gb + terms.ingress_micros_per_gb))
+    src_provider, src_region = d.data_location.split(":", 1)
+    src_terms = ctx.terms.get(src_provider)
+    if src_terms is None:
+        return 0
+    if src_provider != o.instance.provider:
+        return src_terms.egress_micros(gb) + int(gb * terms.ingress_micros_per_gb)
+    if src_region == o.region:
+        return 0
+    a = ctx.regions.get((src_provider, src_region))
+    b = ctx.regions.get((o.instance.provider, o.region))
+    same_geo = a is not None and b is not None and a.geo == b.geo
+    per_gb = src_terms.inter_region_micros_per_gb if same_geo else src_terms.inter_continent_micros_per_gb
+    return int(gb * per_gb)
+
+
+def price(d: Demand, o: Offering, ctx: Context) -> PricedOffer | Exclusion:
+    """Price ``o`` for ``d`` with every cost line, or say why it is excluded."""
+    reason = exclusion_reason(d, o, ctx)
+    if reason:
+        return Exclusion(o, reason)
+    it = o.instance
+    terms = ctx.terms[it.provider]
+    nodes = nodes_for(d, it.gpus) or 1
+    run_h = runtime_hours(d, o, nodes, ctx.gpu_perf)
+    gang_hourly = o.hourly_micros * nodes
+    compute = int(gang_hourly * run_h)
+
+    interruption = 0
+    wall_h = run_h + terms.startup_s / 3600.0
+    if o.market is Market.SPOT:
+        expected = terms.spot_interruptions_per_hour * nodes * run_h
+        rework_h = d.checkpoint_hours / 2.0 + terms.startup_s / 3600.0
+        interruption = int(expected * rework_h * gang_hourly)
+        wall_h += expected * rework_h
+
+    if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
+        return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now")
+
+    storage = int((d.data_in_gb + d.data_out_gb) * terms.storage_micros_per_gb_month * wall_h / HOURS_PER_MONTH)
+    transfer = _transfer_in(d, o, ctx, terms) + terms.egress_micros(d.data_out_gb)
+    sla_risk = int(compute * nodes * (100.0 - o.sla_pct) / 100.0) if o.sla_pct else 0
+    zone = o.zones[0] if o.zones else ""
+    return PricedOffer(o, nodes, run_h, CostLines(compute, interruption, storage, transfer, sla_risk), zone)

@@ -1,0 +1,248 @@
+"""The provider protocol, the values it speaks in, and the errors every cloud maps onto.
+
+Money is integer micro-dollars (``*_micros``) everywhere below ``broker``'s output layer:
+exact, fast to add, and converted to :class:`decimal.Decimal` only for display.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+MICROS = 1_000_000
+
+PROVIDERS = ("aws", "gcp", "azure")
+
+
+class Market(str, enum.Enum):
+    """How capacity is bought."""
+
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
+
+    def __str__(self) -> str:  # "spot", not "Market.SPOT"
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """A GPU machine shape of one provider (the same in every region that sells it)."""
+
+    provider: str
+    name: str
+    gpu: str  # model: "H100", "A100", "A10G", "L4", "L40S", "T4", "V100", "H200", ...
+    gpus: int  # GPUs per node
+    gpu_memory_gb: int  # per GPU
+    vcpus: int
+    ram_gb: int
+    interconnect: str  # "efa", "tcpx", "tcpxo", "infiniband", "ethernet"
+    interconnect_gbps: int  # node-to-node bandwidth for multi-node jobs
+    # GCP N1 shapes carry their GPUs as attachments ("nvidia-tesla-t4"); empty elsewhere.
+    accelerator_type: str = ""
+    # The SDK's name when it differs from the catalog name (GCP N1 + attachment rows).
+    machine_type: str = ""
+
+    @property
+    def sdk_machine_type(self) -> str:
+        return self.machine_type or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """One purchasable (provider, region, instance type, market) at a list price."""
+
+    instance: InstanceType
+    region: str
+    zones: tuple[str, ...]
+    market: Market
+    hourly_micros: int  # per node
+    sla_pct: float
+    as_of: str
+    source: str
+    # For reserved offerings: the reservation's id/name in the cloud, and how many nodes it holds.
+    reservation: str = ""
+    reserved_nodes: int = 0
+
+    @property
+    def provider(self) -> str:
+        return self.instance.provider
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything a provider needs to launch the nodes of one lease, all-or-nothing."""
+
+    lease_id: str
+    provider: str
+    region: str
+    zone: str  # may be "" to let the provider pick (the first configured zone of the region)
+    instance: InstanceType
+    market: Market
+    count: int
+    # Idempotency token sent to the cloud (AWS ClientToken, GCP requestId, Azure VM names).
+    client_token: str
+    node_names: tuple[str, ...]
+    boot_script: str = ""  # rendered; may hold secrets: never log it
+    tags: Mapping[str, str] = field(default_factory=dict)
+    reservation: str = ""  # capacity reservation id / name / group when market is RESERVED
+    max_price_micros: int = 0  # spot bid cap (0 = up to on-demand)
+
+
+class InstanceState(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    TERMINATED = "terminated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StopReason(str, enum.Enum):
+    """Why an instance stopped, as far as the cloud says."""
+
+    NONE = ""  # still alive
+    USER = "user"  # we (or someone) terminated it
+    INTERRUPTED = "interrupted"  # spot interruption / preemption / eviction
+    CAPACITY = "capacity"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One cloud machine as the provider reports it."""
+
+    provider: str
+    instance_id: str
+    region: str
+    zone: str
+    instance_type: str
+    market: Market
+    state: InstanceState
+    lease_id: str  # from the broker's tag/label ("" when untagged)
+    node_name: str = ""
+    private_ip: str = ""
+    stop_reason: StopReason = StopReason.NONE
+    stop_detail: str = ""  # the cloud's own code/message for the stop
+    launched_at: float = 0.0  # epoch seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors. Every SDK error is mapped onto exactly one of these; the scope decides failover.
+
+
+class Scope(str, enum.Enum):
+    ZONE = "zone"
+    REGION = "region"
+    CLOUD = "cloud"
+    OFFER = "offer"  # this instance type in this zone/region only
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ProviderError(Exception):
+    """A cloud refused or failed a call. ``code`` and ``message`` are the provider's own."""
+
+    retryable = False
+    default_scope = Scope.CLOUD
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        code: str = "",
+        scope: Scope | None = None,
+        region: str = "",
+        zone: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.code = code
+        self.scope = scope or self.default_scope
+        self.region = region
+        self.zone = zone
+
+    @property
+    def scope_key(self) -> str:
+        """What this error blocks: ``gcp``, ``aws/us-east-1`` or ``azure/eastus/1``."""
+        if self.scope is Scope.CLOUD or not self.region:
+            return self.provider
+        if self.scope in (Scope.ZONE, Scope.OFFER) and self.zone:
+            return f"{self.provider}/{self.region}/{self.zone}"
+        return f"{self.provider}/{self.region}"
+
+    def __str__(self) -> str:
+        where = self.scope_key
+        return f"{self.provider} {self.code or type(self).__name__} ({self.scope} {where}): {self.message}"
+
+
+class CapacityError(ProviderError):
+    """No capacity for this shape here now (zone or region scoped)."""
+
+    default_scope = Scope.ZONE
+
+
+class QuotaError(ProviderError):
+    """The account's quota/limit forbids it (region scoped)."""
+
+    default_scope = Scope.REGION
+
+
+class ThrottledError(ProviderError):
+    """Rate limited: retry the same call with backoff."""
+
+    retryable = True
+    default_scope = Scope.REGION
+
+
+class AuthError(ProviderError):
+    """Credentials missing or not allowed (whole cloud)."""
+
+    default_scope = Scope.CLOUD
+
+
+class InvalidRequestError(ProviderError):
+    """The request itself is wrong (unknown type, bad parameter): retrying will not help."""
+
+    default_scope = Scope.OFFER
+
+
+class TransientError(ProviderError):
+    """5xx, timeouts, connection resets: retry the same call with backoff."""
+
+    retryable = True
+    default_scope = Scope.REGION
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What every cloud implements. All calls are synchronous and safe to retry.
+
+    ``launch`` is all-or-nothing and idempotent on ``spec.client_token``: a retry after a crash
+    returns the instances the first call created instead of creating more; if fewer than
+    ``spec.count`` could be created, it terminates what it made and raises.
+    """
+
+    name: str
+
+    def launch(self, spec: LaunchSpec) -> list[Instance]: ...
+
+    def describe(self, lease_id: str, region: str) -> list[Instance]: ...
+
+    def list_managed(self, regions: Sequence[str] | None = None) -> list[Instance]: ...
+
+    def terminate(self, instances: Sequence[Instance]) -> None: ...
+
+
+# Tag / label keys on every resource the broker creates (GCP labels allow only [a-z0-9_-]).
+TAG_LEASE = "broker:lease"
+TAG_OWNER = "broker:owner"
+LABEL_LEASE = "broker-lease"
+LABEL_OWNER = "broker-owner"
