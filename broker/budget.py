@@ -1,0 +1,75 @@
+"""Budgets in the service: caps from config, spend from the store, decisions from policies.budget."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Mapping
+
+from broker.config import Budget
+from broker.store import LIVE_STATES, LeaseRecord, Store
+from policies.budget import Caps, launch_refusal, over_budget
+from providers.base import MICROS
+
+
+def month_start(now: float) -> float:
+    d = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    return dt.datetime(d.year, d.month, 1, tzinfo=dt.timezone.utc).timestamp()
+
+
+def lease_spend_since(lease: LeaseRecord, since: float, now: float) -> int:
+    """Micro-dollars a lease accrued after ``since`` (prorated when it started earlier)."""
+    start = lease.started_at or lease.accrued_at
+    if not start:
+        return 0
+    end = lease.ended_at or now
+    if end <= since:
+        return 0
+    rate = lease.hourly_micros * lease.nodes
+    total = lease.accrued_micros
+    if lease.state in ("running", "draining") and lease.accrued_at:
+        total += int(rate * max(0.0, now - lease.accrued_at) / 3600.0)
+    if start >= since:
+        return total
+    span = max(1e-9, end - start)
+    return int(total * (end - since) / span)
+
+
+class Budgets:
+    def __init__(self, store: Store, budgets: Mapping[str, Budget]) -> None:
+        self.store = store
+        self.budgets = dict(budgets)
+
+    def caps(self, tenant: str) -> Caps | None:
+        b = self.budgets.get(tenant) or self.budgets.get("default")
+        if b is None:
+            return None
+        to = lambda v: None if v is None else int(v * MICROS)  # noqa: E731
+        return Caps(to(b.usd_per_hour), to(b.usd_per_month))
+
+    def usage(self, tenant: str, now: float) -> tuple[int, int]:
+        """(live rate micros/h, month spend micros) for ``tenant``."""
+        since = month_start(now)
+        rate = spend = 0
+        for l in self.store.list_leases(tenant=tenant):
+            if l.state in LIVE_STATES:
+                rate += l.hourly_micros * l.nodes
+            if (l.ended_at or now) >= since:
+                spend += lease_spend_since(l, since, now)
+        return rate, spend
+
+    def check_launch(self, tenant: str, new_rate_micros: int, now: float) -> None:
+        from broker.lifecycle import LeaseError
+
+        caps = self.caps(tenant)
+        if caps is None:
+            return
+        rate, spend = self.usage(tenant, now)
+        why = launch_refusal(tenant, caps, rate, spend, new_rate_micros)
+        if why:
+            raise LeaseError("budget", why + ".")
+
+    def exhausted(self, tenant: str, now: float) -> str | None:
+        caps = self.caps(tenant)
+        if caps is None:
+            return None
+        rate, spend = self.usage(tenant, now)
+        return over_budget(tenant, caps, rate, spend)

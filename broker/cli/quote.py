@@ -1,0 +1,176 @@
+"""`broker quote`: price a GPU demand across every cloud, region and market."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from broker.cli.app import app, exit_error, exit_usage, server_option_default
+
+HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
+
+Runs in-process on the bundled catalog (no server needed), or against a running
+`broker serve` with --server, which also stores the quote so `broker launch
+--quote-id Q --offer N` can take one of its offers.
+
+Every offer's total is the sum of its lines: compute (stretched for weaker
+interconnect on multi-node jobs), spot interruption rework, storage, data
+transfer in and out, and SLA risk. Offers that cannot serve the demand are
+listed with the reason (spot for a job that does not checkpoint, too little GPU
+memory, no interconnect for a multi-node job, region not allowed, under the
+minimum SLA).
+
+Examples:
+
+  broker quote --gpu H100:8 --hours 24 --data-in-gb 500 --data-out-gb 50
+
+  broker quote --gpu A100:16 --nodes 2 --hours 12 --interruptible --checkpoint-minutes 30
+
+  broker quote --gpu any:4 --gpu-memory 40 --hours 6 --residency eu --format json
+"""
+
+
+def parse_gpu(text: str) -> tuple[str, int]:
+    """'H100:8' -> ('H100', 8); 'any:4' -> ('', 4)."""
+    model, sep, count = text.partition(":")
+    if not sep:
+        exit_usage(f"--gpu must look like MODEL:COUNT (e.g. H100:8), got {text!r}.")
+    try:
+        n = int(count)
+    except ValueError:
+        exit_usage(f"--gpu count must be a whole number, got {count!r}.")
+    if n <= 0:
+        exit_usage(f"--gpu count must be at least 1, got {n}.")
+    model = model.strip()
+    return ("" if model.lower() in ("any", "*", "") else model.upper()), n
+
+
+def split_list(text: Optional[str]) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
+
+
+def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
+    if not text:
+        return None
+    if text.endswith("h") and text[:-1].replace(".", "", 1).isdigit():
+        return now + float(text[:-1]) * 3600
+    from broker.views import parse_iso
+    try:
+        return parse_iso(text)
+    except ValueError:
+        exit_usage(f"--deadline must be an ISO time (2026-12-03T18:00Z) or hours from now (36h), got {text!r}.")
+
+
+def _table(doc: dict, top_excluded: int = 8) -> None:
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    d = doc["demand"]
+    what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
+    t = Table(title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  prices as of {doc['catalog_as_of']}",
+              title_justify="left")
+    for col in ("#", "provider", "region", "instance", "market", "nodes", "$/h", "compute", "interrupt",
+                "storage", "transfer", "sla risk", "total $"):
+        t.add_column(col, justify="right" if col in ("#", "nodes", "$/h", "compute", "interrupt", "storage",
+                                                      "transfer", "sla risk", "total $") else "left")
+    for o in doc["offers"]:
+        c = o["cost_usd"]
+        t.add_row(str(o["rank"]), o["provider"], o["region"], o["instance_type"], o["market"], str(o["nodes"]),
+                  f"{o['hourly_usd']:.2f}", f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
+                  f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
+                  f"[bold]{c['total']:.2f}[/bold]")
+    console.print(t)
+    ex = doc["excluded"]
+    if ex:
+        reasons = Counter(e["reason"] if "deadline" not in e["reason"] else "finishes after the deadline" for e in ex)
+        console.print(f"{len(ex)} offers excluded:")
+        for reason, n in reasons.most_common(top_excluded):
+            console.print(f"  {n:4d} × {reason}")
+        if len(reasons) > top_excluded:
+            console.print(f"  … and {len(reasons) - top_excluded} other reasons (--format json lists every one)")
+
+
+FLAG = {"gpus": "--gpu", "gpu_model": "--gpu", "min_gpu_memory_gb": "--gpu-memory", "hours": "--hours",
+        "nodes": "--nodes", "data_in_gb": "--data-in-gb", "data_out_gb": "--data-out-gb",
+        "data_location": "--data-location", "checkpoint_minutes": "--checkpoint-minutes",
+        "providers": "--providers", "regions": "--regions", "residency": "--residency",
+        "min_sla_pct": "--min-sla"}
+
+
+@app.command(help=HELP)
+def quote(
+    gpu: str = typer.Option(..., "--gpu", help="MODEL:COUNT, total GPUs (H100:8, A100:16, any:4 with --gpu-memory)."),
+    hours: float = typer.Option(..., "--hours", help="Expected runtime in hours on that GPU (A100-hours with any:N)."),
+    data_in_gb: float = typer.Option(0.0, "--data-in-gb", help="Dataset moved in, GB."),
+    data_out_gb: float = typer.Option(0.0, "--data-out-gb", help="Results moved back out, GB."),
+    data_location: str = typer.Option("onprem", "--data-location", help="Where the dataset lives: onprem or PROVIDER:REGION."),
+    nodes: int = typer.Option(0, "--nodes", help="Node count (default: fewest nodes that hold the GPUs)."),
+    gpu_memory: int = typer.Option(0, "--gpu-memory", help="Minimum memory per GPU, GB."),
+    interruptible: bool = typer.Option(False, "--interruptible", help="The job checkpoints: spot capacity is allowed."),
+    checkpoint_minutes: int = typer.Option(0, "--checkpoint-minutes", help="Minutes between checkpoints (default 60)."),
+    providers: Optional[str] = typer.Option(None, "--providers", help="Comma list of aws,gcp,azure."),
+    regions: Optional[str] = typer.Option(None, "--regions", help="Comma list of allowed regions."),
+    residency: Optional[str] = typer.Option(None, "--residency", help="Data residency: us, eu, asia or region names."),
+    min_sla: float = typer.Option(0.0, "--min-sla", help="Minimum published SLA, percent (spot has none)."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish by: ISO time or hours from now (36h)."),
+    top: int = typer.Option(10, "--top", help="Offers to show (0 = all)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help="Ask a running broker (host:port) instead of quoting in-process."),
+    config: Optional[str] = typer.Option(None, "--config", help="TOML config (reservations, enabled providers).", envvar="BROKER_CONFIG"),
+) -> None:
+    import time
+
+    from policies.demand import Demand, DemandError
+
+    if fmt not in ("table", "json"):
+        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    if top < 0:
+        exit_usage(f"--top must be zero or more, got {top}.")
+    for name, v in (("--hours", hours), ("--data-in-gb", data_in_gb), ("--data-out-gb", data_out_gb),
+                    ("--nodes", nodes), ("--gpu-memory", gpu_memory), ("--checkpoint-minutes", checkpoint_minutes),
+                    ("--min-sla", min_sla)):
+        if v < 0 or v != v:
+            exit_usage(f"{name} must not be negative, got {v}.")
+    model, count = parse_gpu(gpu)
+    now = time.time()
+    demand = Demand(
+        gpus=count, hours=hours, gpu_model=model, min_gpu_memory_gb=gpu_memory, nodes=nodes,
+        data_in_gb=data_in_gb, data_location=data_location, data_out_gb=data_out_gb,
+        interruptible=interruptible, checkpoint_minutes=checkpoint_minutes,
+        providers=split_list(providers), regions=split_list(regions), residency=split_list(residency),
+        min_sla_pct=min_sla, deadline=parse_deadline(deadline, now),
+    )
+    if server:
+        from broker.client import BrokerClient, ClientError
+
+        try:
+            with BrokerClient(server) as c:
+                doc = c.quote(demand, top=top)
+        except ClientError as e:
+            if e.invalid:
+                exit_usage(str(e))
+            exit_error(str(e))
+    else:
+        from broker.config import ConfigError
+        from broker.service import quote_engine_from_config
+
+        try:
+            engine = quote_engine_from_config(config)
+            demand = engine.validate(demand)
+        except (ConfigError, ValueError) as e:
+            if isinstance(e, DemandError):
+                exit_usage(f"{FLAG.get(e.field, e.field)}: {e}")
+            exit_usage(str(e))
+        from broker.views import quote_to_dict
+
+        doc = quote_to_dict(engine.quote(demand, now=now, top=top))
+    if fmt == "json":
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _table(doc)

@@ -1,0 +1,71 @@
+"""A small client for the Broker gRPC API, used by the CLI's server-side commands."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import grpc
+
+from broker import convert
+from broker.v1 import broker_pb2 as pb
+from broker.v1 import broker_pb2_grpc as pb_grpc
+from policies.demand import Demand
+
+
+class ClientError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def invalid(self) -> bool:
+        return self.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+
+
+class BrokerClient:
+    def __init__(self, target: str, timeout: float = 600.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(target)
+        self.stub = pb_grpc.BrokerStub(self.channel)
+
+    def __enter__(self) -> "BrokerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.channel.close()
+
+    def _call(self, method, request, timeout: float | None = None):
+        try:
+            return method(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            code = e.code()
+            if code == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower():
+                raise ClientError(code, f"no broker answering at {self.target} (start one with `broker serve`).") from None
+            raise ClientError(code, e.details() or code.name) from None
+
+    def quote(self, demand: Demand, top: int = 0) -> dict[str, Any]:
+        r = self._call(self.stub.Quote, pb.QuoteRequest(demand=convert.demand_to_pb(demand), top=top), 30)
+        return convert.quote_from_pb(r.quote)
+
+    def launch(self, request: pb.LaunchRequest) -> dict[str, Any]:
+        return convert.lease_from_pb(self._call(self.stub.Launch, request).lease)
+
+    def get_lease(self, lease_id: str) -> dict[str, Any]:
+        return convert.lease_from_pb(self._call(self.stub.GetLease, pb.GetLeaseRequest(lease_id=lease_id), 30).lease)
+
+    def list_leases(self, states: list[str] = (), tenant: str = "", limit: int = 0) -> list[dict[str, Any]]:
+        req = pb.ListLeasesRequest(states=[convert.STATE_TO_PB[s] for s in states], tenant=tenant, limit=limit)
+        return [convert.lease_from_pb(l) for l in self._call(self.stub.ListLeases, req, 30).leases]
+
+    def release(self, lease_id: str, reason: str = "") -> dict[str, Any]:
+        return convert.lease_from_pb(self._call(self.stub.Release, pb.ReleaseRequest(lease_id=lease_id, reason=reason)).lease)
+
+    def handoff(self, lease_id: str, job: dict) -> dict[str, Any]:
+        req = pb.HandoffRequest(lease_id=lease_id, job=convert.job_to_pb(job))
+        return convert.lease_from_pb(self._call(self.stub.Handoff, req, 30).lease)
+
+    def watch(self, lease_id: str = "") -> Iterator[pb.WatchLeasesResponse]:
+        try:
+            yield from self.stub.WatchLeases(pb.WatchLeasesRequest(lease_id=lease_id))
+        except grpc.RpcError as e:
+            raise ClientError(e.code(), e.details() or e.code().name) from None

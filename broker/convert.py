@@ -1,0 +1,182 @@
+"""Protobuf messages ⇄ the broker's dict/domain shapes. The gRPC layer and its client only."""
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.v1 import broker_pb2 as pb
+from policies.demand import Demand
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.quote import Quote
+
+MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
+MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
+STATE_TO_PB = {
+    "requested": pb.LEASE_STATE_REQUESTED, "provisioning": pb.LEASE_STATE_PROVISIONING,
+    "running": pb.LEASE_STATE_RUNNING, "draining": pb.LEASE_STATE_DRAINING,
+    "released": pb.LEASE_STATE_RELEASED, "failed": pb.LEASE_STATE_FAILED,
+}
+STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
+EVENT_TO_PB = {
+    "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,
+    "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
+    "decision": pb.LEASE_EVENT_KIND_DECISION,
+}
+EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
+VERDICT_TO_PB = {"healthy": pb.VERDICT_HEALTHY, "resource-bound": pb.VERDICT_RESOURCE_BOUND,
+                 "scheduling-bound": pb.VERDICT_SCHEDULING_BOUND, "mixed": pb.VERDICT_MIXED}
+VERDICT_FROM_PB = {v: k for k, v in VERDICT_TO_PB.items()}
+
+
+def ts(seconds: float | None) -> Timestamp | None:
+    if not seconds:
+        return None
+    t = Timestamp()
+    t.FromNanoseconds(int(seconds * 1e9))
+    return t
+
+
+def from_ts(t: Timestamp) -> float | None:
+    return t.ToNanoseconds() / 1e9 if (t.seconds or t.nanos) else None
+
+
+def money(value: float | Decimal | int) -> str:
+    return format(Decimal(str(value)).quantize(Decimal("0.0001")), "f")
+
+
+# -- demand ------------------------------------------------------------------------------------
+def demand_from_pb(m: pb.Demand) -> Demand:
+    return Demand(
+        gpus=m.gpus, hours=m.hours, gpu_model=m.gpu_model, min_gpu_memory_gb=m.min_gpu_memory_gb,
+        nodes=m.nodes, data_in_gb=m.data_in_gb, data_location=m.data_location or "onprem",
+        data_out_gb=m.data_out_gb, interruptible=m.interruptible, checkpoint_minutes=m.checkpoint_minutes,
+        providers=tuple(m.providers), regions=tuple(m.regions), residency=tuple(m.residency),
+        min_sla_pct=m.min_sla_pct, deadline=from_ts(m.deadline) if m.HasField("deadline") else None,
+        tenant=m.tenant or "default",
+    )
+
+
+def demand_to_pb(d: Demand) -> pb.Demand:
+    m = pb.Demand(
+        gpu_model=d.gpu_model, min_gpu_memory_gb=d.min_gpu_memory_gb, gpus=d.gpus, nodes=d.nodes,
+        hours=d.hours, data_in_gb=d.data_in_gb, data_location=d.data_location, data_out_gb=d.data_out_gb,
+        interruptible=d.interruptible, checkpoint_minutes=d.checkpoint_minutes, providers=list(d.providers),
+        regions=list(d.regions), residency=list(d.residency), min_sla_pct=d.min_sla_pct, tenant=d.tenant,
+    )
+    if d.deadline:
+        m.deadline.CopyFrom(ts(d.deadline))
+    return m
+
+
+# -- quote -------------------------------------------------------------------------------------
+def quote_to_pb(q: "Quote") -> pb.Quote:
+    from broker.quote import usd
+
+    m = pb.Quote(quote_id=q.quote_id, catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
+    m.valid_until.CopyFrom(ts(q.valid_until))
+    for r in q.offers:
+        p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
+        m.offers.add(
+            rank=r.rank, provider=it.provider, region=o.region, zone=p.zone, instance_type=it.name,
+            gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
+            market=MARKET_TO_PB[o.market.value], hourly_usd=money(usd(o.hourly_micros)),
+            interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
+            runtime_hours=p.runtime_hours,
+            cost=pb.CostBreakdown(
+                compute_usd=money(usd(c.compute)), interruption_usd=money(usd(c.interruption)),
+                storage_usd=money(usd(c.storage)), data_transfer_usd=money(usd(c.data_transfer)),
+                sla_risk_usd=money(usd(c.sla_risk)),
+                total_usd=money(sum(usd(x) for x in (c.compute, c.interruption, c.storage, c.data_transfer, c.sla_risk))),
+            ),
+        )
+    for e in q.excluded:
+        o = e.offering
+        m.excluded.add(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
+                       market=MARKET_TO_PB[o.market.value], reason=e.reason)
+    return m
+
+
+def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
+    """The same dict `broker quote --format json` prints in-process."""
+    from broker.views import demand_to_dict, iso
+
+    return {
+        "quote_id": q.quote_id,
+        "valid_until": iso(from_ts(q.valid_until)),
+        "catalog_as_of": q.catalog_as_of,
+        "demand": demand_to_dict(demand_from_pb(q.demand)),
+        "offers": [
+            {
+                "rank": o.rank, "provider": o.provider, "region": o.region, "zone": o.zone,
+                "instance_type": o.instance_type, "gpu": o.gpu, "gpus_per_node": o.gpus_per_node,
+                "nodes": o.nodes, "market": MARKET_FROM_PB[o.market], "hourly_usd": float(o.hourly_usd),
+                "interconnect_gbps": o.interconnect_gbps, "sla_pct": o.sla_pct,
+                "cost_usd": {
+                    "compute": float(o.cost.compute_usd), "interruption": float(o.cost.interruption_usd),
+                    "storage": float(o.cost.storage_usd), "data_transfer": float(o.cost.data_transfer_usd),
+                    "sla_risk": float(o.cost.sla_risk_usd), "total": float(o.cost.total_usd),
+                },
+            }
+            for o in q.offers
+        ],
+        "excluded": [
+            {"provider": e.provider, "region": e.region, "instance_type": e.instance_type,
+             "market": MARKET_FROM_PB[e.market], "reason": e.reason}
+            for e in q.excluded
+        ],
+    }
+
+
+# -- leases ------------------------------------------------------------------------------------
+def job_to_pb(job: dict) -> pb.Job:
+    return pb.Job(job_id=job.get("job_id", ""), owner=job.get("owner", ""), queue=job.get("queue", ""),
+                  checkpoint_uri=job.get("checkpoint_uri", ""), dataset_uri=job.get("dataset_uri", ""),
+                  env=dict(job.get("env", {})))
+
+
+def job_from_pb(j: pb.Job) -> dict:
+    return {"job_id": j.job_id, "owner": j.owner, "queue": j.queue, "checkpoint_uri": j.checkpoint_uri,
+            "dataset_uri": j.dataset_uri, "env": dict(j.env)}
+
+
+def lease_to_pb(d: dict[str, Any]) -> pb.Lease:
+    """``d`` is :func:`broker.lifecycle.lease_view` output."""
+    m = pb.Lease(
+        lease_id=d["lease_id"], state=STATE_TO_PB[d["state"]], state_reason=d["state_reason"],
+        provider=d["provider"], region=d["region"], zone=d["zone"], instance_type=d["instance_type"],
+        market=MARKET_TO_PB[d["market"]], nodes=d["nodes"], hourly_usd=money(d["hourly_usd"]),
+        cost_so_far_usd=money(d["cost_so_far_usd"]), idempotency_key=d["idempotency_key"],
+        tenant=d["tenant"], quote_id=d["quote_id"], job=job_to_pb(d.get("job") or {}),
+    )
+    for i in d["instances"]:
+        m.instances.add(instance_id=i["instance_id"], node_name=i.get("node_name", ""), zone=i.get("zone", ""),
+                        private_ip=i.get("private_ip", ""), state=i.get("state", ""))
+    m.created_at.CopyFrom(ts(d["created_at"]))
+    m.updated_at.CopyFrom(ts(d["updated_at"]))
+    return m
+
+
+def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
+    from broker.views import iso
+
+    return {
+        "lease_id": m.lease_id, "state": STATE_FROM_PB.get(m.state, "unknown"), "state_reason": m.state_reason,
+        "provider": m.provider, "region": m.region, "zone": m.zone, "instance_type": m.instance_type,
+        "market": MARKET_FROM_PB.get(m.market, ""), "nodes": m.nodes, "hourly_usd": float(m.hourly_usd or 0),
+        "cost_so_far_usd": float(m.cost_so_far_usd or 0), "tenant": m.tenant,
+        "idempotency_key": m.idempotency_key, "quote_id": m.quote_id,
+        "instances": [{"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
+                       "private_ip": i.private_ip, "state": i.state} for i in m.instances],
+        "job": job_from_pb(m.job) if m.job.job_id else {},
+        "created_at": iso(from_ts(m.created_at)), "updated_at": iso(from_ts(m.updated_at)),
+    }
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=str)

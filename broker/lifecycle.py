@@ -1,0 +1,425 @@
+"""Leases: launch (persisted before the cloud call), fail over, hand off, release.
+
+The state machine::
+
+    requested ─▶ provisioning ─▶ running ─▶ draining ─▶ released
+         │             │            │
+         └─────────────┴────────────┴──▶ failed
+
+Every transition is written to the store (with its time and reason) BEFORE the cloud call it
+leads to, together with the cloud-side idempotency token of the attempt, so a broker killed at
+any point can be restarted and the reconciler finishes the job without launching twice.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Mapping, Sequence
+
+import structlog
+
+from broker.quote import QuoteEngine, new_id, usd
+from broker.store import LIVE_STATES, LeaseRecord, StaleLease, Store
+from policies.demand import Demand
+from providers.base import (
+    MICROS, TAG_LEASE, TAG_OWNER, CapacityError, Instance, InstanceState, InvalidRequestError,
+    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, StopReason,
+)
+
+log = structlog.get_logger("broker.lifecycle")
+
+
+class LeaseError(Exception):
+    """A lease request cannot be served. ``kind`` maps to a gRPC status in the server."""
+
+    def __init__(self, kind: str, message: str, attempts: Sequence[dict] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind  # invalid | not_found | budget | failed | unavailable
+        self.attempts = list(attempts)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to launch: one offering, plus (optionally) the demand and ranked alternatives."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: Market
+    nodes: int
+    hourly_micros: int
+    reservation: str = ""
+
+
+@dataclass
+class Settings:
+    block_s: float = 900.0  # how long a capacity/quota scope stays blocked
+    interruption_block_s: float = 1800.0  # how long an interrupted offering stays blocked
+    max_failover: int = 4  # offers tried per launch
+    retries: int = 3  # attempts per offer on throttling / transient errors
+    backoff_s: float = 1.0  # first backoff; doubles
+    provision_timeout_s: float = 900.0
+    resume_after_s: float = 60.0  # a launch this old with no process working on it is resumed
+    drain_timeout_s: float = 600.0
+    idle_timeout_s: float = 0.0  # release a running lease with no job after this long (0 = never)
+    max_lifetime_s: float = 0.0  # default lease lifetime (0 = none)
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "Settings":
+        known = {k: float(v) if k not in ("max_failover", "retries") else int(v)
+                 for k, v in m.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def lease_view(lease: LeaseRecord, now: float) -> dict[str, Any]:
+    """A lease as the API and the CLI show it, with cost so far."""
+    cost = lease.accrued_micros
+    if lease.state in ("running", "draining") and lease.accrued_at:
+        cost += int(lease.hourly_micros * lease.nodes * max(0.0, now - lease.accrued_at) / 3600.0)
+    return {
+        "lease_id": lease.lease_id, "state": lease.state, "state_reason": lease.state_reason,
+        "provider": lease.provider, "region": lease.region, "zone": lease.zone,
+        "instance_type": lease.instance_type, "market": lease.market, "nodes": lease.nodes,
+        "hourly_usd": usd(lease.hourly_micros * lease.nodes), "cost_so_far_usd": usd(cost),
+        "instances": json.loads(lease.instances), "idempotency_key": lease.idempotency_key,
+        "tenant": lease.tenant, "quote_id": lease.quote_id, "job": json.loads(lease.job),
+        "created_at": lease.created_at, "updated_at": lease.updated_at, "replaces": lease.replaces,
+        "attempts": json.loads(lease.attempts),
+    }
+
+
+def instance_dict(i: Instance) -> dict[str, Any]:
+    return {"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
+            "private_ip": i.private_ip, "state": i.state.value, "region": i.region}
+
+
+def alive(i: Instance) -> bool:
+    return i.state in (InstanceState.PENDING, InstanceState.RUNNING)
+
+
+def offering_key(provider: str, region: str, instance_type: str, market: str) -> str:
+    return f"{provider}/{region}/{instance_type}/{market}"
+
+
+class Lifecycle:
+    """Creates, launches, hands off and releases leases against the configured providers."""
+
+    def __init__(self, store: Store, providers: Mapping[str, Provider], engine: QuoteEngine, *,
+                 owner: str, settings: Settings | None = None, budgets: Any = None,
+                 boot: Callable[[LeaseRecord, str], str] | None = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store = store
+        self.providers = dict(providers)
+        self.engine = engine
+        self.owner = owner
+        self.settings = settings or Settings()
+        self.budgets = budgets  # broker.budget.Budgets or None
+        self.boot = boot
+        self.clock = clock
+        self.sleep = sleep
+        self.inflight: set[str] = set()  # leases this process is launching right now
+
+    # -- creation --------------------------------------------------------------------------------
+    def target_from_quote(self, quote_id: str, rank: int) -> tuple[Target, Demand | None, list[Target]]:
+        from broker.views import demand_from_dict
+
+        q = self.store.get_quote(quote_id)
+        if q is None:
+            raise LeaseError("not_found", f"quote {quote_id} does not exist.")
+        if q["_valid_until_ts"] < self.clock():
+            raise LeaseError("invalid", f"quote {quote_id} expired at {q['valid_until']}; ask for a new quote.")
+        offers = q["launch"]
+        if not 1 <= rank <= len(offers):
+            raise LeaseError("invalid", f"quote {quote_id} has offers 1..{len(offers)}, not {rank}.")
+        targets = [Target(o["provider"], o["region"], o["zone"], o["instance_type"], Market(o["market"]),
+                          o["nodes"], o["hourly_micros"], o.get("reservation", "")) for o in offers]
+        chosen = targets[rank - 1]
+        rest = [t for i, t in enumerate(targets) if i != rank - 1]
+        return chosen, demand_from_dict(q["demand"]), rest
+
+    def target_explicit(self, provider: str, region: str, zone: str, instance_type: str,
+                        market: str, count: int) -> Target:
+        cat = self.engine.catalog
+        if provider not in self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise LeaseError("invalid", f"provider {provider!r} is not enabled (enabled: {known}).")
+        try:
+            m = Market(market)
+        except ValueError:
+            raise LeaseError("invalid", f"market must be on_demand, spot or reserved, got {market!r}.") from None
+        if count <= 0:
+            raise LeaseError("invalid", f"count must be at least 1, got {count}.")
+        if cat.instance(provider, instance_type) is None:
+            raise LeaseError("invalid", f"instance_type {instance_type!r} is not a known {provider} GPU type.")
+        if cat.region(provider, region) is None:
+            raise LeaseError("invalid", f"region {region!r} is not a known {provider} region.")
+        reservation = ""
+        if m is Market.RESERVED:
+            res = [o for o in self.engine.catalog.offerings if o.market is Market.RESERVED
+                   and o.provider == provider and o.region == region and o.instance.name == instance_type]
+            if not res:
+                raise LeaseError("invalid", f"no configured reservation for {provider} {region} {instance_type}.")
+            offering = res[0]
+            reservation = offering.reservation
+        else:
+            offering = cat.find(provider, region, instance_type, m)
+            if offering is None:
+                raise LeaseError("invalid", f"{provider} sells no {market} {instance_type} in {region}.")
+        if zone and offering.zones and zone not in offering.zones:
+            raise LeaseError("invalid", f"zone {zone!r} is not a zone of {region} ({', '.join(offering.zones)}).")
+        return Target(provider, region, zone or (offering.zones[0] if offering.zones else ""), instance_type,
+                      m, count, offering.hourly_micros, reservation)
+
+    def create(self, *, idempotency_key: str, target: Target, tenant: str = "default",
+               demand: Demand | None = None, alternatives: Sequence[Target] = (), quote_id: str = "",
+               offer_rank: int = 0, job: Mapping[str, Any] | None = None, bootstrap: str = "",
+               max_lifetime_s: int = 0, replaces: str = "") -> tuple[LeaseRecord, bool]:
+        """Persist a new lease (state requested), or return the one that already has this key."""
+        from broker.views import demand_to_dict
+
+        if not idempotency_key:
+            raise LeaseError("invalid", "idempotency_key is required.")
+        now = self.clock()
+        existing = [l for l in self.store.list_leases(tenant=tenant) if l.idempotency_key == idempotency_key]
+        if existing:
+            return existing[0], False
+        if self.budgets is not None:
+            self.budgets.check_launch(tenant, target.hourly_micros * target.nodes, now)
+        lease_id = new_id("l")
+        record = LeaseRecord(
+            lease_id=lease_id, tenant=tenant, idempotency_key=idempotency_key, state="requested",
+            provider=target.provider, region=target.region, zone=target.zone,
+            instance_type=target.instance_type, market=target.market.value, nodes=target.nodes,
+            hourly_micros=target.hourly_micros, reservation=target.reservation,
+            client_token=f"{lease_id}-1", attempt=0, quote_id=quote_id, offer_rank=offer_rank,
+            bootstrap=bootstrap, job=json.dumps(dict(job or {})),
+            demand=json.dumps({**demand_to_dict(demand), "alternatives": [_t2d(t) for t in alternatives]})
+            if demand is not None else "{}",
+            created_at=now, updated_at=now, state_since=now,
+            max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
+        )
+        return self.store.create_lease(record)
+
+    # -- provisioning ----------------------------------------------------------------------------
+    def provision(self, lease: LeaseRecord) -> LeaseRecord:
+        """Launch the lease's instances, failing over across offers on capacity/quota errors."""
+        self.inflight.add(lease.lease_id)
+        try:
+            return self._provision(lease)
+        finally:
+            self.inflight.discard(lease.lease_id)
+
+    def _provision(self, lease: LeaseRecord) -> LeaseRecord:
+        attempts = json.loads(lease.attempts)
+        targets = [_lease_target(lease)] + self._alternatives(lease)
+        tried = 0
+        for target in targets:
+            if tried >= self.settings.max_failover:
+                break
+            blocked = self._blocked_reason(target)
+            if blocked:
+                attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
+                                 "instance_type": target.instance_type, "market": target.market.value,
+                                 "code": "blocked", "scope": "", "message": blocked})
+                continue
+            tried += 1
+            lease = self._begin_attempt(lease, target, attempts)
+            try:
+                instances = self._launch_with_retries(lease, target)
+            except ProviderError as e:
+                attempts.append(_attempt(target, e))
+                self._block_for(e, target)
+                log.warning("launch_failed", lease=lease.lease_id, provider=target.provider,
+                            region=target.region, code=e.code, scope=str(e.scope))
+                if isinstance(e, (CapacityError, QuotaError)) or e.retryable or isinstance(e, InvalidRequestError):
+                    continue
+                break  # auth errors: the next offer of the same cloud will not do better
+            return self._mark_running(lease, instances, attempts)
+        summary = "; ".join(f"{a['provider']}/{a['region']}/{a['instance_type']}/{a['market']}: "
+                            f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
+        lease = self._set(lease, state="failed", message=f"every offer failed: {summary}"[:2000],
+                          attempts=json.dumps(attempts), ended_at=self.clock())
+        raise LeaseError("failed", f"lease {lease.lease_id} could not be launched: {summary}", attempts)
+
+    def _alternatives(self, lease: LeaseRecord) -> list[Target]:
+        d = json.loads(lease.demand)
+        return [_d2t(t) for t in d.get("alternatives", [])]
+
+    def _blocked_reason(self, t: Target) -> str | None:
+        blocks = self.store.active_blocks(self.clock())
+        for key in (t.provider, f"{t.provider}/{t.region}", f"{t.provider}/{t.region}/{t.zone}",
+                    offering_key(t.provider, t.region, t.instance_type, t.market.value)):
+            if key in blocks:
+                return f"blocked: {blocks[key]}"
+        return None
+
+    def _block_for(self, e: ProviderError, t: Target) -> None:
+        if not isinstance(e, (CapacityError, QuotaError)):
+            return
+        key = e.scope_key if e.region else (
+            f"{t.provider}/{t.region}/{t.zone}" if e.scope is Scope.ZONE and t.zone else f"{t.provider}/{t.region}")
+        self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
+
+    def _begin_attempt(self, lease: LeaseRecord, t: Target, attempts: list) -> LeaseRecord:
+        attempt = lease.attempt + 1
+        return self._set(
+            lease, state="provisioning", message=f"launching {t.nodes} x {t.instance_type} ({t.market.value}) "
+            f"in {t.provider}/{t.zone or t.region}, attempt {attempt}",
+            provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
+            market=t.market.value, nodes=t.nodes, hourly_micros=t.hourly_micros, reservation=t.reservation,
+            attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=json.dumps(attempts),
+        )
+
+    def spec_for(self, lease: LeaseRecord) -> LaunchSpec:
+        it = self.engine.catalog.instance(lease.provider, lease.instance_type)
+        if it is None:
+            raise InvalidRequestError(f"unknown instance type {lease.instance_type}", provider=lease.provider,
+                                      code="UnknownInstanceType", region=lease.region)
+        job = json.loads(lease.job)
+        names = tuple(job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{i}" for i in range(lease.nodes))
+        script = self.boot(lease, names[0]) if (self.boot and lease.bootstrap) else ""
+        return LaunchSpec(
+            lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
+            instance=it, market=Market(lease.market), count=lease.nodes, client_token=lease.client_token,
+            node_names=names, boot_script=script, tags={TAG_LEASE: lease.lease_id, TAG_OWNER: self.owner},
+            reservation=lease.reservation,
+        )
+
+    def _launch_with_retries(self, lease: LeaseRecord, t: Target) -> list[Instance]:
+        provider = self.providers.get(t.provider)
+        if provider is None:
+            raise InvalidRequestError(f"provider {t.provider} is not enabled", provider=t.provider,
+                                      code="ProviderDisabled", scope=Scope.CLOUD)
+        spec = self.spec_for(lease)
+        delay = self.settings.backoff_s
+        for i in range(self.settings.retries):
+            try:
+                instances = provider.launch(spec)
+            except ProviderError as e:
+                if not e.retryable or i == self.settings.retries - 1:
+                    raise
+                log.info("launch_retry", lease=lease.lease_id, provider=t.provider, code=e.code, delay_s=delay)
+                self.sleep(delay)
+                delay *= 2
+                continue
+            up = [x for x in instances if alive(x)]
+            if len(up) != spec.count:
+                # A gang is all-or-nothing: give back what came up and fail over as a whole.
+                provider.terminate(instances)
+                raise CapacityError(f"only {len(up)} of {spec.count} nodes came up", provider=t.provider,
+                                    code="PartialLaunch", region=t.region, zone=t.zone)
+            return up
+        raise AssertionError("unreachable")
+
+    def _mark_running(self, lease: LeaseRecord, instances: Sequence[Instance], attempts: list) -> LeaseRecord:
+        now = self.clock()
+        zone = instances[0].zone if instances else lease.zone
+        return self._set(lease, state="running", message=f"{len(instances)} nodes running in {lease.provider}/{zone}",
+                         instances=json.dumps([instance_dict(i) for i in instances]), zone=zone,
+                         started_at=lease.started_at or now, accrued_at=now, idle_since=now,
+                         attempts=json.dumps(attempts))
+
+    def adopt(self, lease: LeaseRecord, instances: Sequence[Instance]) -> LeaseRecord:
+        """A lease whose launch finished in the cloud while the broker was down."""
+        return self._mark_running(lease, instances, json.loads(lease.attempts))
+
+    # -- launch end to end -----------------------------------------------------------------------
+    def launch(self, **kwargs: Any) -> LeaseRecord:
+        lease, created = self.create(**kwargs)
+        if not created and lease.state != "requested":
+            return lease
+        return self.provision(lease)
+
+    # -- hand-off and release --------------------------------------------------------------------
+    def handoff(self, lease_id: str, job: Mapping[str, Any]) -> LeaseRecord:
+        lease = self.get(lease_id)
+        if lease.state != "running":
+            raise LeaseError("invalid", f"lease {lease_id} is {lease.state}, not running: nothing to hand off to.")
+        if not job.get("job_id"):
+            raise LeaseError("invalid", "job.job_id is required.")
+        merged = {**json.loads(lease.job), **{k: v for k, v in job.items() if v}}
+        return self._set(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
+                         job=json.dumps(merged), idle_since=0.0, retry_stale=True)
+
+    def release(self, lease_id: str, reason: str = "released by request") -> LeaseRecord:
+        lease = self.get(lease_id)
+        if lease.state in ("released", "failed"):
+            return lease
+        lease = self._accrue(lease)
+        if lease.state != "draining":
+            lease = self._set(lease, state="draining", message=reason)
+        return self.finish_drain(lease)
+
+    def finish_drain(self, lease: LeaseRecord) -> LeaseRecord:
+        """Terminate everything of a draining lease (also what a crashed launch may have made)."""
+        provider = self.providers.get(lease.provider)
+        if provider is not None:
+            found = provider.describe(lease.lease_id, lease.region)
+            provider.terminate([i for i in found if i.state is not InstanceState.TERMINATED])
+        now = self.clock()
+        lease = self._accrue(lease)
+        return self._set(lease, state="released", message=lease.state_reason or "released",
+                         ended_at=now, instances=json.dumps(
+                             [{**i, "state": "terminated"} for i in json.loads(lease.instances)]))
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def get(self, lease_id: str) -> LeaseRecord:
+        lease = self.store.get_lease(lease_id)
+        if lease is None:
+            raise LeaseError("not_found", f"lease {lease_id} does not exist.")
+        return lease
+
+    def _accrue(self, lease: LeaseRecord) -> LeaseRecord:
+        if lease.state not in ("running", "draining") or not lease.accrued_at:
+            return lease
+        now = self.clock()
+        add = int(lease.hourly_micros * lease.nodes * max(0.0, now - lease.accrued_at) / 3600.0)
+        return self._set(lease, accrued_micros=lease.accrued_micros + add, accrued_at=now, retry_stale=True)
+
+    def accrue(self, lease: LeaseRecord) -> LeaseRecord:
+        return self._accrue(lease)
+
+    def _set(self, lease: LeaseRecord, *, state: str | None = None, message: str = "",
+             event_kind: str = "", event_data: dict | None = None, retry_stale: bool = False,
+             **fields: Any) -> LeaseRecord:
+        """Write a change at the version we read. Only bookkeeping (``retry_stale``) is re-applied
+        on a fresh row; a state change that lost the race raises :class:`StaleLease`."""
+        for _ in range(3 if retry_stale else 1):
+            try:
+                out = self.store.update_lease(lease, now=self.clock(), state=state, message=message,
+                                              event_kind=event_kind, event_data=event_data, **fields)
+                if state and state != lease.state:
+                    log.info("lease_state", lease=lease.lease_id, provider=lease.provider,
+                             from_state=lease.state, to_state=state, reason=message)
+                return out
+            except StaleLease:
+                fresh = self.store.get_lease(lease.lease_id)
+                if not retry_stale or fresh is None or fresh.state != lease.state:
+                    raise
+                lease = fresh  # only bookkeeping changed under us: re-apply on the fresh row
+        raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
+
+
+def _t2d(t: Target) -> dict:
+    return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
+            "market": t.market.value, "nodes": t.nodes, "hourly_micros": t.hourly_micros,
+            "reservation": t.reservation}
+
+
+def _d2t(d: dict) -> Target:
+    return Target(d["provider"], d["region"], d.get("zone", ""), d["instance_type"], Market(d["market"]),
+                  int(d["nodes"]), int(d["hourly_micros"]), d.get("reservation", ""))
+
+
+def _lease_target(lease: LeaseRecord) -> Target:
+    return Target(lease.provider, lease.region, lease.zone, lease.instance_type, Market(lease.market),
+                  lease.nodes, lease.hourly_micros, lease.reservation)
+
+
+def _attempt(t: Target, e: ProviderError) -> dict:
+    return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
+            "market": t.market.value, "code": e.code or type(e).__name__, "scope": e.scope_key,
+            "message": e.message[:300]}

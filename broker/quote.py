@@ -1,0 +1,147 @@
+"""The quote engine: a Demand in, a ranked Quote out, with every excluded offer and its reason.
+
+The catalog is indexed by GPU model at load, so a quote prices only the offerings of the GPU it
+asks for (or, for a memory-matched demand, the models with enough memory). Pricing itself is the
+pure :func:`policies.cost.price`; this module adds ranking, reservations, ids and validity.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Iterable
+
+from policies.cost import Context, Exclusion, PricedOffer, price
+from policies.demand import Demand
+from providers.base import MICROS, Market, Offering
+from providers.catalog import Catalog
+
+QUOTE_TTL_S = 15 * 60
+
+
+def usd(micros: int) -> Decimal:
+    """Micro-dollars as a Decimal rounded to the cent's hundredth (4 places)."""
+    return (Decimal(micros) / MICROS).quantize(Decimal("0.0001"))
+
+
+def new_id(prefix: str) -> str:
+    """A sortable, unique id: ``q-<ms since epoch, base36>-<random>``."""
+    ms = int(time.time() * 1000)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while ms:
+        ms, r = divmod(ms, 36)
+        out = digits[r] + out
+    return f"{prefix}-{out}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RankedOffer:
+    rank: int
+    priced: PricedOffer
+
+    @property
+    def offering(self) -> Offering:
+        return self.priced.offering
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    quote_id: str
+    created_at: float
+    valid_until: float
+    catalog_as_of: str
+    demand: Demand
+    offers: tuple[RankedOffer, ...]
+    excluded: tuple[Exclusion, ...]
+
+    def offer(self, rank: int) -> RankedOffer | None:
+        return self.offers[rank - 1] if 1 <= rank <= len(self.offers) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity the organisation already holds: offered first, at its marginal cost."""
+
+    provider: str
+    region: str
+    instance_type: str
+    nodes: int
+    reservation_id: str
+    hourly_usd: Decimal = Decimal(0)  # marginal cost (already paid for: usually 0)
+    zone: str = ""
+
+
+def _rank_key(p: PricedOffer) -> tuple:
+    o = p.offering
+    return (o.market is not Market.RESERVED, p.cost.total, o.hourly_micros, o.instance.provider, o.region, o.instance.name)
+
+
+class QuoteEngine:
+    """Quotes demands against a catalog (plus configured reservations)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        reservations: Iterable[Reservation] = (),
+        onprem_egress_usd_per_gb: float | Decimal = 0,
+        enabled_providers: Iterable[str] | None = None,
+        ttl_s: int = QUOTE_TTL_S,
+    ) -> None:
+        extra = []
+        for r in reservations:
+            it = catalog.instance(r.provider, r.instance_type)
+            reg = catalog.region(r.provider, r.region)
+            if it is None or reg is None:
+                raise ValueError(f"reservation {r.reservation_id} names unknown "
+                                 f"{r.provider} instance type {r.instance_type} or region {r.region}")
+            extra.append(Offering(
+                instance=it, region=r.region, zones=(r.zone,) if r.zone else reg.zones,
+                market=Market.RESERVED, hourly_micros=int(Decimal(r.hourly_usd) * MICROS),
+                sla_pct=catalog.terms[r.provider].sla_pct, as_of=catalog.as_of,
+                source="configured reservation", reservation=r.reservation_id, reserved_nodes=r.nodes,
+            ))
+        self.catalog = catalog.with_offerings(tuple(extra)) if extra else catalog
+        self.enabled = tuple(enabled_providers) if enabled_providers is not None else None
+        self.onprem_egress_micros = int(Decimal(str(onprem_egress_usd_per_gb)) * MICROS)
+        self.ttl_s = ttl_s
+        self._all = self.catalog.offerings
+        if self.enabled is not None:
+            self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
+        self._by_gpu = {}
+        for o in self._all:
+            self._by_gpu.setdefault(o.instance.gpu.upper(), []).append(o)
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        return tuple(sorted(self._by_gpu))
+
+    def candidates(self, d: Demand) -> list[Offering]:
+        if d.gpu_model:
+            return self._by_gpu.get(d.gpu_model, [])
+        return [o for o in self._all if o.instance.gpu_memory_gb >= d.min_gpu_memory_gb]
+
+    def validate(self, d: Demand) -> Demand:
+        return d.validate(self.gpu_models)
+
+    def quote(self, d: Demand, now: float | None = None, top: int = 0,
+              blocked: dict[str, str] | None = None) -> Quote:
+        """Price ``d`` (validated) over every matching offering and market."""
+        now = time.time() if now is None else now
+        ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
+                      self.onprem_egress_micros, blocked)
+        ok: list[PricedOffer] = []
+        excluded: list[Exclusion] = []
+        for o in self.candidates(d):
+            r = price(d, o, ctx)
+            (excluded if type(r) is Exclusion else ok).append(r)
+        ok.sort(key=_rank_key)
+        if top:
+            ok = ok[:top]
+        return Quote(
+            quote_id=new_id("q"), created_at=now, valid_until=now + self.ttl_s,
+            catalog_as_of=self.catalog.as_of, demand=d,
+            offers=tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok)),
+            excluded=tuple(excluded),
+        )

@@ -1,0 +1,204 @@
+"""The gRPC layer: protobuf in, the service's flow, protobuf out. Nothing else lives here.
+
+Errors: a bad request is INVALID_ARGUMENT with a sentence naming the field; an unknown lease or
+quote NOT_FOUND; a launch over budget RESOURCE_EXHAUSTED naming the cap; a launch whose every
+offer failed UNAVAILABLE listing each attempt.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent import futures
+from typing import Iterator
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from broker import convert
+from broker.lifecycle import LeaseError, lease_view
+from broker.service import Service
+from broker.v1 import broker_pb2 as pb
+from broker.v1 import broker_pb2_grpc as pb_grpc
+from policies.demand import DemandError
+
+log = structlog.get_logger("broker.server")
+
+STATUS = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "budget": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "failed": grpc.StatusCode.UNAVAILABLE,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class BrokerServicer(pb_grpc.BrokerServicer):
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _lease_pb(self, lease) -> pb.Lease:
+        return convert.lease_to_pb(lease_view(lease, self.svc.clock()))
+
+    @staticmethod
+    def _abort(context: grpc.ServicerContext, e: Exception):
+        if isinstance(e, DemandError):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"demand.{e.field}: {e}")
+        if isinstance(e, LeaseError):
+            context.abort(STATUS.get(e.kind, grpc.StatusCode.UNKNOWN), str(e))
+        raise e
+
+    # -- RPCs ------------------------------------------------------------------------------------
+    def Quote(self, request: pb.QuoteRequest, context) -> pb.QuoteResponse:
+        if not request.HasField("demand"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "demand is required.")
+        if request.top < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"top must be zero or more, got {request.top}.")
+        try:
+            q = self.svc.quote(convert.demand_from_pb(request.demand), top=request.top)
+        except DemandError as e:
+            self._abort(context, e)
+        return pb.QuoteResponse(quote=convert.quote_to_pb(q))
+
+    def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
+        lc = self.svc.lifecycle
+        try:
+            target_kind = request.WhichOneof("target")
+            demand, alternatives, quote_id, rank = None, [], "", 0
+            if target_kind == "quote_offer":
+                quote_id, rank = request.quote_offer.quote_id, request.quote_offer.rank
+                target, demand, alternatives = lc.target_from_quote(quote_id, rank)
+            elif target_kind == "offering":
+                o = request.offering
+                target = lc.target_explicit(o.provider, o.region, o.zone, o.instance_type,
+                                            convert.MARKET_FROM_PB.get(o.market, "unspecified"), o.count)
+            else:
+                raise LeaseError("invalid", "launch needs quote_offer or offering.")
+            job = convert.job_from_pb(request.job) if request.HasField("job") else {}
+            if request.max_lifetime_s < 0:
+                raise LeaseError("invalid", f"max_lifetime_s must be zero or more, got {request.max_lifetime_s}.")
+            lease = lc.launch(
+                idempotency_key=request.idempotency_key, target=target, tenant=request.tenant or "default",
+                demand=demand, alternatives=alternatives, quote_id=quote_id, offer_rank=rank, job=job,
+                bootstrap=request.bootstrap, max_lifetime_s=request.max_lifetime_s,
+            )
+        except (LeaseError, DemandError) as e:
+            self._abort(context, e)
+        return pb.LaunchResponse(lease=self._lease_pb(lease))
+
+    def GetLease(self, request: pb.GetLeaseRequest, context) -> pb.GetLeaseResponse:
+        try:
+            return pb.GetLeaseResponse(lease=self._lease_pb(self.svc.lifecycle.get(request.lease_id)))
+        except LeaseError as e:
+            self._abort(context, e)
+
+    def ListLeases(self, request: pb.ListLeasesRequest, context) -> pb.ListLeasesResponse:
+        states = [convert.STATE_FROM_PB[s] for s in request.states if s in convert.STATE_FROM_PB]
+        if request.limit < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
+        leases = self.svc.store.list_leases(states=states, tenant=request.tenant, limit=request.limit)
+        return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases])
+
+    def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
+        store = self.svc.store
+        after = store.last_event_id()
+        while context.is_active():
+            for ev in store.events_after(after, request.lease_id):
+                after = ev.id
+                yield self._event_pb(ev)
+            store.wait_for_change(1.0)
+
+    def _event_pb(self, ev) -> pb.WatchLeasesResponse:
+        import json
+
+        out = pb.WatchLeasesResponse(kind=convert.EVENT_TO_PB.get(ev.kind, pb.LEASE_EVENT_KIND_UNSPECIFIED),
+                                     message=ev.message)
+        out.at.CopyFrom(convert.ts(ev.at))
+        data = json.loads(ev.data or "{}")
+        if ev.lease_id:
+            lease = self.svc.store.get_lease(ev.lease_id)
+            if lease is not None:
+                out.lease.CopyFrom(self._lease_pb(lease))
+        if ev.kind == "requeue" and data.get("job"):
+            out.job.CopyFrom(convert.job_to_pb(data["job"]))
+        if ev.kind == "decision":
+            d = out.decision
+            d.decision_id, d.action, d.reason = data.get("decision_id", ""), data.get("action", ""), ev.message
+            d.job_ids.extend(data.get("job_ids", []))
+            d.lease_id = ev.lease_id
+            d.at.CopyFrom(convert.ts(ev.at))
+        return out
+
+    def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
+        try:
+            lease = self.svc.lifecycle.release(request.lease_id, request.reason or "released by request")
+        except LeaseError as e:
+            self._abort(context, e)
+        return pb.ReleaseResponse(lease=self._lease_pb(lease))
+
+    def Handoff(self, request: pb.HandoffRequest, context) -> pb.HandoffResponse:
+        try:
+            lease = self.svc.lifecycle.handoff(request.lease_id, convert.job_from_pb(request.job))
+        except LeaseError as e:
+            self._abort(context, e)
+        return pb.HandoffResponse(lease=self._lease_pb(lease))
+
+    def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
+        from broker.queue_api import report_queue
+
+        return report_queue(self.svc, request, context)
+
+    def Diagnose(self, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
+        from broker.queue_api import diagnose
+
+        return diagnose(self.svc, request, context)
+
+
+def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
+    """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
+                                                    thread_name_prefix="rpc"),
+                         options=[("grpc.so_reuseport", 0)])
+    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set("broker.v1.Broker", health_pb2.HealthCheckResponse.SERVING)
+    names = (pb.DESCRIPTOR.services_by_name["Broker"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server._broker_health = health_servicer  # type: ignore[attr-defined]
+    return server, port
+
+
+def serve(service: Service, listen: str, ready: threading.Event | None = None,
+          on_port=None) -> None:
+    """Run until SIGTERM/SIGINT: stop taking RPCs, finish in-flight ones, stop background loops."""
+    server, port = build_server(service, listen)
+    server.start()
+    service.start_background()
+    log.info("serving", listen=listen, port=port, db=service.config.db_url.split("@")[-1],
+             providers=sorted(service.providers))
+    if on_port:
+        on_port(port)
+    stop = threading.Event()
+
+    def _term(signum, _frame) -> None:
+        log.info("shutting_down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _term)
+        signal.signal(signal.SIGINT, _term)
+    if ready:
+        ready.set()
+    stop.wait()
+    server._broker_health.enter_graceful_shutdown()  # type: ignore[attr-defined]
+    server.stop(grace=10).wait()
+    service.stop()
+    log.info("stopped")

@@ -1,0 +1,146 @@
+"""The composition root: config in, a wired service out (catalog, quote engine, store,
+providers, lifecycle, reconciler, autoscaler). The gRPC server and the CLI are thin layers on it."""
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+from typing import Any, Callable, Mapping
+
+import structlog
+
+from broker.config import Config, ConfigError, load
+from broker.quote import Quote, QuoteEngine, Reservation
+from policies.demand import Demand
+from providers.catalog import bundled
+
+log = structlog.get_logger("broker.service")
+
+LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
+
+
+def engine_for(config: Config) -> QuoteEngine:
+    catalog = bundled(config.catalog_path or None)
+    reservations = [
+        Reservation(provider=r["provider"], region=r["region"], instance_type=r["instance_type"],
+                    nodes=int(r.get("nodes", 1)), reservation_id=r["reservation_id"],
+                    hourly_usd=Decimal(str(r.get("hourly_usd", 0))), zone=r.get("zone", ""))
+        for r in config.reservations
+    ]
+    enabled = [n for n, t in config.providers.items() if t.get("enabled", False)] or None
+    try:
+        return QuoteEngine(catalog, reservations, config.onprem_egress_usd_per_gb, enabled, config.quote_ttl_s)
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+
+
+def quote_engine_from_config(path: str | None) -> QuoteEngine:
+    return engine_for(load(path))
+
+
+def launch_targets(q: Quote, limit: int = LAUNCHABLE_OFFERS) -> list[dict[str, Any]]:
+    return [
+        {"rank": r.rank, "provider": r.offering.provider, "region": r.offering.region, "zone": r.priced.zone,
+         "instance_type": r.offering.instance.name, "market": r.offering.market.value, "nodes": r.priced.nodes,
+         "hourly_micros": r.offering.hourly_micros, "reservation": r.offering.reservation}
+        for r in q.offers[:limit]
+    ]
+
+
+class Service:
+    """Everything `broker serve` runs, wired from one Config."""
+
+    def __init__(self, config: Config, *, providers: Mapping[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        from broker.budget import Budgets
+        from broker.lifecycle import Lifecycle, Settings
+        from broker.reconciler import Reconciler
+        from broker.store import Store
+        from providers.registry import build_enabled
+
+        self.config = config
+        self.clock = clock
+        self.engine = engine_for(config)
+        self.store = Store(config.db_url)
+        self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
+        self.budgets = Budgets(self.store, config.budgets)
+        self.lifecycle = Lifecycle(
+            self.store, self.providers, self.engine, owner=config.owner,
+            settings=Settings.from_mapping(config.lifecycle), budgets=self.budgets,
+            boot=self._boot_script if config.bootstrap else None, clock=clock,
+        )
+        self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=float(config.reconciler["orphan_grace_s"]),
+                                     clock=clock)
+        self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- quoting ---------------------------------------------------------------------------------
+    def quote(self, demand: Demand, top: int = 0) -> Quote:
+        """Validate, price, persist (with its launchable offers) and return a quote."""
+        demand = self.engine.validate(demand)
+        now = self.clock()
+        q = self.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
+        body = {"demand": _demand_dict(demand), "valid_until": _iso(q.valid_until),
+                "launch": launch_targets(q, max(top, LAUNCHABLE_OFFERS))}
+        self.store.save_quote(q.quote_id, q.created_at, q.valid_until, body)
+        if top:
+            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, q.offers[:top], q.excluded)
+        return q
+
+    # -- boot scripts ----------------------------------------------------------------------------
+    def _boot_script(self, lease, node_name: str) -> str:
+        import json
+
+        from providers.bootstrap import BootContext, render
+
+        job = json.loads(lease.job)
+        settings = dict(self.config.bootstrap)
+        templates = settings.pop("templates", {})
+        ctx = BootContext(
+            lease_id=lease.lease_id, node_name=node_name, provider=lease.provider, region=lease.region,
+            job_id=job.get("job_id", ""), checkpoint_uri=job.get("checkpoint_uri", ""),
+            dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
+        )
+        return render(templates.get(lease.bootstrap, lease.bootstrap), ctx)
+
+    # -- background loops ------------------------------------------------------------------------
+    def start_background(self) -> None:
+        interval = float(self.config.reconciler["interval_s"])
+        self._threads.append(self._loop("reconciler", interval, self.reconciler.run_pass))
+        if self.autoscaler is not None:
+            self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s, self.autoscaler.tick))
+
+    def _loop(self, name: str, interval: float, fn: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    result = fn()
+                    if result is not None and any(getattr(result, "__dict__", {}).values()):
+                        log.info(f"{name}_pass", **{k: v for k, v in vars(result).items() if v})
+                except Exception:  # a failed pass must not kill the loop; it is logged and retried
+                    log.exception(f"{name}_pass_failed")
+                self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+        t = threading.Thread(target=run, name=name, daemon=True)
+        t.start()
+        return t
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+        self.store.close()
+
+
+def _demand_dict(d: Demand) -> dict:
+    from broker.views import demand_to_dict
+
+    return demand_to_dict(d)
+
+
+def _iso(ts: float) -> str:
+    from broker.views import iso
+
+    return iso(ts) or ""

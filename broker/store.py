@@ -1,0 +1,326 @@
+"""The store: quotes, leases and their every transition, decisions, blocks, snapshots.
+
+SQLite (WAL) is the embedded default; PostgreSQL is the production store (``--db
+postgresql+psycopg://...``). Lease writes use optimistic versioning: every update names the
+version it read, so two replicas can never both act on one lease.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import UniqueConstraint, event, func, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+LEASE_STATES = ("requested", "provisioning", "running", "draining", "released", "failed")
+LIVE_STATES = ("requested", "provisioning", "running", "draining")
+TERMINAL_STATES = ("released", "failed")
+
+
+class StaleLease(RuntimeError):
+    """Another writer changed the lease since it was read; re-read and decide again."""
+
+
+class QuoteRecord(SQLModel, table=True):
+    __tablename__ = "quotes"
+    quote_id: str = Field(primary_key=True)
+    created_at: float
+    valid_until: float = Field(index=True)
+    body: str  # the quote as `broker quote --format json` prints it, plus launch details
+
+
+class LeaseRecord(SQLModel, table=True):
+    __tablename__ = "leases"
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_lease_idempotency"),)
+    lease_id: str = Field(primary_key=True)
+    tenant: str = Field(default="default", index=True)
+    idempotency_key: str = Field(index=True)
+    state: str = Field(index=True)
+    state_reason: str = ""
+    version: int = 1
+    provider: str
+    region: str
+    zone: str = ""
+    instance_type: str
+    market: str
+    nodes: int
+    hourly_micros: int  # per node
+    reservation: str = ""
+    client_token: str  # the cloud-side idempotency token of the current launch attempt
+    attempt: int = 0
+    quote_id: str = ""
+    offer_rank: int = 0
+    bootstrap: str = ""
+    job: str = "{}"  # JSON: job_id, owner, queue, checkpoint_uri, dataset_uri, env
+    instances: str = "[]"  # JSON list of instance dicts
+    demand: str = "{}"  # JSON demand for replacements and failover ("{}" = explicit launch)
+    attempts: str = "[]"  # JSON list of failed attempts (provider, code, scope, message)
+    created_at: float
+    updated_at: float
+    state_since: float
+    started_at: float = 0.0  # first time running
+    ended_at: float = 0.0
+    accrued_micros: int = 0  # spend accrued up to accrued_at
+    accrued_at: float = 0.0
+    max_lifetime_s: int = 0
+    idle_since: float = 0.0
+    replaces: str = ""  # lease id this one replaces after an interruption
+
+
+class LeaseEventRecord(SQLModel, table=True):
+    __tablename__ = "lease_events"
+    id: int | None = Field(default=None, primary_key=True)
+    lease_id: str = Field(index=True)
+    at: float
+    kind: str  # state_changed, interrupted, requeue, budget, decision
+    from_state: str = ""
+    to_state: str = ""
+    message: str = ""
+    data: str = "{}"
+
+
+class DecisionRecord(SQLModel, table=True):
+    __tablename__ = "decisions"
+    decision_id: str = Field(primary_key=True)
+    at: float = Field(index=True)
+    action: str
+    reason: str
+    job_ids: str = "[]"
+    lease_id: str = ""
+    data: str = "{}"
+
+
+class BlockRecord(SQLModel, table=True):
+    __tablename__ = "blocks"
+    scope_key: str = Field(primary_key=True)
+    until: float
+    reason: str
+
+
+class SnapshotRecord(SQLModel, table=True):
+    __tablename__ = "snapshots"
+    source: str = Field(primary_key=True)
+    taken_at: float
+    body: str
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+class Store:
+    """All persistence. Thread-safe; every method is one transaction."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[1] if "///" in url else ""
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        SQLModel.metadata.create_all(self.engine)
+        self._changed = threading.Condition()
+        self._seq = 0
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- change notification (WatchLeases in this process; other replicas poll) ---------------
+    def _notify(self) -> None:
+        with self._changed:
+            self._seq += 1
+            self._changed.notify_all()
+
+    def wait_for_change(self, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout)
+
+    # -- quotes ----------------------------------------------------------------------------------
+    def save_quote(self, quote_id: str, created_at: float, valid_until: float, body: dict) -> None:
+        with Session(self.engine) as s:
+            s.add(QuoteRecord(quote_id=quote_id, created_at=created_at, valid_until=valid_until,
+                              body=json.dumps(body)))
+            s.commit()
+
+    def get_quote(self, quote_id: str) -> dict | None:
+        with Session(self.engine) as s:
+            r = s.get(QuoteRecord, quote_id)
+            return None if r is None else {**json.loads(r.body), "_valid_until_ts": r.valid_until}
+
+    def prune_quotes(self, before: float) -> int:
+        with Session(self.engine) as s:
+            n = s.exec(select(func.count()).select_from(QuoteRecord).where(QuoteRecord.valid_until < before)).one()
+            s.exec(text("DELETE FROM quotes WHERE valid_until < :t").bindparams(t=before))
+            s.commit()
+            return int(n)
+
+    # -- leases ----------------------------------------------------------------------------------
+    def create_lease(self, lease: LeaseRecord, message: str = "lease requested") -> tuple[LeaseRecord, bool]:
+        """Insert ``lease`` unless the tenant already used its idempotency key.
+
+        Returns (lease, created): on a repeated key, the existing lease and False.
+        """
+        with Session(self.engine) as s:
+            existing = s.exec(select(LeaseRecord).where(
+                LeaseRecord.tenant == lease.tenant, LeaseRecord.idempotency_key == lease.idempotency_key)).first()
+            if existing is not None:
+                return existing, False
+            s.add(lease)
+            s.add(LeaseEventRecord(lease_id=lease.lease_id, at=lease.created_at, kind="state_changed",
+                                   to_state=lease.state, message=message))
+            try:
+                s.commit()
+            except IntegrityError:
+                s.rollback()
+                existing = s.exec(select(LeaseRecord).where(
+                    LeaseRecord.tenant == lease.tenant,
+                    LeaseRecord.idempotency_key == lease.idempotency_key)).first()
+                if existing is None:
+                    raise
+                return existing, False
+            s.refresh(lease)
+        self._notify()
+        return lease, True
+
+    def get_lease(self, lease_id: str) -> LeaseRecord | None:
+        with Session(self.engine) as s:
+            return s.get(LeaseRecord, lease_id)
+
+    def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
+                    provider: str = "") -> list[LeaseRecord]:
+        q = select(LeaseRecord)
+        if states:
+            q = q.where(LeaseRecord.state.in_(list(states)))
+        if tenant:
+            q = q.where(LeaseRecord.tenant == tenant)
+        if provider:
+            q = q.where(LeaseRecord.provider == provider)
+        q = q.order_by(LeaseRecord.created_at.desc())
+        if limit:
+            q = q.limit(limit)
+        with Session(self.engine) as s:
+            return list(s.exec(q).all())
+
+    def update_lease(self, lease: LeaseRecord, *, now: float, state: str | None = None,
+                     message: str = "", event_kind: str = "", event_data: dict | None = None,
+                     **fields: Any) -> LeaseRecord:
+        """Write ``fields`` (and a state change) iff the lease is still at ``lease.version``.
+
+        A state change, or ``event_kind``, also appends a lease event in the same transaction.
+        Raises :class:`StaleLease` when another writer got there first.
+        """
+        values = dict(fields)
+        values["version"] = lease.version + 1
+        values["updated_at"] = now
+        if state is not None and state != lease.state:
+            values["state"] = state
+            values["state_since"] = now
+            values["state_reason"] = message
+        with Session(self.engine) as s:
+            res = s.exec(update(LeaseRecord).where(
+                LeaseRecord.lease_id == lease.lease_id, LeaseRecord.version == lease.version).values(**values))
+            if res.rowcount != 1:
+                s.rollback()
+                raise StaleLease(f"lease {lease.lease_id} changed since version {lease.version}")
+            if state is not None and state != lease.state:
+                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind="state_changed",
+                                       from_state=lease.state, to_state=state, message=message,
+                                       data=json.dumps(event_data or {})))
+            if event_kind:
+                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind=event_kind,
+                                       from_state=lease.state, to_state=values.get("state", lease.state),
+                                       message=message, data=json.dumps(event_data or {})))
+            s.commit()
+            fresh = s.get(LeaseRecord, lease.lease_id)
+        self._notify()
+        return fresh
+
+    def add_event(self, lease_id: str, kind: str, message: str, now: float, data: dict | None = None) -> None:
+        with Session(self.engine) as s:
+            s.add(LeaseEventRecord(lease_id=lease_id, at=now, kind=kind, message=message,
+                                   data=json.dumps(data or {})))
+            s.commit()
+        self._notify()
+
+    def events_after(self, after_id: int, lease_id: str = "", limit: int = 500) -> list[LeaseEventRecord]:
+        q = select(LeaseEventRecord).where(LeaseEventRecord.id > after_id)
+        if lease_id:
+            q = q.where(LeaseEventRecord.lease_id == lease_id)
+        with Session(self.engine) as s:
+            return list(s.exec(q.order_by(LeaseEventRecord.id).limit(limit)).all())
+
+    def last_event_id(self) -> int:
+        with Session(self.engine) as s:
+            return int(s.exec(select(func.max(LeaseEventRecord.id))).one() or 0)
+
+    def events_of(self, lease_id: str) -> list[LeaseEventRecord]:
+        return self.events_after(0, lease_id, limit=10_000)
+
+    # -- decisions -------------------------------------------------------------------------------
+    def record_decision(self, decision_id: str, at: float, action: str, reason: str,
+                        job_ids: Iterable[str] = (), lease_id: str = "", data: dict | None = None) -> None:
+        with Session(self.engine) as s:
+            s.add(DecisionRecord(decision_id=decision_id, at=at, action=action, reason=reason,
+                                 job_ids=json.dumps(list(job_ids)), lease_id=lease_id,
+                                 data=json.dumps(data or {})))
+            s.add(LeaseEventRecord(lease_id=lease_id, at=at, kind="decision", message=reason,
+                                   data=json.dumps({"decision_id": decision_id, "action": action,
+                                                    "job_ids": list(job_ids)})))
+            s.commit()
+        self._notify()
+
+    def list_decisions(self, limit: int = 100, since: float = 0.0) -> list[DecisionRecord]:
+        with Session(self.engine) as s:
+            q = select(DecisionRecord).where(DecisionRecord.at >= since).order_by(DecisionRecord.at.desc()).limit(limit)
+            return list(s.exec(q).all())
+
+    # -- blocks (failover and interruptions) -----------------------------------------------------
+    def block(self, scope_key: str, until: float, reason: str) -> None:
+        with Session(self.engine) as s:
+            r = s.get(BlockRecord, scope_key)
+            if r is None:
+                s.add(BlockRecord(scope_key=scope_key, until=until, reason=reason))
+            elif r.until < until:
+                r.until, r.reason = until, reason
+                s.add(r)
+            s.commit()
+
+    def active_blocks(self, now: float) -> dict[str, str]:
+        with Session(self.engine) as s:
+            rows = s.exec(select(BlockRecord).where(BlockRecord.until > now)).all()
+            return {r.scope_key: r.reason for r in rows}
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def save_snapshot(self, source: str, taken_at: float, body: dict) -> None:
+        with Session(self.engine) as s:
+            r = s.get(SnapshotRecord, source)
+            if r is None:
+                s.add(SnapshotRecord(source=source, taken_at=taken_at, body=json.dumps(body)))
+            else:
+                r.taken_at, r.body = taken_at, json.dumps(body)
+                s.add(r)
+            s.commit()
+
+    def latest_snapshot(self, source: str = "") -> dict | None:
+        with Session(self.engine) as s:
+            q = select(SnapshotRecord)
+            if source:
+                q = q.where(SnapshotRecord.source == source)
+            r = s.exec(q.order_by(SnapshotRecord.taken_at.desc())).first()
+            return None if r is None else json.loads(r.body)
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,35 @@
+"""Budget caps per tenant: $/hour (sum of live leases' rates) and $/month (accrued spend). Pure."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from providers.base import MICROS
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    usd_per_hour_micros: int | None = None
+    usd_per_month_micros: int | None = None
+
+
+def launch_refusal(tenant: str, caps: Caps, live_rate_micros: int, month_spend_micros: int,
+                   new_rate_micros: int) -> str | None:
+    """The sentence refusing a launch that would break a cap, or None when it fits."""
+    if caps.usd_per_hour_micros is not None and live_rate_micros + new_rate_micros > caps.usd_per_hour_micros:
+        return (f"budget {tenant}.usd_per_hour = {caps.usd_per_hour_micros / MICROS:g} would be exceeded: "
+                f"{live_rate_micros / MICROS:.2f} $/h already running + {new_rate_micros / MICROS:.2f} $/h requested")
+    if caps.usd_per_month_micros is not None and month_spend_micros >= caps.usd_per_month_micros:
+        return (f"budget {tenant}.usd_per_month = {caps.usd_per_month_micros / MICROS:g} is spent: "
+                f"{month_spend_micros / MICROS:.2f} $ accrued this month")
+    return None
+
+
+def over_budget(tenant: str, caps: Caps, live_rate_micros: int, month_spend_micros: int) -> str | None:
+    """Why running leases must be released now (None when within budget)."""
+    if caps.usd_per_month_micros is not None and month_spend_micros >= caps.usd_per_month_micros:
+        return (f"budget {tenant}.usd_per_month = {caps.usd_per_month_micros / MICROS:g} exhausted "
+                f"({month_spend_micros / MICROS:.2f} $ accrued)")
+    if caps.usd_per_hour_micros is not None and live_rate_micros > caps.usd_per_hour_micros:
+        return (f"budget {tenant}.usd_per_hour = {caps.usd_per_hour_micros / MICROS:g} exceeded "
+                f"({live_rate_micros / MICROS:.2f} $/h running)")
+    return None

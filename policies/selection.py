@@ -1,0 +1,119 @@
+"""Which pending jobs go to the cloud first, and which never should.
+
+Bursting helps a job only when the cloud's start-up costs it less than the on-prem queue would,
+and it pays best for jobs that lose little when the cloud is slower or spot is taken away. So:
+
+- never burst a job whose predicted on-prem wait is short relative to its runtime (it will be
+  served soon enough at home), nor one so short that start-up would be most of its cloud bill;
+- among the rest, send first the interruptible ones (they can take spot), then tuning, eval and
+  inference before training, then the short before the long (more jobs relieved per GPU-hour,
+  less exposure), then the data-light before the data-heavy (less transfer, faster start).
+
+Pure: plain values in, plain values out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from policies.queue import PendingJob
+
+# Lower ranks go first.
+KIND_RANK = {"inference": 0, "eval": 1, "tuning": 2, "training": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionConfig:
+    """Thresholds for :func:`eligibility`; the defaults are the broker policy's.
+
+    - ``min_wait_share`` (0.25): never burst a job predicted to wait less than this share of its
+      runtime: it will be served soon enough at home, and start-up plus the cloud's price would
+      buy it little. (The wait trigger asks more: ``TriggerConfig.wait_runtime_ratio``.)
+    - ``startup_s`` (120): the cloud's start-up delay for this job (caller fills it from the
+      catalog terms of the offer it would take).
+    - ``min_runtime_startups`` (4): never burst a job that runs for fewer than this many
+      start-ups: start-up would be over a fifth of its cloud bill.
+    - ``max_data_gb`` (0 = no limit): jobs reading more than this stay home.
+    """
+
+    min_wait_share: float = 0.25
+    startup_s: float = 120.0
+    min_runtime_startups: float = 4.0
+    max_data_gb: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending job with the broker's estimate of how long it would still wait on-prem."""
+
+    job: PendingJob
+    predicted_wait_s: float  # total predicted wait from submission, including what it waited
+
+    @property
+    def wait_s(self) -> float:
+        return max(float(self.job.waited_s), self.predicted_wait_s)
+
+
+def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str | None:
+    """Why ``c`` should not go to the cloud, or None when it may."""
+    j = c.job
+    runtime = j.runtime_s
+    if runtime <= 0:
+        return f"job {j.job_id} has no runtime estimate"
+    if runtime < cfg.min_runtime_startups * cfg.startup_s:
+        return (f"job {j.job_id} runs {runtime:.0f} s, under {cfg.min_runtime_startups:g} cloud "
+                f"start-ups of {cfg.startup_s:.0f} s")
+    if cfg.max_data_gb and j.data_gb > cfg.max_data_gb:
+        return f"job {j.job_id} reads {j.data_gb:g} GB, over the {cfg.max_data_gb:g} GB limit"
+    if c.wait_s < cfg.min_wait_share * runtime:
+        return (f"job {j.job_id} is predicted to wait {c.wait_s:.0f} s on-prem, under "
+                f"{cfg.min_wait_share:g} of its {runtime:.0f} s runtime")
+    return None
+
+
+def rank_key(j: PendingJob) -> tuple:
+    """Sort key: interruptible, then kind, then short, then data-light, then oldest."""
+    return (
+        0 if j.interruptible else 1,
+        KIND_RANK.get(j.kind, 3),
+        j.runtime_s,
+        j.data_gb,
+        -j.waited_s,
+        j.job_id,
+    )
+
+
+def rank(jobs: Iterable[PendingJob]) -> list[PendingJob]:
+    return sorted(jobs, key=rank_key)
+
+
+def select(
+    candidates: Sequence[Candidate],
+    cfg: SelectionConfig = SelectionConfig(),
+    *,
+    max_gpus: int | None = None,
+) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
+    """Split candidates into those to burst (ranked, within ``max_gpus``) and those kept home.
+
+    Every kept-home candidate comes with its reason. A job too big for what is left of
+    ``max_gpus`` is skipped, and smaller ones behind it may still go.
+    """
+    chosen: list[Candidate] = []
+    kept: list[tuple[Candidate, str]] = []
+    ok: list[Candidate] = []
+    for c in candidates:
+        why = eligibility(c, cfg)
+        if why:
+            kept.append((c, why))
+        else:
+            ok.append(c)
+    ok.sort(key=lambda c: rank_key(c.job))
+    left = max_gpus
+    for c in ok:
+        if left is not None and c.job.gpus > left:
+            kept.append((c, f"job {c.job.job_id} needs {c.job.gpus} GPUs, only {left} left under the burst limits"))
+            continue
+        chosen.append(c)
+        if left is not None:
+            left -= c.job.gpus
+    return chosen, kept

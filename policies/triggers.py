@@ -1,0 +1,350 @@
+"""When to burst, when to hold, when to scale in: hysteresis, cooldown and limits.
+
+Two triggers, one function (:func:`evaluate`), called by the live autoscaler with a
+:class:`~policies.queue.QueueSnapshot` (through :func:`signals_from_snapshot` and
+:func:`candidates_from_snapshot`) and by the simulator with its own state. Both get the same
+decisions for the same inputs:
+
+- **threshold**: more than ``pending_gpus_threshold`` GPUs pending, held for
+  ``stabilization_s``, and the diagnosis says the queue is *resource-bound* (more GPUs fix it),
+  and ``cooldown_s`` since the last threshold burst. It sends enough jobs to bring the pending
+  GPUs back to the threshold.
+- **wait** ("stop the bleeding"): a job whose wait, or predicted wait, exceeds
+  ``wait_runtime_ratio`` of its runtime goes out even when the queue is scheduling-bound: fixing
+  the scheduler will not give that job its time back.
+
+Both are bounded by ``max_gpus_in_flight`` (cloud GPUs launching or running) and by a token
+bucket of ``max_burst_gpus_per_hour``. Cloud nodes idle for ``scale_in_idle_s`` are torn down.
+
+Pure: time is the ``now`` argument, the state is an immutable value returned anew.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
+from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
+
+VERDICTS = ("resource-bound", "scheduling-bound", "mixed", "healthy")
+BURST, HOLD, SCALE_IN = "burst", "hold", "scale_in"
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerConfig:
+    """Burst trigger settings. Every default is documented with why.
+
+    - ``pending_gpus_threshold`` (8): one node's worth of GPUs pending is normal churn; more is a
+      queue.
+    - ``stabilization_s`` (300): the threshold must hold this long, so a burst of submissions
+      that the cluster absorbs in minutes does not buy cloud capacity that boots too late.
+    - ``cooldown_s`` (120): between threshold bursts, so the effect of the last one (start-up is
+      minutes) is seen before the next.
+    - ``max_gpus_in_flight`` (512): cloud GPUs launching or running, a budget guard.
+    - ``max_burst_gpus_per_hour`` (512): token bucket on GPUs launched, refilled continuously;
+      also the bucket's depth.
+    - ``scale_in_idle_s`` (300): a cloud node idle this long is torn down; shorter than a
+      start-up is wasteful churn, much longer pays for idle GPUs.
+    - ``wait_runtime_ratio`` (0.5): the wait trigger's ratio (see module doc).
+    - ``threshold_trigger`` / ``wait_trigger``: turn either trigger off.
+    - ``burst_verdicts`` (resource-bound): diagnoses under which the threshold trigger may fire.
+      ``()`` disables the gate (the naive autoscaler).
+    - ``order`` ("ranked"): jobs go out by :func:`policies.selection.rank_key`, only those
+      :func:`policies.selection.eligibility` allows; "fifo" sends the longest-waiting first
+      with no eligibility check (the naive autoscaler).
+    - ``selection``: thresholds for eligibility (start-up, minimum runtime, data).
+    """
+
+    pending_gpus_threshold: int = 8
+    stabilization_s: float = 300.0
+    cooldown_s: float = 120.0
+    max_gpus_in_flight: int = 512
+    max_burst_gpus_per_hour: int = 512
+    scale_in_idle_s: float = 300.0
+    wait_runtime_ratio: float = 0.5
+    threshold_trigger: bool = True
+    wait_trigger: bool = True
+    burst_verdicts: tuple[str, ...] = ("resource-bound",)
+    order: str = "ranked"
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("stabilization_s", "cooldown_s", "scale_in_idle_s", "wait_runtime_ratio"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be zero or positive, got {getattr(self, name)}")
+        if self.pending_gpus_threshold < 0:
+            raise ValueError(f"pending_gpus_threshold must be zero or positive, got {self.pending_gpus_threshold}")
+        if self.max_gpus_in_flight < 0 or self.max_burst_gpus_per_hour <= 0:
+            raise ValueError("max_gpus_in_flight must be >= 0 and max_burst_gpus_per_hour > 0")
+        if self.order not in ("ranked", "fifo"):
+            raise ValueError(f"order must be 'ranked' or 'fifo', got {self.order!r}")
+        bad = [v for v in self.burst_verdicts if v not in VERDICTS]
+        if bad:
+            raise ValueError(f"unknown verdict(s) {', '.join(bad)}; known: {', '.join(VERDICTS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerState:
+    """What the trigger remembers between evaluations. Start from ``TriggerState()``."""
+
+    above_since: float | None = None  # pending GPUs over the threshold since
+    last_burst_at: float | None = None  # last threshold burst
+    tokens: float | None = None  # burst-rate bucket (None = full)
+    tokens_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """The queue as the trigger sees it."""
+
+    pending_gpus: int
+    gpus_total: int
+    gpus_allocated: int
+    cloud_gpus_in_flight: int = 0
+    # Cloud nodes with nothing to run: (node name, idle since).
+    idle_cloud_nodes: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str  # "burst" | "hold" | "scale_in"
+    jobs: tuple[Candidate, ...] = ()
+    scale_in: tuple[str, ...] = ()  # cloud nodes to tear down (may come with a burst)
+    reason: str = ""
+    trigger: str = ""  # "threshold", "wait", "threshold+wait" or ""
+    wake_at: float | None = None  # evaluate again by then even if nothing happens
+
+    @property
+    def gpus(self) -> int:
+        return sum(c.job.gpus for c in self.jobs)
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        return tuple(c.job.job_id for c in self.jobs)
+
+
+def allocation_verdict(s: Signals, busy_share: float = 0.9) -> str:
+    """A diagnosis from allocation alone, for when no full :mod:`policies.diagnose` is at hand.
+
+    healthy: nothing pending; resource-bound: GPUs pending and at least ``busy_share`` of the
+    on-prem GPUs allocated; scheduling-bound: as many GPUs free as pending, yet they wait
+    (whole-node requests on a fragmented cluster, limits); mixed: in between.
+    """
+    if s.pending_gpus <= 0:
+        return "healthy"
+    if s.gpus_total <= 0 or s.gpus_allocated >= busy_share * s.gpus_total:
+        return "resource-bound"
+    if s.gpus_total - s.gpus_allocated >= s.pending_gpus:
+        return "scheduling-bound"
+    return "mixed"
+
+
+def _refill(cfg: TriggerConfig, state: TriggerState, now: float) -> float:
+    cap = float(cfg.max_burst_gpus_per_hour)
+    if state.tokens is None:
+        return cap
+    return min(cap, state.tokens + (now - state.tokens_at) * cap / 3600.0)
+
+
+def _soonest(*ts: float | None) -> float | None:
+    vals = [t for t in ts if t is not None]
+    return min(vals) if vals else None
+
+
+def evaluate(
+    cfg: TriggerConfig,
+    state: TriggerState,
+    now: float,
+    signals: Signals,
+    candidates: Sequence[Candidate],
+    verdict: str = "resource-bound",
+) -> tuple[Decision, TriggerState]:
+    """Decide what to do now. ``candidates`` are the pending jobs the caller may burst, each
+    with a predicted wait; order them oldest first (the "fifo" order relies on it)."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; known: {', '.join(VERDICTS)}")
+    above = signals.pending_gpus > cfg.pending_gpus_threshold
+    above_since = (state.above_since if state.above_since is not None else now) if above else None
+    tokens = _refill(cfg, state, now)
+
+    # Scale-in: idle cloud nodes past the window.
+    scale_in = tuple(n for n, since in signals.idle_cloud_nodes if now - since >= cfg.scale_in_idle_s)
+    idle_wake = _soonest(*(since + cfg.scale_in_idle_s for n, since in signals.idle_cloud_nodes
+                           if now - since < cfg.scale_in_idle_s))
+
+    room = max(0, cfg.max_gpus_in_flight - signals.cloud_gpus_in_flight)
+    budget = min(room, int(tokens))
+    why_not: list[str] = []
+    wake: list[float | None] = [idle_wake]
+
+    # Which candidates may go at all.
+    if cfg.order == "fifo":
+        allowed = list(candidates)
+    else:
+        allowed = [c for c in candidates if eligibility(c, cfg.selection) is None]
+        allowed.sort(key=lambda c: rank_key(c.job))
+
+    chosen: list[Candidate] = []
+    taken: set[str] = set()
+    left = budget
+
+    def take(c: Candidate) -> bool:
+        nonlocal left
+        if c.job.job_id in taken or c.job.gpus > left:
+            return False
+        chosen.append(c)
+        taken.add(c.job.job_id)
+        left -= c.job.gpus
+        return True
+
+    fired: list[str] = []
+    # Wait trigger: every overdue, eligible job.
+    if cfg.wait_trigger:
+        overdue = [c for c in allowed if c.wait_s > cfg.wait_runtime_ratio * c.job.runtime_s]
+        if cfg.order == "fifo":
+            overdue = [c for c in overdue if c.job.runtime_s > 0]
+        n_before = len(chosen)
+        for c in overdue:
+            take(c)
+        if len(chosen) > n_before:
+            fired.append("wait")
+        elif overdue:
+            why_not.append(_limit_reason(cfg, signals, tokens, room, min(c.job.gpus for c in overdue)))
+
+    # Threshold trigger.
+    threshold_fired = False
+    if cfg.threshold_trigger:
+        if not above:
+            why_not.append(f"{signals.pending_gpus} GPUs pending is not over the threshold of "
+                           f"{cfg.pending_gpus_threshold}")
+        elif cfg.burst_verdicts and verdict not in cfg.burst_verdicts:
+            why_not.append(f"the queue is {verdict}, and more GPUs do not fix that")
+        elif now - above_since < cfg.stabilization_s:
+            why_not.append(f"{signals.pending_gpus} GPUs have been pending over the threshold for "
+                           f"{now - above_since:.0f} s of the {cfg.stabilization_s:.0f} s window")
+            wake.append(above_since + cfg.stabilization_s)
+        elif state.last_burst_at is not None and now - state.last_burst_at < cfg.cooldown_s:
+            why_not.append(f"the last burst was {now - state.last_burst_at:.0f} s ago "
+                           f"(cooldown {cfg.cooldown_s:.0f} s)")
+            wake.append(state.last_burst_at + cfg.cooldown_s)
+        else:
+            excess = signals.pending_gpus - cfg.pending_gpus_threshold - sum(c.job.gpus for c in chosen)
+            n_before = len(chosen)
+            pool = allowed
+            for c in pool:
+                if excess <= 0:
+                    break
+                if take(c):
+                    excess -= c.job.gpus
+            if len(chosen) > n_before:
+                fired.append("threshold")
+                threshold_fired = True
+            elif excess > 0:
+                if not pool:
+                    why_not.append("no pending job is worth sending: each would wait only briefly "
+                                   "on-prem or run too short for a cloud start-up"
+                                   if candidates else "no pending job was offered")
+                else:
+                    why_not.append(_limit_reason(cfg, signals, tokens, room, min(c.job.gpus for c in pool)))
+
+    if not chosen and tokens < cfg.max_burst_gpus_per_hour and any(
+            "burst-rate" in w for w in why_not):
+        need = min((c.job.gpus for c in allowed), default=1)
+        wake.append(now + max(0.0, need - tokens) * 3600.0 / cfg.max_burst_gpus_per_hour)
+
+    spent = sum(c.job.gpus for c in chosen)
+    new_state = TriggerState(
+        above_since=above_since,
+        last_burst_at=now if threshold_fired else state.last_burst_at,
+        tokens=tokens - spent,
+        tokens_at=now,
+    )
+    if chosen:
+        trig = "+".join(fired)
+        reason = (f"burst {len(chosen)} job(s), {spent} GPUs, because "
+                  + " and ".join(_fired_reason(t, cfg, signals, verdict) for t in fired))
+        return Decision(BURST, tuple(chosen), scale_in, reason, trig, _soonest(*wake)), new_state
+    reason = "did not burst, because " + ("; ".join(dict.fromkeys(why_not)) if why_not else "nothing asked for it")
+    if scale_in:
+        reason = f"scale in {len(scale_in)} idle cloud node(s); " + reason
+        return Decision(SCALE_IN, (), scale_in, reason, "", _soonest(*wake)), new_state
+    return Decision(HOLD, (), (), reason, "", _soonest(*wake)), new_state
+
+
+def _fired_reason(t: str, cfg: TriggerConfig, s: Signals, verdict: str) -> str:
+    if t == "wait":
+        return f"their wait exceeds {cfg.wait_runtime_ratio:g} of their runtime"
+    return (f"{s.pending_gpus} GPUs pending stayed over the threshold of {cfg.pending_gpus_threshold} "
+            f"for {cfg.stabilization_s:.0f} s on a {verdict} queue")
+
+
+def _limit_reason(cfg: TriggerConfig, s: Signals, tokens: float, room: int, smallest: int) -> str:
+    if room < smallest:
+        return (f"{s.cloud_gpus_in_flight} cloud GPUs are already in flight "
+                f"(limit {cfg.max_gpus_in_flight})")
+    return (f"the burst-rate limit is spent ({tokens:.0f} of {cfg.max_burst_gpus_per_hour} "
+            f"GPUs/h left, the smallest job needs {smallest})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Adapters for the live service.
+
+
+def signals_from_snapshot(
+    snap: QueueSnapshot,
+    cloud_gpus_in_flight: int = 0,
+    idle_cloud_nodes: Mapping[str, float] | None = None,
+) -> Signals:
+    """Signals from a snapshot; pending jobs held for non-capacity reasons do not count."""
+    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS)
+    return Signals(
+        pending_gpus=pending,
+        gpus_total=snap.gpus_total,
+        gpus_allocated=snap.gpus_allocated,
+        cloud_gpus_in_flight=cloud_gpus_in_flight,
+        idle_cloud_nodes=tuple(sorted((idle_cloud_nodes or {}).items())),
+    )
+
+
+def fluid_wait_s(gpus: int, work_ahead_gpu_s: float, free_gpus: int, capacity_gpus: int) -> float:
+    """Predicted on-prem wait of a job behind ``work_ahead_gpu_s`` of queued work.
+
+    A fluid estimate: it starts at once when it fits and nothing is ahead; otherwise when the
+    cluster's capacity has drained the work ahead of it (the running work is already counted
+    as draining). O(1), so a caller keeping ``work_ahead`` incrementally never re-simulates.
+    """
+    if capacity_gpus <= 0:
+        return float("inf")
+    if work_ahead_gpu_s <= 0 and gpus <= free_gpus:
+        return 0.0
+    return max(0.0, work_ahead_gpu_s) / capacity_gpus
+
+
+def candidates_from_snapshot(
+    snap: QueueSnapshot,
+    predicted_wait_s: Mapping[str, float] | None = None,
+) -> list[Candidate]:
+    """Pending jobs as candidates, oldest first, with a predicted total wait each.
+
+    Without predictions, a fluid estimate over the queue in order (longest waiting first) with
+    the cluster's GPUs as capacity. Jobs held for non-capacity reasons (dependencies, holds,
+    limits) are never candidates: the cloud cannot release them either.
+    """
+    jobs = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
+    jobs.sort(key=lambda j: -j.waited_s)
+    free = snap.gpus_total - snap.gpus_allocated
+    out: list[Candidate] = []
+    ahead = 0.0
+    for j in jobs:
+        if predicted_wait_s is not None and j.job_id in predicted_wait_s:
+            pred = predicted_wait_s[j.job_id]
+        else:
+            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, snap.gpus_total)
+        out.append(Candidate(j, pred))
+        ahead += j.gpus * max(0, j.runtime_s)
+    return out
+
+
+def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw) -> PendingJob:
+    """A :class:`PendingJob` from the few fields the trigger needs (simulator helper)."""
+    return PendingJob(job_id=job_id, gpus=gpus, est_runtime_s=int(runtime_s), waited_s=int(waited_s), **kw)

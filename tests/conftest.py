@@ -1,0 +1,140 @@
+"""Shared test set-up: loopback only, a small hand-written catalog, the shared data path."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("BROKER_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def _loopback_only(addr) -> None:
+    if not isinstance(addr, tuple) or not addr:
+        return  # unix sockets
+    host = addr[0]
+    if host in ("localhost", ""):
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ConnectionRefusedError(f"tests may only talk to loopback, not {host}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def loopback_only():
+    """Any connect to a non-loopback address fails the test (the suite also passes under unshare -n)."""
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def connect(self, addr):
+        _loopback_only(addr)
+        return real_connect(self, addr)
+
+    def connect_ex(self, addr):
+        _loopback_only(addr)
+        return real_connect_ex(self, addr)
+
+    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
+    yield
+    socket.socket.connect, socket.socket.connect_ex = real_connect, real_connect_ex
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set BROKER_SHARED_DATA)")
+    return SHARED_DATA
+
+
+MINI_INSTANCES = """provider,instance_type,machine_type,accelerator_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,source
+aws,p5.48xlarge,,,H100,8,80,192,2048,efa,3200,test
+aws,g5.xlarge,,,A10G,1,24,4,16,ethernet,10,test
+gcp,a3-highgpu-8g,,,H100,8,80,208,1872,tcpx,1000,test
+gcp,a2-highgpu-1g,,,A100,1,40,12,85,ethernet,24,test
+azure,Standard_ND96isr_H100_v5,,,H100,8,80,96,1900,infiniband,3200,test
+"""
+MINI_REGIONS = """provider,region,geo,location,zones
+aws,us-east-1,us,Virginia,us-east-1a us-east-1b
+aws,eu-west-1,eu,Dublin,eu-west-1a
+gcp,us-central1,us,Iowa,us-central1-a us-central1-b
+gcp,europe-west4,eu,Eemshaven,europe-west4-a
+azure,eastus,us,Virginia,1 2 3
+"""
+MINI_PRICES = """provider,region,instance_type,on_demand_usd,spot_usd,committed_1y_usd,as_of,source,note
+aws,us-east-1,p5.48xlarge,98.32,40.00,,2026-11-01,test,
+aws,eu-west-1,p5.48xlarge,100.00,,,2026-11-01,test,
+aws,us-east-1,g5.xlarge,1.006,0.40,,2026-11-01,test,
+gcp,us-central1,a3-highgpu-8g,88.25,30.00,,2026-11-01,test,
+gcp,europe-west4,a3-highgpu-8g,90.00,32.00,,2026-11-01,test,
+gcp,us-central1,a2-highgpu-1g,3.67,1.10,,2026-11-01,test,
+azure,eastus,Standard_ND96isr_H100_v5,98.00,,,2026-11-01,test,
+"""
+MINI_NETWORK = """
+[gpus]
+H100 = 2.0
+A100 = 1.0
+A10G = 0.4
+
+[aws]
+sla_pct = 99.5
+startup_s = 180
+spot_interruptions_per_hour = 0.05
+storage_usd_per_gb_month = 0.08
+inter_zone_usd_per_gb = 0.01
+inter_region_usd_per_gb = 0.02
+inter_continent_usd_per_gb = 0.02
+ingress_usd_per_gb = 0.0
+[[aws.egress]]
+up_to_gb = 10240
+usd_per_gb = 0.09
+[[aws.egress]]
+up_to_gb = 0
+usd_per_gb = 0.05
+
+[gcp]
+sla_pct = 99.5
+startup_s = 120
+spot_interruptions_per_hour = 0.1
+storage_usd_per_gb_month = 0.04
+inter_zone_usd_per_gb = 0.01
+inter_region_usd_per_gb = 0.02
+inter_continent_usd_per_gb = 0.08
+[[gcp.egress]]
+up_to_gb = 0
+usd_per_gb = 0.12
+
+[azure]
+sla_pct = 99.9
+startup_s = 240
+spot_interruptions_per_hour = 0.08
+storage_usd_per_gb_month = 0.05
+inter_zone_usd_per_gb = 0.01
+inter_region_usd_per_gb = 0.02
+inter_continent_usd_per_gb = 0.05
+[[azure.egress]]
+up_to_gb = 0
+usd_per_gb = 0.087
+"""
+
+
+@pytest.fixture(scope="session")
+def mini_catalog_dir(tmp_path_factory) -> Path:
+    """A tiny catalog with round numbers, so cost arithmetic can be checked by hand."""
+    d = tmp_path_factory.mktemp("catalog")
+    (d / "instances.csv").write_text(MINI_INSTANCES)
+    (d / "regions.csv").write_text(MINI_REGIONS)
+    (d / "prices.csv").write_text(MINI_PRICES)
+    (d / "network.toml").write_text(MINI_NETWORK)
+    return d
+
+
+@pytest.fixture(scope="session")
+def mini_catalog(mini_catalog_dir):
+    from providers.catalog import load
+
+    return load(mini_catalog_dir)
