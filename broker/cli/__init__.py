@@ -12,7 +12,7 @@ import sys
 from broker.cli.app import app, exit_usage
 
 for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "app":
+    if _m.name not in ("app", "__main__"):
         importlib.import_module(f"{__name__}.{_m.name}")
 
 

@@ -37,3 +37,10 @@ def exit_error(message: str, code: int = 1) -> NoReturn:
     """The request was valid but could not be served (server down, cloud refused)."""
     sys.stderr.write(f"broker: {message.rstrip()}\n")
     raise typer.Exit(code)
+
+
+def console():
+    """A rich console; wide when the output is not a terminal, so piped tables stay readable."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)

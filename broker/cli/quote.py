@@ -69,7 +69,9 @@ def _table(doc: dict, top_excluded: int = 8) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from broker.cli.app import console as make_console
+
+    console = make_console()
     d = doc["demand"]
     what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
     t = Table(title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  prices as of {doc['catalog_as_of']}",

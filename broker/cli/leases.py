@@ -1,0 +1,226 @@
+"""`broker launch | release | leases | lease | handoff | watch`: leases on a running broker."""
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from typing import Optional
+
+import typer
+
+from broker.cli.app import app, console, exit_error, exit_usage, server_option_default
+
+SERVER_HELP = "Broker address host:port (env BROKER_SERVER, default 127.0.0.1:50051)."
+
+
+def _client(server: Optional[str]):
+    from broker.client import BrokerClient
+
+    return BrokerClient(server or server_option_default())
+
+
+def _fail(e) -> None:
+    if e.invalid:
+        exit_usage(str(e))
+    import grpc
+
+    exit_error(str(e), 3 if e.code == grpc.StatusCode.RESOURCE_EXHAUSTED else 1)
+
+
+def _print_leases(leases: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        json.dump(leases if len(leases) != 1 or not getattr(_print_leases, "single", False) else leases[0],
+                  sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table()
+    for col in ("lease", "state", "provider", "region", "zone", "instance", "market", "nodes", "$/h", "cost so far", "job"):
+        t.add_column(col, justify="right" if col in ("nodes", "$/h", "cost so far") else "left")
+    for l in leases:
+        t.add_row(l["lease_id"], l["state"], l["provider"], l["region"], l["zone"], l["instance_type"], l["market"],
+                  str(l["nodes"]), f"{l['hourly_usd']:.2f}", f"{l['cost_so_far_usd']:.2f}",
+                  (l.get("job") or {}).get("job_id", ""))
+    console().print(t)
+    for l in leases:
+        if l["state"] in ("failed", "draining") and l["state_reason"]:
+            console().print(f"{l['lease_id']}: {l['state_reason']}")
+
+
+def _dump(obj, fmt: str) -> None:
+    if fmt == "json":
+        json.dump(obj, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        _print_leases([obj], "table")
+        for i in obj["instances"]:
+            print(f"  {i['node_name'] or '-':28} {i['instance_id']:36} {i['zone']:16} {i['private_ip'] or '-':15} {i['state']}")
+
+
+LAUNCH_HELP = """Launch GPU capacity as a lease.
+
+Either take offer N of a stored quote (from `broker quote --server ...`):
+
+  broker launch --quote-id q-mx6-1f2e --offer 1
+
+or name the capacity explicitly:
+
+  broker launch --provider gcp --region us-central1 --instance-type a3-highgpu-8g --market spot --count 2
+
+The lease is persisted before any cloud call; a retry with the same
+--idempotency-key returns the same lease and launches nothing new. On capacity
+or quota errors a quoted launch fails over to the next offers of the quote,
+across clouds. Exit codes: 2 bad input, 3 over budget, 1 launch failed.
+"""
+
+
+@app.command(help=LAUNCH_HELP)
+def launch(
+    quote_id: Optional[str] = typer.Option(None, "--quote-id", help="Stored quote to launch from."),
+    offer: int = typer.Option(1, "--offer", help="Rank of the quote's offer to launch."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="aws, gcp or azure (explicit launch)."),
+    region: Optional[str] = typer.Option(None, "--region"),
+    zone: str = typer.Option("", "--zone", help="Zone (default: the region's first)."),
+    instance_type: Optional[str] = typer.Option(None, "--instance-type"),
+    market: str = typer.Option("on_demand", "--market", help="on_demand, spot or reserved."),
+    count: int = typer.Option(1, "--count", help="Nodes."),
+    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="Client key (default: random)."),
+    tenant: str = typer.Option("", "--tenant", help="Tenant charged (default: default)."),
+    bootstrap: str = typer.Option("", "--bootstrap", help="Boot template: slurm, kubernetes, container or a configured name."),
+    job_id: str = typer.Option("", "--job-id", help="Job to hand off right away."),
+    max_lifetime: int = typer.Option(0, "--max-lifetime-s", help="Release after this many seconds (0 = configured default)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from broker.client import ClientError
+    from broker.convert import MARKET_TO_PB
+    from broker.v1 import broker_pb2 as pb
+
+    if fmt not in ("table", "json"):
+        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    req = pb.LaunchRequest(idempotency_key=idempotency_key or f"cli-{uuid.uuid4()}", tenant=tenant,
+                           bootstrap=bootstrap, max_lifetime_s=max_lifetime)
+    if job_id:
+        req.job.job_id = job_id
+    if quote_id:
+        if provider or region or instance_type:
+            exit_usage("give either --quote-id or --provider/--region/--instance-type, not both.")
+        req.quote_offer.quote_id, req.quote_offer.rank = quote_id, offer
+    else:
+        missing = [n for n, v in (("--provider", provider), ("--region", region), ("--instance-type", instance_type)) if not v]
+        if missing:
+            exit_usage(f"an explicit launch needs {', '.join(missing)} (or use --quote-id).")
+        if market not in MARKET_TO_PB:
+            exit_usage(f"--market must be on_demand, spot or reserved, got {market!r}.")
+        if count <= 0:
+            exit_usage(f"--count must be at least 1, got {count}.")
+        req.offering.provider, req.offering.region, req.offering.zone = provider, region, zone
+        req.offering.instance_type, req.offering.market, req.offering.count = instance_type, MARKET_TO_PB[market], count
+    try:
+        with _client(server) as c:
+            lease = c.launch(req)
+    except ClientError as e:
+        _fail(e)
+    _dump(lease, fmt)
+
+
+@app.command(help="Release a lease: terminate its instances and wait until they are gone.\n\n  broker release l-mx6-1a2b")
+def release(
+    lease_id: str = typer.Argument(..., help="Lease to release."),
+    reason: str = typer.Option("", "--reason"),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from broker.client import ClientError
+
+    try:
+        with _client(server) as c:
+            lease = c.release(lease_id, reason)
+    except ClientError as e:
+        _fail(e)
+    _dump(lease, fmt)
+
+
+@app.command(help="Show one lease with its instances.\n\n  broker lease l-mx6-1a2b --format json")
+def lease(
+    lease_id: str = typer.Argument(...),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from broker.client import ClientError
+
+    try:
+        with _client(server) as c:
+            out = c.get_lease(lease_id)
+    except ClientError as e:
+        _fail(e)
+    _dump(out, fmt)
+
+
+@app.command(help="List leases, newest first, with provider, market, nodes, state, $/h and cost so far.\n\n"
+                  "  broker leases --state running --format json")
+def leases(
+    state: Optional[list[str]] = typer.Option(None, "--state", help="Only this state (repeatable)."),
+    tenant: str = typer.Option("", "--tenant"),
+    limit: int = typer.Option(100, "--limit"),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from broker.client import ClientError
+    from broker.convert import STATE_TO_PB
+
+    for s in state or []:
+        if s not in STATE_TO_PB:
+            exit_usage(f"--state must be one of {', '.join(STATE_TO_PB)}, got {s!r}.")
+    if fmt not in ("table", "json"):
+        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    try:
+        with _client(server) as c:
+            out = c.list_leases(state or [], tenant, limit)
+    except ClientError as e:
+        _fail(e)
+    _print_leases(out, fmt)
+
+
+@app.command(help="Attach a job to a running lease (the nodes it runs on are the lease's).\n\n"
+                  "  broker handoff l-mx6-1a2b --job-id 4211 --checkpoint-uri s3://ckpt/4211")
+def handoff(
+    lease_id: str = typer.Argument(...),
+    job_id: str = typer.Option(..., "--job-id"),
+    owner: str = typer.Option("", "--owner"),
+    queue: str = typer.Option("", "--queue"),
+    checkpoint_uri: str = typer.Option("", "--checkpoint-uri"),
+    dataset_uri: str = typer.Option("", "--dataset-uri"),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from broker.client import ClientError
+
+    job = {"job_id": job_id, "owner": owner, "queue": queue, "checkpoint_uri": checkpoint_uri,
+           "dataset_uri": dataset_uri}
+    try:
+        with _client(server) as c:
+            out = c.handoff(lease_id, job)
+    except ClientError as e:
+        _fail(e)
+    _dump(out, fmt)
+
+
+@app.command(help="Stream lease events (state changes, interruptions, requeues, budget actions, "
+                  "autoscaler decisions) as JSON lines until interrupted.\n\n  broker watch")
+def watch(
+    lease_id: str = typer.Option("", "--lease", help="Only this lease."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from broker.client import ClientError
+
+    try:
+        with _client(server) as c:
+            for ev in c.watch(lease_id):
+                print(json.dumps(MessageToDict(ev, preserving_proto_field_name=True)), flush=True)
+    except ClientError as e:
+        _fail(e)

@@ -1,0 +1,89 @@
+"""`broker quote` as a user runs it: a real process, table and JSON, exit codes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def run(args, env_extra=None):
+    env = {**os.environ, **(env_extra or {})}
+    env.pop("BROKER_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=60)
+
+
+@pytest.fixture
+def mini(mini_catalog_dir):
+    return {"BROKER_CATALOG__PATH": str(mini_catalog_dir)}
+
+
+def test_json_has_exactly_the_documented_shape(mini):
+    r = run(["quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500", "--format", "json"], mini)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded"}
+    offer = doc["offers"][0]
+    assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
+                          "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd"}
+    assert set(offer["cost_usd"]) == {"compute", "interruption", "storage", "data_transfer", "sla_risk", "total"}
+    assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "reason"}
+    totals = [o["cost_usd"]["total"] for o in doc["offers"]]
+    assert totals == sorted(totals)
+    for o in doc["offers"]:
+        c = o["cost_usd"]
+        lines = sum(Decimal(str(c[k])) for k in ("compute", "interruption", "storage", "data_transfer", "sla_risk"))
+        assert lines == Decimal(str(c["total"]))
+    assert {o["market"] for o in doc["offers"]} == {"on_demand"}
+    assert all("interruptible" in e["reason"] for e in doc["excluded"] if e["market"] == "spot")
+
+
+def test_interruptible_admits_spot(mini):
+    r = run(["quote", "--gpu", "H100:8", "--hours", "24", "--interruptible", "--checkpoint-minutes", "30",
+             "--format", "json", "--top", "0"], mini)
+    doc = json.loads(r.stdout)
+    assert "spot" in {o["market"] for o in doc["offers"]}
+    assert doc["offers"][0]["market"] == "spot"
+
+
+def test_table_shows_the_cost_lines(mini):
+    r = run(["quote", "--gpu", "H100:8", "--hours", "24"], mini)
+    assert r.returncode == 0, r.stderr
+    for word in ("provider", "instance", "market", "compute", "transfer", "total", "p5.48xlarge", "excluded"):
+        assert word in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--gpu", "H100:0", "--hours", "1"], "--gpu count must be at least 1"),
+        (["--gpu", "H100", "--hours", "1"], "MODEL:COUNT"),
+        (["--gpu", "Z900:8", "--hours", "1"], "unknown GPU model"),
+        (["--gpu", "H100:8", "--hours", "-1"], "--hours"),
+        (["--gpu", "H100:8", "--hours", "1", "--data-in-gb", "-3"], "--data-in-gb"),
+        (["--gpu", "H100:8", "--hours", "1", "--providers", "ibm"], "--providers"),
+        (["--gpu", "H100:8", "--hours", "1", "--format", "xml"], "--format"),
+        (["--gpu", "H100:8", "--hours", "1", "--deadline", "tomorrow"], "--deadline"),
+    ],
+)
+def test_bad_input_exits_2_with_one_sentence(mini, args, needle):
+    r = run(["quote", *args], mini)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_residency_and_provider_filters(mini):
+    r = run(["quote", "--gpu", "H100:8", "--hours", "1", "--residency", "eu", "--providers", "gcp,aws",
+             "--format", "json"], mini)
+    doc = json.loads(r.stdout)
+    assert doc["offers"]
+    assert {o["region"] for o in doc["offers"]} <= {"eu-west-1", "europe-west4"}
+    assert any("azure not allowed" in e["reason"] for e in doc["excluded"])

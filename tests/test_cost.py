@@ -1,0 +1,134 @@
+"""The full-cost model: arithmetic checked by hand on a tiny catalog, and every exclusion reason."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from policies.cost import Context, Exclusion, PricedOffer, price
+from policies.demand import Demand, DemandError
+from providers.base import Market
+
+HOUR = 3600.0
+
+
+def ctx(cat, now=0.0, **kw):
+    return Context(cat.terms, cat.regions, cat.gpu_perf, now, **kw)
+
+
+def offering(cat, provider, region, itype, market=Market.ON_DEMAND):
+    o = cat.find(provider, region, itype, market)
+    assert o is not None
+    return o
+
+
+def test_compute_storage_transfer_and_sla_lines_by_hand(mini_catalog):
+    d = Demand(gpus=8, hours=10, gpu_model="H100", data_in_gb=1000, data_out_gb=100).validate()
+    o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge")
+    p = price(d, o, ctx(mini_catalog, onprem_egress_micros_per_gb=10_000))
+    assert isinstance(p, PricedOffer)
+    assert p.nodes == 1
+    assert p.cost.compute == 983_200_000  # 98.32 $/h x 10 h
+    # (1000 + 100) GB x 0.08 $/GB-month x (10 h + 180 s start-up) / 730 h
+    assert p.cost.storage == int(1100 * 80_000 * (10 + 0.05) / 730)
+    # 1000 GB at 0.01 $/GB on-prem egress + 100 GB at the first AWS tier 0.09 $/GB
+    assert p.cost.data_transfer == 10_000_000 + 9_000_000
+    assert p.cost.sla_risk == int(983_200_000 * 0.005)
+    assert p.cost.interruption == 0
+    assert p.cost.total == sum((p.cost.compute, p.cost.storage, p.cost.data_transfer, p.cost.sla_risk))
+
+
+def test_spot_rework_from_expected_interruptions(mini_catalog):
+    d = Demand(gpus=8, hours=10, gpu_model="H100", interruptible=True, checkpoint_minutes=30).validate()
+    o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge", Market.SPOT)
+    p = price(d, o, ctx(mini_catalog))
+    assert isinstance(p, PricedOffer)
+    expected = 0.05 * 1 * 10  # interruptions per node-hour x nodes x hours
+    rework_h = 0.25 + 180 / HOUR  # half the checkpoint interval + restart
+    assert p.cost.interruption == int(expected * rework_h * 40_000_000)
+    assert p.cost.sla_risk == 0  # spot has no SLA; its risk is the interruption line
+
+
+def test_multi_node_stretch_follows_interconnect(mini_catalog):
+    d = Demand(gpus=16, hours=10, gpu_model="H100").validate()
+    aws = price(d, offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge"), ctx(mini_catalog))
+    gcp = price(d, offering(mini_catalog, "gcp", "us-central1", "a3-highgpu-8g"), ctx(mini_catalog))
+    assert aws.nodes == gcp.nodes == 2
+    assert aws.runtime_hours == pytest.approx(10.0)  # 3200 Gbps / 8 GPUs = full speed
+    assert gcp.runtime_hours == pytest.approx(10 * (1 + 0.3 * (1 - 125 / 400)))
+    assert gcp.cost.compute == int(88_250_000 * 2 * gcp.runtime_hours)
+
+
+def test_single_node_job_is_not_stretched(mini_catalog):
+    d = Demand(gpus=8, hours=10, gpu_model="H100").validate()
+    p = price(d, offering(mini_catalog, "gcp", "us-central1", "a3-highgpu-8g"), ctx(mini_catalog))
+    assert p.runtime_hours == 10
+
+
+def test_memory_matched_demand_scales_hours_by_gpu_speed(mini_catalog):
+    d = Demand(gpus=1, hours=10, min_gpu_memory_gb=20).validate()
+    a10 = price(d, offering(mini_catalog, "aws", "us-east-1", "g5.xlarge"), ctx(mini_catalog))
+    assert a10.runtime_hours == pytest.approx(10 / 0.4)  # A10G at 0.4 of an A100
+
+
+@pytest.mark.parametrize(
+    "demand_kw, where, reason",
+    [
+        ({}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), "spot capacity needs an interruptible"),
+        ({"gpu_model": "", "min_gpu_memory_gb": 48, "gpus": 1}, ("aws", "us-east-1", "g5.xlarge", Market.ON_DEMAND),
+         "too little GPU memory: 24 GB"),
+        ({"providers": ("gcp",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "provider aws not allowed"),
+        ({"regions": ("us-east-1",)}, ("aws", "eu-west-1", "p5.48xlarge", Market.ON_DEMAND), "not in allowed regions"),
+        ({"residency": ("eu",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "outside data residency eu"),
+        ({"min_sla_pct": 99.9}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "SLA 99.5% is under the minimum 99.9%"),
+        ({"min_sla_pct": 90, "interruptible": True}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), "no SLA is under"),
+        ({"gpu_model": "A100", "gpus": 2, "nodes": 2}, ("gcp", "us-central1", "a2-highgpu-1g", Market.ON_DEMAND),
+         "no interconnect for a 2-node job"),
+        ({"gpus": 16, "nodes": 4}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "cannot make 4 nodes of 4 GPUs"),
+        ({"deadline": 5 * HOUR}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "finishes after the deadline"),
+    ],
+)
+def test_every_exclusion_reason(mini_catalog, demand_kw, where, reason):
+    base = dict(gpus=8, hours=10, gpu_model="H100")
+    d = Demand(**{**base, **demand_kw}).validate()
+    r = price(d, offering(mini_catalog, *where), ctx(mini_catalog))
+    assert isinstance(r, Exclusion)
+    assert reason in r.reason
+
+
+def test_blocked_scope_excludes_with_its_reason(mini_catalog):
+    d = Demand(gpus=8, hours=10, gpu_model="H100").validate()
+    o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge")
+    r = price(d, o, ctx(mini_catalog, blocked={"aws/us-east-1": "InsufficientInstanceCapacity on aws/us-east-1"}))
+    assert isinstance(r, Exclusion) and "InsufficientInstanceCapacity" in r.reason
+
+
+def test_data_in_another_cloud_pays_that_clouds_egress(mini_catalog):
+    o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge")
+    base = Demand(gpus=8, hours=1, gpu_model="H100", data_in_gb=100).validate()
+    same_region = price(replace(base, data_location="aws:us-east-1"), o, ctx(mini_catalog))
+    cross_region = price(replace(base, data_location="aws:eu-west-1"), o, ctx(mini_catalog))
+    cross_cloud = price(replace(base, data_location="gcp:us-central1"), o, ctx(mini_catalog))
+    assert same_region.cost.data_transfer == 0
+    assert cross_region.cost.data_transfer == 100 * 20_000
+    assert cross_cloud.cost.data_transfer == 100 * 120_000  # GCP internet egress
+
+
+def test_egress_tiers_walk_from_the_first_gb(mini_catalog):
+    aws = mini_catalog.terms["aws"]
+    assert aws.egress_micros(10_240) == 10_240 * 90_000
+    assert aws.egress_micros(20_240) == 10_240 * 90_000 + 10_000 * 50_000
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [({"gpus": 0}, "gpus"), ({"hours": -1}, "hours"), ({"hours": float("nan")}, "hours"),
+     ({"data_in_gb": -5}, "data_in_gb"), ({"gpu_model": "H101"}, "gpu_model"), ({"nodes": 3}, "nodes"),
+     ({"providers": ("ibm",)}, "providers"), ({"min_sla_pct": 101}, "min_sla_pct"),
+     ({"data_location": "somewhere"}, "data_location"), ({"gpu_model": "", "min_gpu_memory_gb": 0}, "gpu_model")],
+)
+def test_invalid_demands_name_the_field(kw, field):
+    with pytest.raises(DemandError) as e:
+        Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"))
+    assert e.value.field == field
+    assert str(e.value).endswith(".")

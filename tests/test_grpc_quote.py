@@ -1,0 +1,73 @@
+"""Quote over a real gRPC channel; health and reflection answer; bad input is INVALID_ARGUMENT."""
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from broker.v1 import broker_pb2 as pb
+from broker.v1 import broker_pb2_grpc as pb_grpc
+from tests.grpc_server import running_server
+
+
+@pytest.fixture
+def server(tmp_path, mini_catalog_dir):
+    with running_server(tmp_path, config={"catalog.path": str(mini_catalog_dir)}) as (addr, svc):
+        with grpc.insecure_channel(addr) as ch:
+            yield ch, svc
+
+
+def test_quote_round_trip_is_persisted(server):
+    ch, svc = server
+    stub = pb_grpc.BrokerStub(ch)
+    r = stub.Quote(pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=24, data_in_gb=500), top=3))
+    q = r.quote
+    assert len(q.offers) == 3
+    assert [o.rank for o in q.offers] == [1, 2, 3]
+    assert q.offers[0].market == pb.MARKET_ON_DEMAND
+    assert q.offers[0].cost.total_usd
+    assert any(e.market == pb.MARKET_SPOT and "interruptible" in e.reason for e in q.excluded)
+    stored = svc.store.get_quote(q.quote_id)
+    assert stored is not None
+    assert [t["rank"] for t in stored["launch"]][:3] == [1, 2, 3]
+    assert stored["launch"][0]["instance_type"] == q.offers[0].instance_type
+
+
+@pytest.mark.parametrize(
+    "demand, field",
+    [(pb.Demand(gpu_model="H100", gpus=0, hours=1), "demand.gpus"),
+     (pb.Demand(gpu_model="H100", gpus=8, hours=0), "demand.hours"),
+     (pb.Demand(gpu_model="NOPE", gpus=8, hours=1), "demand.gpu_model"),
+     (pb.Demand(gpu_model="H100", gpus=8, hours=1, providers=["oracle"]), "demand.providers")],
+)
+def test_bad_demand_is_invalid_argument_naming_the_field(server, demand, field):
+    ch, _ = server
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.BrokerStub(ch).Quote(pb.QuoteRequest(demand=demand))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith(field)
+
+
+def test_missing_demand_is_invalid_argument(server):
+    ch, _ = server
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.BrokerStub(ch).Quote(pb.QuoteRequest())
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_health_and_reflection(server):
+    ch, _ = server
+    h = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="broker.v1.Broker"))
+    assert h.status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+    responses = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    names = {s.name for s in responses[0].list_services_response.service}
+    assert {"broker.v1.Broker", "grpc.health.v1.Health"} <= names
+
+
+def test_unknown_lease_is_not_found(server):
+    ch, _ = server
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.BrokerStub(ch).GetLease(pb.GetLeaseRequest(lease_id="l-nope"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
