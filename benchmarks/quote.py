@@ -1,0 +1,164 @@
+"""Quote latency: in-process (p50/p99), over gRPC with 32 concurrent clients, and `broker quote`
+as a whole process. Ratios are against baselines run in the same process:
+
+* in-process: the indexed engine vs. re-loading (re-parsing) the catalog for every request,
+  which is what a broker without a load-time index does;
+* gRPC: the same quote in-process (the floor the RPC layer adds to);
+* CLI: a bare `python -c pass` start-up (the floor any Python CLI pays).
+
+Run: .venv/bin/python benchmarks/quote.py [--requests 2000] [--clients 32]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:8.3f} ms"
+
+
+def time_calls(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--cli-runs", type=int, default=7)
+    args = ap.parse_args()
+
+    from broker.quote import QuoteEngine
+    from policies.demand import Demand
+    from providers.catalog import bundled, load
+
+    cat = bundled()
+    engine = QuoteEngine(cat)
+    h100 = engine.validate(Demand(gpus=8, hours=24, gpu_model="H100", data_in_gb=500, data_out_gb=50))
+    whole = engine.validate(Demand(gpus=8, hours=24, min_gpu_memory_gb=1, data_in_gb=500, interruptible=True))
+    print(f"catalog: {len(cat.offerings)} offerings (provider x region x instance x market), as of {cat.as_of}")
+    n_whole = len(engine.quote(whole).offers) + len(engine.quote(whole).excluded)
+    n_h100 = len(engine.quote(h100).offers) + len(engine.quote(h100).excluded)
+    print(f"H100:8 prices {n_h100} offerings; the whole-catalog demand (any GPU >= 1 GB, spot allowed) {n_whole}")
+
+    print("\n== in-process")
+    for name, d in (("H100:8", h100), ("whole catalog", whole)):
+        for _ in range(50):
+            engine.quote(d)
+        lat = time_calls(lambda: engine.quote(d), args.requests)
+        base = time_calls(lambda: QuoteEngine(load()).quote(d), max(20, args.requests // 50))
+        print(f"{name:14} p50 {ms(pct(lat, 50))}  p99 {ms(pct(lat, 99))}   "
+              f"baseline (re-parse per request) p50 {ms(pct(base, 50))}  -> {pct(base, 50) / pct(lat, 50):6.1f}x faster")
+
+    print(f"\n== gRPC, {args.clients} concurrent clients, server in a subprocess")
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        env = {**os.environ, "BROKER_HOME": tmp}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER_SNIPPET, str(port_file), f"sqlite:///{tmp}/b.db"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                if port_file.exists() and port_file.read_text().strip():
+                    break
+                time.sleep(0.05)
+            addr = f"127.0.0.1:{port_file.read_text().strip()}"
+            grpc_lat = run_grpc_load(addr, h100, args.clients, args.requests)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    inproc = time_calls(lambda: engine.quote(h100), 500)
+    print(f"H100:8         p50 {ms(pct(grpc_lat, 50))}  p99 {ms(pct(grpc_lat, 99))}   "
+          f"in-process p50 {ms(pct(inproc, 50))}  -> RPC p99 is {pct(grpc_lat, 99) / pct(inproc, 50):6.1f}x the in-process quote")
+    thr = len(grpc_lat) / sum(grpc_lat) * args.clients
+    print(f"               throughput ~{thr:,.0f} quotes/s")
+
+    print("\n== `broker quote` as a whole process (start-up included)")
+    cmd = [sys.executable, "-m", "broker.cli", "quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500",
+           "--format", "json"]
+    cli = []
+    for _ in range(args.cli_runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
+        cli.append(time.perf_counter() - t)
+    bare = []
+    for _ in range(args.cli_runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - t)
+    print(f"broker quote   median {ms(statistics.median(cli))}   bare python start-up {ms(statistics.median(bare))}"
+          f"  -> {statistics.median(cli) / statistics.median(bare):5.1f}x a bare interpreter")
+
+
+SERVER_SNIPPET = """
+import sys, threading
+from broker import config
+from broker.service import Service
+from broker.server import build_server
+cfg = config.load(None, environ={}, overrides={"store.url": sys.argv[2], "server.workers": 32})
+svc = Service(cfg, providers={})
+server, port = build_server(svc, "127.0.0.1:0")
+server.start()
+open(sys.argv[1], "w").write(str(port))
+server.wait_for_termination()
+"""
+
+
+def run_grpc_load(addr: str, demand, clients: int, total: int) -> list[float]:
+    import grpc
+
+    from broker.convert import demand_to_pb
+    from broker.v1 import broker_pb2 as pb
+    from broker.v1 import broker_pb2_grpc as pb_grpc
+
+    req = pb.QuoteRequest(demand=demand_to_pb(demand), top=10)
+    lat: list[float] = []
+    lock = threading.Lock()
+    per = max(1, total // clients)
+    start = threading.Barrier(clients)
+
+    def worker() -> None:
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            for _ in range(5):
+                stub.Quote(req, timeout=30)
+            start.wait()
+            mine = []
+            for _ in range(per):
+                t = time.perf_counter()
+                stub.Quote(req, timeout=30)
+                mine.append(time.perf_counter() - t)
+            with lock:
+                lat.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lat
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The store on SQLite and PostgreSQL: idempotent lease creation, optimistic versioning, events."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from broker.store import LeaseRecord, StaleLease, Store
+from tests.stores import db_url  # noqa: F401  (fixture)
+
+
+def lease(key="k1", tenant="default", lid="l-1"):
+    return LeaseRecord(lease_id=lid, tenant=tenant, idempotency_key=key, state="requested", provider="aws",
+                       region="us-east-1", instance_type="p5.48xlarge", market="on_demand", nodes=1,
+                       hourly_micros=98_320_000, client_token=f"{lid}-1", created_at=1.0, updated_at=1.0,
+                       state_since=1.0)
+
+
+@pytest.fixture
+def store(db_url):  # noqa: F811
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+def test_same_idempotency_key_returns_the_first_lease(store):
+    a, created_a = store.create_lease(lease("k", lid="l-a"))
+    b, created_b = store.create_lease(lease("k", lid="l-b"))
+    assert created_a and not created_b
+    assert b.lease_id == "l-a"
+    assert len(store.list_leases()) == 1
+    _, other_tenant = store.create_lease(lease("k", tenant="t2", lid="l-c"))
+    assert other_tenant
+
+
+def test_concurrent_creates_with_one_key_make_one_lease(store):
+    results = []
+
+    def go(i):
+        results.append(store.create_lease(lease("same", lid=f"l-{i}")))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(1 for _, created in results if created) == 1
+    assert len({l.lease_id for l, _ in results}) == 1
+
+
+def test_optimistic_versioning_refuses_a_stale_writer(store):
+    l, _ = store.create_lease(lease())
+    first = store.update_lease(l, now=2.0, state="provisioning", message="go")
+    assert first.version == l.version + 1 and first.state == "provisioning"
+    with pytest.raises(StaleLease):
+        store.update_lease(l, now=3.0, state="failed", message="late")
+    assert store.get_lease(l.lease_id).state == "provisioning"
+
+
+def test_every_transition_is_an_event_with_time_and_reason(store):
+    l, _ = store.create_lease(lease())
+    l = store.update_lease(l, now=2.0, state="provisioning", message="launching")
+    l = store.update_lease(l, now=3.0, state="running", message="up")
+    evs = store.events_of(l.lease_id)
+    assert [(e.from_state, e.to_state, e.at) for e in evs] == [("", "requested", 1.0), ("requested", "provisioning", 2.0),
+                                                              ("provisioning", "running", 3.0)]
+    assert evs[-1].message == "up"
+
+
+def test_blocks_expire_and_only_extend(store):
+    store.block("gcp/us-central1", 100.0, "capacity")
+    store.block("gcp/us-central1", 50.0, "shorter")
+    assert store.active_blocks(99.0) == {"gcp/us-central1": "capacity"}
+    assert store.active_blocks(100.0) == {}
