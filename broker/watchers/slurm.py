@@ -76,10 +76,18 @@ _NULLS = {"", "(null)", "N/A", "n/a", "None", "none", "Unknown", "UNKNOWN", "NOT
 class SlurmCommandError(RuntimeError):
     """A Slurm command could not be run or failed; the message names the command and its error."""
 
-    def __init__(self, argv: Sequence[str], message: str, returncode: int | None = None) -> None:
+    def __init__(self, argv: Sequence[str], message: str, returncode: int | None = None,
+                 stderr: str = "") -> None:
         self.argv = list(argv)
         self.returncode = returncode
+        self.stderr = stderr
         super().__init__(f"`{' '.join(self.argv)}` {message}")
+
+
+def _last_line(text: str) -> str:
+    """The most specific line of a Slurm error (its last ``fatal``/``error`` line)."""
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -874,14 +882,15 @@ class SlurmWatcher:
                 return "json", r.stdout
             err = (r.stderr or r.stdout).strip()
             if r.returncode != 0 and not _NO_JSON.search(err):
-                raise SlurmCommandError([cmd, *json_args], f"exited {r.returncode}: {err}",
-                                        r.returncode)
+                raise SlurmCommandError([cmd, *json_args],
+                                        f"exited {r.returncode}: {_last_line(err)}",
+                                        r.returncode, err)
             self._json_ok[cmd] = False
         r = self._run([cmd, *text_args])
         if r.returncode != 0:
-            raise SlurmCommandError([cmd, *text_args],
-                                    f"exited {r.returncode}: {(r.stderr or r.stdout).strip()}",
-                                    r.returncode)
+            err = (r.stderr or r.stdout).strip()
+            raise SlurmCommandError([cmd, *text_args], f"exited {r.returncode}: {_last_line(err)}",
+                                    r.returncode, err)
         return "text", r.stdout
 
     def squeue_output(self) -> tuple[str, str]:
@@ -917,7 +926,8 @@ class SlurmWatcher:
             err = (r.stderr or r.stdout).strip()
             if "Invalid job id" in err:
                 return None
-            raise SlurmCommandError(argv, f"exited {r.returncode}: {err}", r.returncode)
+            raise SlurmCommandError(argv, f"exited {r.returncode}: {_last_line(err)}",
+                                    r.returncode, err)
         try:
             jobs = parse_scontrol_job(r.stdout)
         except ParseError as exc:

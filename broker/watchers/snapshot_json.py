@@ -1,0 +1,268 @@
+"""QueueSnapshot ⇄ JSON (a dict, a string or a file).
+
+The document (``"schema": "broker.queue-snapshot/v1"``)::
+
+    {"schema": "broker.queue-snapshot/v1", "source": "slurm:a", "taken_at": 1767225600.0,
+     "pending": [{"job_id": "17", "gpus": 4, "queue": "gpu", "pending_reason": "Resources",
+                  "kind": "eval", ...}],
+     "running": [{"job_id": "12", "gpus": 2, "nodes": ["gpu-1"], "runtime_s": 3600}],
+     "nodes": [{"name": "gpu-1", "state": "mix", "gpus_total": 4, "gpus_allocated": 2}],
+     "gpu_samples": [{"node": "gpu-1", "index": 0, "utilization_pct": 12.0}],
+     "extra": {}}
+
+Field names are those of :mod:`policies.queue`; fields left out take their defaults; unknown
+fields are errors (a typo must not pass silently). ``taken_at`` is epoch seconds or an ISO-8601
+time with a zone. Errors raise :class:`broker.watchers.ParseError` naming the line and field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from broker.watchers import ParseError
+from policies.queue import (JOB_KINDS, NODE_STATES, ClusterNode, GpuSample, PendingJob,
+                            QueueSnapshot, RunningJob)
+
+SCHEMA = "broker.queue-snapshot/v1"
+_LISTS = {"pending": PendingJob, "running": RunningJob, "nodes": ClusterNode,
+          "gpu_samples": GpuSample}
+_REQUIRED = {PendingJob: ("job_id", "gpus"), RunningJob: ("job_id", "gpus"),
+             ClusterNode: ("name", "state", "gpus_total"), GpuSample: ("node", "index",
+                                                                         "utilization_pct")}
+
+
+def snapshot_to_dict(snapshot: QueueSnapshot) -> dict:
+    doc: dict[str, Any] = {"schema": SCHEMA, "source": snapshot.source,
+                           "taken_at": snapshot.taken_at}
+    for key in ("pending", "running", "nodes", "gpu_samples"):
+        doc[key] = [_record_to_dict(r) for r in getattr(snapshot, key)]
+    doc["extra"] = dict(snapshot.extra)
+    return doc
+
+
+def _record_to_dict(record: Any) -> dict:
+    out = {}
+    for f in dataclasses.fields(record):
+        v = getattr(record, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def dumps(snapshot: QueueSnapshot, indent: int | None = 2) -> str:
+    return json.dumps(snapshot_to_dict(snapshot), indent=indent, sort_keys=False) + "\n"
+
+
+def save_snapshot(snapshot: QueueSnapshot, path: str | Path) -> None:
+    Path(path).write_text(dumps(snapshot))
+
+
+# ---------------------------------------------------------------------------------------------
+class _FieldError(ValueError):
+    def __init__(self, path: tuple, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def _check(value: Any, typ: str, path: tuple) -> Any:
+    name = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in path).replace(".[", "[")
+    if typ == "str":
+        if not isinstance(value, str):
+            raise _FieldError(path, f"{name} must be a string, got {json.dumps(value)}")
+        return value
+    if typ == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (isinstance(value, float) and not value.is_integer()):
+            raise _FieldError(path, f"{name} must be a whole number, got {json.dumps(value)}")
+        if value < 0:
+            raise _FieldError(path, f"{name} must not be negative, got {value}")
+        return int(value)
+    if typ == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value):
+            raise _FieldError(path, f"{name} must be a number, got {json.dumps(value)}")
+        if value < 0:
+            raise _FieldError(path, f"{name} must not be negative, got {value}")
+        return float(value)
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise _FieldError(path, f"{name} must be true or false, got {json.dumps(value)}")
+        return value
+    if typ.startswith("tuple[str"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _FieldError(path, f"{name} must be a list of strings")
+        return tuple(value)
+    raise _FieldError(path, f"{name} has an unsupported type {typ}")
+
+
+def _record(cls: type, data: Any, path: tuple) -> Any:
+    if not isinstance(data, dict):
+        raise _FieldError(path, f"{path[0]}[{path[1]}] must be an object")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise _FieldError(path + (unknown[0],), f"{path[0]}[{path[1]}] has an unknown field "
+                          f"{unknown[0]!r} (known: {', '.join(fields)})")
+    for req in _REQUIRED[cls]:
+        if req not in data:
+            raise _FieldError(path, f"{path[0]}[{path[1]}] lacks the required field {req!r}")
+    kwargs = {k: _check(v, fields[k].type, path + (k,)) for k, v in data.items()}
+    if cls is PendingJob and kwargs.get("kind", "training") not in JOB_KINDS:
+        raise _FieldError(path + ("kind",), f"{path[0]}[{path[1]}].kind must be one of "
+                          f"{', '.join(JOB_KINDS)}, got {kwargs['kind']!r}")
+    if cls is ClusterNode and kwargs["state"] not in NODE_STATES:
+        raise _FieldError(path + ("state",), f"{path[0]}[{path[1]}].state must be one of "
+                          f"{', '.join(NODE_STATES)}, got {kwargs['state']!r}")
+    if cls is GpuSample and kwargs["utilization_pct"] > 100:
+        raise _FieldError(path + ("utilization_pct",),
+                          f"{path[0]}[{path[1]}].utilization_pct must be at most 100")
+    return cls(**kwargs)
+
+
+def _taken_at(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            dt = None
+        if dt is not None and dt.tzinfo is not None:
+            return dt.timestamp()
+    raise _FieldError(("taken_at",), "taken_at must be epoch seconds or an ISO-8601 time with a "
+                      f"zone, got {json.dumps(value)}")
+
+
+def snapshot_from_dict(doc: Any) -> QueueSnapshot:
+    """Build a QueueSnapshot from a parsed document; raises ValueError naming the field."""
+    try:
+        return _from_dict(doc)
+    except _FieldError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _from_dict(doc: Any) -> QueueSnapshot:
+    if not isinstance(doc, dict):
+        raise _FieldError((), "a snapshot must be a JSON object")
+    schema = doc.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise _FieldError(("schema",), f"unsupported schema {schema!r} (expected {SCHEMA!r})")
+    known = {"schema", "source", "taken_at", "extra", *_LISTS}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise _FieldError((unknown[0],), f"unknown top-level field {unknown[0]!r}")
+    if "taken_at" not in doc:
+        raise _FieldError((), "the snapshot lacks 'taken_at'")
+    source = doc.get("source", "")
+    if not isinstance(source, str):
+        raise _FieldError(("source",), "source must be a string")
+    lists: dict[str, tuple] = {}
+    for key, cls in _LISTS.items():
+        items = doc.get(key, [])
+        if not isinstance(items, list):
+            raise _FieldError((key,), f"{key} must be a list")
+        lists[key] = tuple(_record(cls, item, (key, i)) for i, item in enumerate(items))
+    extra = doc.get("extra", {})
+    if not isinstance(extra, dict):
+        raise _FieldError(("extra",), "extra must be an object")
+    return QueueSnapshot(source=source, taken_at=_taken_at(doc["taken_at"]), extra=extra, **lists)
+
+
+def _line_of_path(text: str, path: tuple) -> int | None:
+    """Best-effort line of ``path`` (e.g. ("pending", 3, "gpus")) in the JSON ``text``."""
+    if not path:
+        return None
+    m = re.search(r'"%s"\s*:' % re.escape(str(path[0])), text)
+    if not m:
+        return None
+    pos = m.end()
+    if len(path) >= 2 and isinstance(path[1], int):
+        start = text.find("[", pos)
+        if start < 0:
+            return None
+        depth, i, count, in_str, esc = 0, start, -1, False, False
+        elem_pos = None
+        while i < len(text):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch in "[{":
+                depth += 1
+                if depth == 2:
+                    count += 1
+                    if count == path[1]:
+                        elem_pos = i
+                        break
+            elif ch in "]}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        if elem_pos is None:
+            return None
+        pos = elem_pos
+        if len(path) >= 3:
+            end = _matching(text, elem_pos)
+            fm = re.compile(r'"%s"\s*:' % re.escape(str(path[2]))).search(text, elem_pos, end)
+            if fm:
+                pos = fm.start()
+    return text.count("\n", 0, pos) + 1
+
+
+def _matching(text: str, start: int) -> int:
+    depth, in_str, esc = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def loads(text: str) -> QueueSnapshot:
+    """Parse a snapshot document; raises ParseError naming the line (and field)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"not valid JSON: {exc.msg} (column {exc.colno})",
+                         line=exc.lineno) from None
+    try:
+        return _from_dict(doc)
+    except _FieldError as exc:
+        raise ParseError(str(exc), line=_line_of_path(text, exc.path)) from None
+
+
+def load_snapshot(path: str | Path) -> QueueSnapshot:
+    """Read a snapshot file; ParseError names the file and line; OSError passes through."""
+    text = Path(path).read_text()
+    try:
+        return loads(text)
+    except ParseError as exc:
+        raise exc.with_source(str(path)) from None
+
+
+__all__ = ["SCHEMA", "dumps", "load_snapshot", "loads", "save_snapshot", "snapshot_from_dict",
+           "snapshot_to_dict"]
