@@ -14,7 +14,7 @@ from azure.core.credentials import AccessToken
 from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
 
 from providers import registry
-from providers.azure import ANONYMOUS, AzureProvider, _LoopbackBearerPolicy, _NoAuthPolicy
+from providers.azure import AzureProvider, _LoopbackBearerPolicy, _NoAuthPolicy
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
@@ -729,6 +729,8 @@ def test_fake_validates_like_arm(fake_arm: FakeArm) -> None:
         400, "InvalidParameter")
     assert err(raw(fake_arm, "PUT", vm_path("v"), plain_vm(tags={"a/b": "x"}))) == (
         400, "InvalidTagNameCharacters")
+    assert err(raw(fake_arm, "PUT", vm_path("v"), {**plain_vm("westus"), "zones": ["1"]})) == (
+        400, "InvalidParameter")  # westus has no availability zones
     assert err(raw(fake_arm, "GET", vm_path("v"), api=None)) == (400, "MissingApiVersionParameter")
     assert err(raw(fake_arm, "GET", vm_path("v"))) == (404, "ResourceNotFound")
     assert fake_arm.instances() == []

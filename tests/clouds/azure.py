@@ -104,15 +104,21 @@ def _load_sizes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(sizes + BUILTIN_SIZES))
 
 
-def _load_regions() -> tuple[str, ...]:
+_NO_ZONES = ("westus", "northcentralus", "westcentralus")
+
+
+def _load_regions() -> dict[str, frozenset[str]]:
+    """Location → its availability zones (the catalog's regions.csv first, then a built-in list)."""
+    out = {r: frozenset() if r in _NO_ZONES else frozenset("123") for r in BUILTIN_REGIONS}
     path = _DATA / "regions.csv"
     try:
         with path.open(newline="") as f:
-            regions = tuple(_norm_location(r["region"]) for r in csv.DictReader(f)
-                            if r.get("provider") == "azure" and r.get("region"))
+            for r in csv.DictReader(f):
+                if r.get("provider") == "azure" and r.get("region"):
+                    out[_norm_location(r["region"])] = frozenset((r.get("zones") or "").split())
     except (OSError, KeyError):
-        regions = ()
-    return tuple(dict.fromkeys(regions + BUILTIN_REGIONS))
+        pass
+    return out
 
 
 class ArmError(Exception):
@@ -217,7 +223,8 @@ class FakeArm:
             raise ValueError("the fake ARM binds loopback only")
         self._host, self._port = host, port
         self.sizes = {s.lower(): s for s in (sizes or _load_sizes())}
-        self.regions = {_norm_location(r) for r in (regions or _load_regions())}
+        self.regions: dict[str, frozenset[str]] = (
+            {_norm_location(r): frozenset("123") for r in regions} if regions else _load_regions())
         self.lro_polls = 1
         self.settle_s = 0.25
         self.page_size = 50
@@ -527,9 +534,10 @@ class FakeArm:
                            "or different zone.")
         zones = body.get("zones")
         if zones is not None and (not isinstance(zones, list) or len(zones) != 1
-                                  or zones[0] not in ("1", "2", "3")):
-            raise ArmError(400, "InvalidParameter", f"The zones '{zones}' are not valid. A VM can "
-                           "be placed in one of the zones 1, 2, 3.", "zones")
+                                  or zones[0] not in self.regions[location]):
+            raise ArmError(400, "InvalidParameter", f"The zones '{zones}' are not available in "
+                           f"location '{location}' (zones there: "
+                           f"{', '.join(sorted(self.regions[location])) or 'none'}).", "zones")
         priority = props.get("priority", "Regular")
         if priority not in ("Regular", "Low", "Spot"):
             raise ArmError(400, "InvalidParameter", f"The value '{priority}' of parameter "
