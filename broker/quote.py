@@ -7,7 +7,9 @@ pure :func:`policies.cost.price`; this module adds ranking, reservations, ids an
 from __future__ import annotations
 
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable
@@ -81,6 +83,8 @@ def _rank_key(p: PricedOffer) -> tuple:
 class QuoteEngine:
     """Quotes demands against a catalog (plus configured reservations)."""
 
+    CACHE_SIZE = 1024
+
     def __init__(
         self,
         catalog: Catalog,
@@ -109,6 +113,8 @@ class QuoteEngine:
         self._all = self.catalog.offerings
         if self.enabled is not None:
             self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
         self._by_gpu = {}
         for o in self._all:
             self._by_gpu.setdefault(o.instance.gpu.upper(), []).append(o)
@@ -129,19 +135,66 @@ class QuoteEngine:
               blocked: dict[str, str] | None = None) -> Quote:
         """Price ``d`` (validated) over every matching offering and market."""
         now = time.time() if now is None else now
-        ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
-                      self.onprem_egress_micros, blocked)
-        ok: list[PricedOffer] = []
-        excluded: list[Exclusion] = []
-        for o in self.candidates(d):
-            r = price(d, o, ctx)
-            (excluded if type(r) is Exclusion else ok).append(r)
-        ok.sort(key=_rank_key)
-        if top:
-            ok = ok[:top]
+        # Prices do not move between catalog loads, so a demand without a deadline (the only
+        # input that depends on the clock) prices the same every time: serve repeats from cache.
+        key = (d, top, tuple(sorted(blocked.items())) if blocked else ()) if d.deadline is None else None
+        hit = self._cache_get(key) if key is not None else None
+        if hit is not None:
+            offers, excluded = hit
+        else:
+            ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
+                          self.onprem_egress_micros, blocked)
+            ok: list[PricedOffer] = []
+            out: list[Exclusion] = []
+            for o in self.candidates(d):
+                r = price(d, o, ctx)
+                (out if type(r) is Exclusion else ok).append(r)
+            ok.sort(key=_rank_key)
+            if top:
+                ok = ok[:top]
+            offers = tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok))
+            excluded = tuple(out)
+            if key is not None:
+                self._cache_put(key, (offers, excluded))
         return Quote(
             quote_id=new_id("q"), created_at=now, valid_until=now + self.ttl_s,
-            catalog_as_of=self.catalog.as_of, demand=d,
-            offers=tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok)),
-            excluded=tuple(excluded),
+            catalog_as_of=self.catalog.as_of, demand=d, offers=offers, excluded=excluded,
         )
+
+    def _cache_get(self, key):
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _cache_put(self, key, value) -> None:
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > self.CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+
+def engine_for(config) -> QuoteEngine:
+    """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers)."""
+    from broker.config import ConfigError
+    from providers.catalog import bundled
+
+    catalog = bundled(config.catalog_path or None)
+    reservations = [
+        Reservation(provider=r["provider"], region=r["region"], instance_type=r["instance_type"],
+                    nodes=int(r.get("nodes", 1)), reservation_id=r["reservation_id"],
+                    hourly_usd=Decimal(str(r.get("hourly_usd", 0))), zone=r.get("zone", ""))
+        for r in config.reservations
+    ]
+    enabled = [n for n, t in config.providers.items() if t.get("enabled", False)] or None
+    try:
+        return QuoteEngine(catalog, reservations, config.onprem_egress_usd_per_gb, enabled, config.quote_ttl_s)
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+
+
+def quote_engine_from_config(path: str | None) -> QuoteEngine:
+    from broker.config import load
+
+    return engine_for(load(path))

@@ -80,15 +80,15 @@ class Reconciler:
 
         # step -----------------------------------------------------------------------------
         self._terminate_orphans(listings, live, report, now)
+        over_budget = self._over_budget(live.values(), now)
         for lease in list(live.values()):
-            fresh = self.store.get_lease(lease.lease_id)
-            if fresh is None or fresh.state not in LIVE_STATES:
+            if lease.state not in LIVE_STATES:
                 continue
             try:
-                self._step(fresh, by_lease.get(fresh.lease_id, []), report, now,
-                           listed=fresh.provider in listings)
+                self._step(lease, report, now, listed=lease.provider in listings,
+                           budget_reason=over_budget.get(lease.tenant))
             except (StaleLease, ProviderError, LeaseError) as e:
-                log.warning("step_failed", lease=fresh.lease_id, provider=fresh.provider, error=str(e))
+                log.warning("step_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         self.store.prune_quotes(now - 86400)
         return report
 
@@ -206,8 +206,20 @@ class Reconciler:
         for k in [k for k in self._first_seen if k not in seen]:
             del self._first_seen[k]
 
-    def _step(self, lease: LeaseRecord, insts: list[Instance], report: PassReport, now: float,
-              listed: bool) -> None:
+    def _over_budget(self, leases, now: float) -> dict[str, str]:
+        """Tenants over a cap right now (usage computed once per pass, not per lease)."""
+        budgets = self.lc.budgets
+        if budgets is None or not budgets.budgets:
+            return {}
+        out = {}
+        for tenant in {l.tenant for l in leases if l.state == "running"}:
+            why = budgets.exhausted(tenant, now)
+            if why:
+                out[tenant] = why
+        return out
+
+    def _step(self, lease: LeaseRecord, report: PassReport, now: float, listed: bool,
+              budget_reason: str | None = None) -> None:
         s = self.lc.settings
         age = now - lease.state_since
         if lease.state == "requested":
@@ -244,17 +256,14 @@ class Reconciler:
             report.released += 1
             return
         if lease.state == "running":
-            lease = self.lc.accrue(lease)
             reason = None
             if lease.max_lifetime_s and now - (lease.started_at or lease.created_at) >= lease.max_lifetime_s:
                 reason = f"maximum lifetime of {lease.max_lifetime_s} s reached"
             elif s.idle_timeout_s and lease.idle_since and now - lease.idle_since >= s.idle_timeout_s:
                 reason = f"idle for {s.idle_timeout_s:.0f} s with no job"
-            elif self.lc.budgets is not None:
-                why = self.lc.budgets.exhausted(lease.tenant, now)
-                if why:
-                    reason = why
-                    self.store.add_event(lease.lease_id, "budget", why, now)
+            elif budget_reason:
+                reason = budget_reason
+                self.store.add_event(lease.lease_id, "budget", budget_reason, now)
             if reason:
                 report.expired += 1
                 self.lc.release(lease.lease_id, reason)

@@ -7,6 +7,7 @@ offer failed UNAVAILABLE listing each attempt.
 from __future__ import annotations
 
 import signal
+from collections import OrderedDict
 import threading
 import time
 from concurrent import futures
@@ -38,6 +39,8 @@ STATUS = {
 class BrokerServicer(pb_grpc.BrokerServicer):
     def __init__(self, service: Service) -> None:
         self.svc = service
+        self._pb_cache: OrderedDict = OrderedDict()
+        self._pb_lock = threading.Lock()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease_pb(self, lease) -> pb.Lease:
@@ -61,7 +64,26 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             q = self.svc.quote(convert.demand_from_pb(request.demand), top=request.top)
         except DemandError as e:
             self._abort(context, e)
-        return pb.QuoteResponse(quote=convert.quote_to_pb(q))
+        return pb.QuoteResponse(quote=self._quote_pb(q))
+
+    def _quote_pb(self, q) -> pb.Quote:
+        """Repeated demands share their priced offers (the engine caches them): convert each
+        such result to protobuf once, and stamp only the id and validity per response."""
+        key = (id(q.offers), id(q.excluded))
+        with self._pb_lock:
+            hit = self._pb_cache.get(key)
+        if hit is None or hit[0] is not q.offers or hit[1] is not q.excluded:
+            template = convert.quote_to_pb(q)
+            with self._pb_lock:
+                self._pb_cache[key] = (q.offers, q.excluded, template)
+                while len(self._pb_cache) > 1024:
+                    self._pb_cache.popitem(last=False)
+            return template
+        m = pb.Quote()
+        m.CopyFrom(hit[2])
+        m.quote_id = q.quote_id
+        m.valid_until.CopyFrom(convert.ts(q.valid_until))
+        return m
 
     def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
         lc = self.svc.lifecycle

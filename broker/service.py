@@ -4,38 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 import structlog
 
-from broker.config import Config, ConfigError, load
-from broker.quote import Quote, QuoteEngine, Reservation
+from broker.config import Config
+from broker.quote import Quote, engine_for, quote_engine_from_config  # noqa: F401 (re-exported)
 from policies.demand import Demand
-from providers.catalog import bundled
 
 log = structlog.get_logger("broker.service")
 
 LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
-
-
-def engine_for(config: Config) -> QuoteEngine:
-    catalog = bundled(config.catalog_path or None)
-    reservations = [
-        Reservation(provider=r["provider"], region=r["region"], instance_type=r["instance_type"],
-                    nodes=int(r.get("nodes", 1)), reservation_id=r["reservation_id"],
-                    hourly_usd=Decimal(str(r.get("hourly_usd", 0))), zone=r.get("zone", ""))
-        for r in config.reservations
-    ]
-    enabled = [n for n, t in config.providers.items() if t.get("enabled", False)] or None
-    try:
-        return QuoteEngine(catalog, reservations, config.onprem_egress_usd_per_gb, enabled, config.quote_ttl_s)
-    except ValueError as e:
-        raise ConfigError(f"config: {e}") from None
-
-
-def quote_engine_from_config(path: str | None) -> QuoteEngine:
-    return engine_for(load(path))
 
 
 def launch_targets(q: Quote, limit: int = LAUNCHABLE_OFFERS) -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ version it read, so two replicas can never both act on one lease.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -133,8 +135,17 @@ class Store:
         SQLModel.metadata.create_all(self.engine)
         self._changed = threading.Condition()
         self._seq = 0
+        self._recent: OrderedDict[str, tuple] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        self._pending: queue.Queue = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._blocks: tuple[float, list[BlockRecord]] | None = None
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._pending.put(None)
+            self._writer.join(10)
+            self._writer = None
         self.engine.dispose()
 
     # -- change notification (WatchLeases in this process; other replicas poll) ---------------
@@ -148,13 +159,58 @@ class Store:
             self._changed.wait(timeout)
 
     # -- quotes ----------------------------------------------------------------------------------
+    # Quotes are written behind: the Quote RPC returns without waiting on the disk, a writer
+    # thread inserts them in batches, and recent ones are answered from memory. A quote lost in
+    # a crash costs the client one re-quote; it commits nothing.
     def save_quote(self, quote_id: str, created_at: float, valid_until: float, body: dict) -> None:
-        with Session(self.engine) as s:
-            s.add(QuoteRecord(quote_id=quote_id, created_at=created_at, valid_until=valid_until,
-                              body=json.dumps(body)))
-            s.commit()
+        rec = (quote_id, created_at, valid_until, body)
+        with self._recent_lock:
+            self._recent[quote_id] = rec
+            while len(self._recent) > 8192:
+                self._recent.popitem(last=False)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_quotes, name="quote-writer", daemon=True)
+                self._writer.start()
+        self._pending.put(rec)
+
+    def _write_quotes(self) -> None:
+        while True:
+            first = self._pending.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 512:
+                try:
+                    nxt = self._pending.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._pending.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                with Session(self.engine) as s:
+                    s.add_all([QuoteRecord(quote_id=q, created_at=c, valid_until=v, body=json.dumps(b))
+                               for q, c, v, b in batch])
+                    s.commit()
+            except Exception:  # the writer must outlive a bad batch; the quotes stay in memory
+                import structlog
+
+                structlog.get_logger("broker.store").exception("quote_write_failed", quotes=len(batch))
+            finally:
+                for _ in batch:
+                    self._pending.task_done()
+
+    def flush(self) -> None:
+        """Wait until every saved quote is on disk."""
+        if self._writer is not None:
+            self._pending.join()
 
     def get_quote(self, quote_id: str) -> dict | None:
+        with self._recent_lock:
+            rec = self._recent.get(quote_id)
+        if rec is not None:
+            return {**rec[3], "_valid_until_ts": rec[2]}
         with Session(self.engine) as s:
             r = s.get(QuoteRecord, quote_id)
             return None if r is None else {**json.loads(r.body), "_valid_until_ts": r.valid_until}
@@ -288,6 +344,7 @@ class Store:
 
     # -- blocks (failover and interruptions) -----------------------------------------------------
     def block(self, scope_key: str, until: float, reason: str) -> None:
+        self._blocks = None
         with Session(self.engine) as s:
             r = s.get(BlockRecord, scope_key)
             if r is None:
@@ -297,10 +354,15 @@ class Store:
                 s.add(r)
             s.commit()
 
+    BLOCKS_TTL_S = 1.0  # blocks written by other replicas are seen within this long
+
     def active_blocks(self, now: float) -> dict[str, str]:
-        with Session(self.engine) as s:
-            rows = s.exec(select(BlockRecord).where(BlockRecord.until > now)).all()
-            return {r.scope_key: r.reason for r in rows}
+        cached = self._blocks
+        if cached is None or time.monotonic() - cached[0] > self.BLOCKS_TTL_S:
+            with Session(self.engine) as s:
+                rows = list(s.exec(select(BlockRecord)).all())
+            cached = self._blocks = (time.monotonic(), rows)
+        return {r.scope_key: r.reason for r in cached[1] if r.until > now}
 
     # -- snapshots -------------------------------------------------------------------------------
     def save_snapshot(self, source: str, taken_at: float, body: dict) -> None:

@@ -227,6 +227,6 @@ def diagnose_command(
             doc["warnings"] = list(snap.extra["warnings"])
         typer.echo(json.dumps(doc, indent=2))
     else:
-        _print_table(diag, snap)
         for w in snap.extra.get("warnings") or []:
             typer.echo(f"warning: {w}", err=True)
+        _print_table(diag, snap)

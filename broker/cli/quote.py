@@ -159,7 +159,7 @@ def quote(
             exit_error(str(e))
     else:
         from broker.config import ConfigError
-        from broker.service import quote_engine_from_config
+        from broker.quote import quote_engine_from_config
 
         try:
             engine = quote_engine_from_config(config)

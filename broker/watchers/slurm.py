@@ -56,7 +56,7 @@ from policies.queue import ClusterNode, JOB_KINDS, PendingJob, QueueSnapshot, Ru
 # ---------------------------------------------------------------------------------------------
 # formats the watcher passes (fixed; the text parsers read exactly these)
 SQUEUE_FIELDS = (
-    "JobID", "State", "Reason", "Partition", "UserName", "SubmitTime", "StartTime", "TimeLimit",
+    "JobArrayID", "State", "Reason", "Partition", "UserName", "SubmitTime", "StartTime", "TimeLimit",
     "NumNodes", "NumTasks", "tres-per-job", "tres-per-node", "tres-per-task", "OverSubscribe", "NodeList",
     "Name", "Comment",
 )
@@ -313,12 +313,15 @@ def parse_job_hints(comment: str, name: str = "") -> JobHints:
                         raise ValueError("interruptible must be 1/0, true/false or yes/no")
                     values["interruptible"] = raw.lower() in _TRUE
                 elif key in ("checkpoint", "gpu_mem", "runtime"):
-                    v = int(raw)
-                    if v < 0:
-                        raise ValueError(f"{key} must not be negative")
-                    values[key] = v
+                    if not raw.isdigit():
+                        unit = "GB" if key == "gpu_mem" else "minutes"
+                        raise ValueError(f"{key} must be a whole number of {unit}")
+                    values[key] = int(raw)
                 elif key == "data_gb":
-                    v = float(raw)
+                    try:
+                        v = float(raw)
+                    except ValueError:
+                        v = -1.0
                     if not math.isfinite(v) or v < 0:
                         raise ValueError("data_gb must be a non-negative number")
                     values[key] = v
@@ -615,9 +618,12 @@ def parse_sinfo_json(text: str) -> list[ClusterNode]:
 
 # ---------------------------------------------------------------------------------------------
 # text formats
+_HEADER = {"StateComplete": "STATECOMPLETE", "GresUsed": "GRES_USED"}
+
+
 def _text_rows(text: str, fields: Sequence[str], what: str) -> Iterable[tuple[int, list[str]]]:
     n = len(fields)
-    header = [f.upper().replace("-", "_") for f in fields]
+    header = [_HEADER.get(f, f.upper().replace("-", "_")) for f in fields]
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -630,7 +636,7 @@ def _text_rows(text: str, fields: Sequence[str], what: str) -> Iterable[tuple[in
         if len(parts) > n:  # a '|' inside the last (free-text) field
             parts = parts[:n - 1] + ["|".join(parts[n - 1:])]
         parts = [p.strip() for p in parts]
-        if [p.upper().replace("-", "_") for p in parts[:3]] == header[:3]:
+        if [p.upper().replace("-", "_") for p in parts[1:3]] == header[1:3]:
             continue  # a header line (output without --noheader)
         yield lineno, parts
 
@@ -765,10 +771,15 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
         try:
             if not jid.isdigit():
                 raise ValueError(f"cannot read the job id {jid!r}")
+            task_ids: list[str] = []
             if f.get("HetJobId") and f.get("HetJobOffset"):
                 jid = f"{f['HetJobId']}+{f['HetJobOffset']}"
             elif f.get("ArrayJobId") and f.get("ArrayTaskId"):
-                jid = f"{f['ArrayJobId']}_{f['ArrayTaskId']}"
+                if f["ArrayTaskId"].isdigit():
+                    jid = f"{f['ArrayJobId']}_{f['ArrayTaskId']}"
+                else:  # the pending remainder of an array: 1-3, 4-10%2, 1,3,5
+                    task_ids = _array_tasks(f["ArrayTaskId"])
+                    jid = f["ArrayJobId"]
             state = f.get("JobState", "").upper()
             nn = f.get("NumNodes", "0").split("-")[0]
             node_count = int(nn) if nn.isdigit() else 0
@@ -792,7 +803,7 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
                             gpus = int(value)
             user = re.sub(r"\(\d+\)$", "", f.get("UserId", ""))
             running = state in RUNNING_STATES
-            jobs.append(SlurmJob(
+            job = SlurmJob(
                 job_id=jid, state=state, name=f.get("JobName", ""),
                 reason="" if f.get("Reason", "") in _NULLS else f.get("Reason", ""),
                 partition=f.get("Partition", ""), user=user,
@@ -804,7 +815,11 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
                 nodes=expand_hostlist(f.get("NodeList", "")) if running else (),
                 comment="" if f.get("Comment", "") in _NULLS else f.get("Comment", ""),
                 extra={"fields": f},
-            ))
+            )
+            if task_ids:
+                jobs.extend(replace(job, job_id=f"{jid}_{t}") for t in task_ids)
+            else:
+                jobs.append(job)
         except ValueError as exc:
             raise ParseError(f"job {jid or '?'}: {exc}", line=lineno) from None
     return jobs
