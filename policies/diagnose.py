@@ -379,6 +379,9 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
             continue
         plan_up = _place(job, free_if_up, whole_if_up, onprem)
         if plan_up is not None:
+            for name, g in plan_up:
+                free_if_up[name] -= g
+                whole_if_up[name] = False
             which = "drained-nodes" if any(p[0] in drain_names for p in plan_up) else "down-nodes"
             node_blocked[which].append(job.job_id)
             attributed.setdefault(which, []).append(job)
@@ -518,9 +521,14 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
         elif scheduling:
             verdict = "scheduling-bound"
         else:
-            verdict = "resource-bound" if cap_gpus >= sched_gpus else "scheduling-bound"
-            signals.append(f"allocation {rate:.0%} is between the marks; "
-                           f"{cap_gpus} GPUs wait for capacity, {sched_gpus} on scheduling")
+            # allocation between the marks: the waiting GPUs tell
+            if min(cap_gpus, sched_gpus) >= 0.25 * waiting_gpus:
+                verdict = "mixed"
+            else:
+                verdict = "resource-bound" if cap_gpus >= sched_gpus else "scheduling-bound"
+            signals.append(f"allocation {rate:.0%} is between {cfg.low_allocation:.0%} and "
+                           f"{cfg.high_allocation:.0%}; {cap_gpus} waiting GPUs need capacity, "
+                           f"{sched_gpus} wait on scheduling")
 
     # work that should not be on the main queue / could be interruptible
     if verdict in ("resource-bound", "mixed"):
@@ -529,21 +537,27 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
         if light:
             add("offloadable-work",
                 f"{_plural(len(light), 'tuning/eval/inference job')} "
-                f"({sum(j.gpus for j in light)} GPUs) wait in the training queue",
+                f"({_plural(sum(j.gpus for j in light), 'GPU')}) in the training queue "
+                "waiting for capacity",
                 [j.job_id for j in light], (), sum(j.gpus for j in light))
         stuck = [j for j in cap_jobs if j.kind == "training" and not j.interruptible]
         if stuck:
             add("not-interruptible",
-                f"{_plural(len(stuck), 'training job')} ({sum(j.gpus for j in stuck)} GPUs) "
-                "cannot be preempted or run on spot (no checkpoint hint)",
+                f"{_plural(len(stuck), 'training job')} "
+                f"({_plural(sum(j.gpus for j in stuck), 'GPU')}) waiting for capacity "
+                "cannot be preempted or run on spot (no interruptible/checkpoint hint)",
                 [j.job_id for j in stuck], (), sum(j.gpus for j in stuck))
 
-    order = {"resource-bound": ("capacity", "no-onprem-fit", "no-onprem-gpus", "offloadable-work",
-                                "not-interruptible"),
-             "mixed": ("idle-allocated", "half-allocated-gang", "capacity", "no-onprem-fit",
-                       "offloadable-work", "not-interruptible")}.get(verdict, ())
-    ranked = sorted(causes, key=lambda c: (c.kind not in order,
-                                           order.index(c.kind) if c.kind in order else 0,
+    capacity_first = ("capacity", "no-onprem-fit", "no-onprem-gpus", "offloadable-work",
+                      "not-interruptible")
+    fixable = ("drained-nodes", "down-nodes", "fragmentation", "idle-allocated",
+               "half-allocated-gang", "reserved-capacity", "priority", "unavailable-nodes",
+               "limits", "job-config")
+    informational = ("dependency", "held", "begin-time")
+    order = {"resource-bound": capacity_first + fixable + informational,
+             "mixed": fixable[:5] + capacity_first + fixable[5:] + informational,
+             }.get(verdict, fixable + capacity_first + informational)
+    ranked = sorted(causes, key=lambda c: (order.index(c.kind) if c.kind in order else len(order),
                                            -c.gpus))
     actions: list[str] = []
     if verdict == "healthy":

@@ -176,10 +176,9 @@ def _line_of_path(text: str, path: tuple) -> int | None:
     """Best-effort line of ``path`` (e.g. ("pending", 3, "gpus")) in the JSON ``text``."""
     if not path:
         return None
-    m = re.search(r'"%s"\s*:' % re.escape(str(path[0])), text)
-    if not m:
+    pos = _top_level_key(text, str(path[0]))
+    if pos is None:
         return None
-    pos = m.end()
     if len(path) >= 2 and isinstance(path[1], int):
         start = text.find("[", pos)
         if start < 0:
@@ -211,13 +210,44 @@ def _line_of_path(text: str, path: tuple) -> int | None:
             i += 1
         if elem_pos is None:
             return None
-        pos = elem_pos
+        pos = elem_pos + 1
+        while pos < len(text) and text[pos].isspace():
+            pos += 1  # the element's first field
         if len(path) >= 3:
             end = _matching(text, elem_pos)
             fm = re.compile(r'"%s"\s*:' % re.escape(str(path[2]))).search(text, elem_pos, end)
             if fm:
                 pos = fm.start()
     return text.count("\n", 0, pos) + 1
+
+
+def _top_level_key(text: str, key: str) -> int | None:
+    """Position just after ``"key":`` of the top-level object."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j, esc = i + 1, False
+            while j < n:
+                if esc:
+                    esc = False
+                elif text[j] == "\\":
+                    esc = True
+                elif text[j] == '"':
+                    break
+                j += 1
+            if depth == 1 and text[i + 1:j] == key:
+                m = re.compile(r"\s*:").match(text, j + 1)
+                if m:
+                    return m.end()
+            i = j + 1
+            continue
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return None
 
 
 def _matching(text: str, start: int) -> int:
