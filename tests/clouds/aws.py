@@ -1,0 +1,669 @@
+"""A mocked AWS EC2 on loopback: moto's server behind a thin WSGI front that adds what a broker
+test needs and moto lacks.
+
+:class:`AwsCloud` runs moto's ``ThreadedMotoServer`` on ``127.0.0.1`` (ephemeral port) in this
+process; any process can talk to it at :attr:`AwsCloud.url` with real boto3 clients (see
+:meth:`AwsCloud.client_env`). The front, in front of moto's own WSGI app:
+
+- injects faults per call (:meth:`AwsCloud.inject`, :meth:`AwsCloud.fail_rate`), answering EC2's
+  real error XML with EC2's HTTP status ("slow" answers correctly but only after ``slow_s``, longer
+  than a client's read timeout; "reset" drops the connection without an answer);
+- logs every EC2 call with its form parameters (:attr:`AwsCloud.calls`, :meth:`AwsCloud.count`);
+- honours ``ClientToken`` on RunInstances the way EC2 does (same token and parameters: the first
+  answer again, no new instances; same token, other parameters: ``IdempotentParameterMismatch``);
+- implements placement groups (Create/Describe/DeletePlacementGroup) and Capacity Reservations
+  (DescribeCapacityReservations, targeting in RunInstances, ``ReservationCapacityExceeded``),
+  which moto does not, and records them on the instances so DescribeInstances shows them.
+
+Spot interruption (:meth:`AwsCloud.interrupt`) terminates the instance in moto's backend with the
+state reason EC2 gives a reclaimed spot instance (``Server.SpotInstanceTermination``).
+
+``aws_cloud_server`` (session scope) starts one server; ``aws_cloud`` (function scope) sets fake
+credentials in the environment for the test only and resets the cloud afterwards.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+import random
+import re
+import socket
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import escape
+
+import pytest
+
+ACCOUNT_ID = "123456789012"
+EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "invalid", "reset")
+
+# kind -> (EC2 error code, HTTP status, message)
+_FAULTS = {
+    "capacity": ("InsufficientInstanceCapacity", 500,
+                 "We currently do not have sufficient capacity in the Availability Zone you requested. "
+                 "Our system will be working on provisioning additional capacity."),
+    "quota": ("VcpuLimitExceeded", 400,
+              "You have requested more vCPU capacity than your current vCPU limit allows for the "
+              "instance bucket that the specified instance type belongs to."),
+    "throttle": ("RequestLimitExceeded", 503, "Request limit exceeded."),
+    "5xx": ("InternalError", 500, "An internal error has occurred."),
+    "auth": ("UnauthorizedOperation", 403, "You are not authorized to perform this operation."),
+    "invalid": ("InvalidParameterValue", 400, "Invalid value for parameter."),
+}
+# EC2's HTTP status for error codes a test may ask for by name.
+_STATUS = {
+    "InsufficientInstanceCapacity": 500, "InsufficientCapacity": 500, "InsufficientHostCapacity": 500,
+    "InstanceLimitExceeded": 400, "VcpuLimitExceeded": 400, "MaxSpotInstanceCountExceeded": 400,
+    "RequestLimitExceeded": 503, "Throttling": 400, "UnauthorizedOperation": 403, "AuthFailure": 401,
+    "InvalidParameterValue": 400, "InvalidInstanceType": 400, "InvalidParameterCombination": 400,
+    "InternalError": 500, "Unavailable": 503, "ServiceUnavailable": 503,
+}
+_CREDENTIAL_REGION = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/ec2/")
+
+
+@dataclass
+class Call:
+    """One EC2 API call as the mocked cloud received it."""
+
+    action: str
+    region: str
+    params: dict[str, str]
+    status: int = 0
+    fault: str = ""
+
+
+@dataclass
+class _Fault:
+    kind: str
+    times: int  # <= 0: until cleared
+    match: str
+    code: str = ""
+
+
+@dataclass
+class _Reservation:
+    id: str
+    region: str
+    instance_type: str
+    zone: str
+    total: int
+    reservation_type: str = "default"
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class AwsCloud:
+    """moto's EC2 on 127.0.0.1 with fault injection, a call log and the missing EC2 features."""
+
+    def __init__(self, slow_s: float = 2.0) -> None:
+        self.slow_s = self.default_slow_s = slow_s
+        self.url = ""
+        self._server: Any = None
+        self._lock = threading.RLock()
+        self._faults: list[_Fault] = []
+        self._rate: tuple[float, tuple[str, ...], str, random.Random] | None = None
+        self._calls: list[Call] = []
+        self._groups: dict[tuple[str, str], dict[str, Any]] = {}
+        self._reservations: dict[str, _Reservation] = {}
+        self._tokens: dict[tuple[str, str], tuple[tuple, str, list, bytes]] = {}
+        self._token_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._saved_env: dict[str, str | None] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> "AwsCloud":
+        # Server-side moto settings: real instance-type validation, no default AMIs (faster reset).
+        for key, value in (("MOTO_EC2_LOAD_DEFAULT_AMIS", "false"),
+                           ("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")):
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        import moto.settings
+        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+        _patch_moto_run_instances()
+        front = self
+
+        class QuietHandler(MotoRequestHandler):
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass
+
+        class Server(ThreadedMotoServer):
+            def _server_entry(self) -> None:
+                app = _Front(front, DomainDispatcherApplication(create_backend_app))
+                self._server = make_server(self._ip_address, self._port, app, True,
+                                           request_handler=QuietHandler)
+                self._server_ready_event.set()
+                self._server.serve_forever()
+
+        self._server = Server(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def reset(self) -> None:
+        """Forget every resource, fault and logged call."""
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+        with self._lock:
+            self.slow_s = self.default_slow_s
+            self._faults.clear()
+            self._rate = None
+            self._calls.clear()
+            self._groups.clear()
+            self._reservations.clear()
+            self._tokens.clear()
+
+    def __enter__(self) -> "AwsCloud":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- client side helpers --------------------------------------------------------------------
+
+    @staticmethod
+    def client_env() -> dict[str, str]:
+        """Environment for a process whose boto3 talks to this cloud (fake credentials only)."""
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+
+    def client(self, region: str = "us-east-1") -> Any:
+        """A plain boto3 EC2 client on this cloud (for setting up and checking tests)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("ec2", region_name=region, endpoint_url=self.url,
+                            aws_access_key_id="testing", aws_secret_access_key="testing",
+                            config=Config(retries={"total_max_attempts": 1}))
+
+    def register_image(self, region: str = "us-east-1", root_device: str = "/dev/sda1") -> str:
+        """A GPU-ready AMI stand-in; returns its id."""
+        return self.client(region).register_image(
+            Name=f"gpu-{uuid.uuid4().hex[:8]}", RootDeviceName=root_device, Architecture="x86_64",
+            BlockDeviceMappings=[{"DeviceName": root_device, "Ebs": {"VolumeSize": 8}}],
+        )["ImageId"]
+
+    def provider_settings(self, regions: Iterable[str] = ("us-east-1",), **extra: Any) -> dict[str, Any]:
+        """A ``[providers.aws]`` table pointing at this cloud, with one registered AMI per region."""
+        regions = list(regions)
+        settings: dict[str, Any] = {
+            "enabled": True,
+            "regions": regions,
+            "endpoint_url": self.url,
+            "image_id": {r: self.register_image(r) for r in regions},
+            "connect_timeout_s": 2,
+            "read_timeout_s": 5,
+            "terminate_timeout_s": 10,
+        }
+        settings.update(extra)
+        return settings
+
+    # -- faults -------------------------------------------------------------------------------
+
+    def inject(self, kind: str, times: int = 1, match: str = "", code: str = "") -> None:
+        """Fail the next ``times`` calls whose "Action path" contains ``match`` (times <= 0: all).
+
+        ``code`` overrides the EC2 error code of the kind (e.g. ``"AuthFailure"`` for "auth").
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
+        with self._lock:
+            self._faults.append(_Fault(kind, times, match, code))
+
+    def fail_rate(self, p: float, kinds: Iterable[str] = ("throttle", "5xx"), seed: int = 0,
+                  match: str = "") -> None:
+        """Fail a share ``p`` of the calls matching ``match`` with a kind drawn from ``kinds``."""
+        kinds = tuple(kinds)
+        bad = [k for k in kinds if k not in FAULT_KINDS]
+        if bad or not 0 <= p <= 1:
+            raise ValueError(f"fail_rate needs 0 <= p <= 1 and kinds from {FAULT_KINDS}")
+        with self._lock:
+            self._rate = (p, kinds, match, random.Random(seed)) if p > 0 and kinds else None
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._rate = None
+
+    def _take_fault(self, op: str) -> _Fault | None:
+        with self._lock:
+            for f in self._faults:
+                if f.match in op:
+                    if f.times > 0:
+                        f.times -= 1
+                        if f.times == 0:
+                            self._faults.remove(f)
+                    return f
+            if self._rate is not None:
+                p, kinds, match, rng = self._rate
+                if match in op and rng.random() < p:
+                    return _Fault(rng.choice(kinds), 1, match)
+        return None
+
+    # -- observation --------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        with self._lock:
+            return list(self._calls)
+
+    def count(self, action: str) -> int:
+        """How many calls of ``action`` reached the cloud (faulted ones included)."""
+        return sum(1 for c in self.calls if c.action == action)
+
+    def _backends(self) -> Iterator[tuple[str, Any]]:
+        from moto.backends import get_backend
+
+        yield from dict.items(get_backend("ec2")[ACCOUNT_ID])
+
+    def _instance(self, instance_id: str) -> tuple[str, Any]:
+        for region, backend in self._backends():
+            for reservation in backend.reservations.values():
+                for inst in reservation.instances:
+                    if inst.id == instance_id:
+                        return region, inst
+        raise KeyError(f"no instance {instance_id}")
+
+    def instances(self, region: str | None = None) -> list[dict[str, Any]]:
+        """Every instance as the server holds it, terminated ones included."""
+        out = []
+        for reg, backend in self._backends():
+            if region and reg != region:
+                continue
+            for reservation in backend.reservations.values():
+                for inst in reservation.instances:
+                    ud = inst.user_data
+                    out.append({
+                        "id": inst.id,
+                        "region": reg,
+                        "zone": inst.placement.zone,
+                        "instance_type": inst.instance_type,
+                        "state": inst.state,
+                        "state_reason": inst.state_reason.code,
+                        "lifecycle": inst.lifecycle or "",
+                        "tags": {t["key"]: t["value"] for t in inst.get_tags()},
+                        "user_data_b64": ud.as_bytes().decode() if ud is not None else "",
+                        "placement_group": inst.placement.group_name,
+                        "capacity_reservation_id": getattr(inst, "capacity_reservation_id", "") or "",
+                        "client_token": inst.client_token or "",
+                        "image_id": inst.image_id,
+                        "subnet_id": inst.subnet_id,
+                        "key_name": inst.key_name,
+                        "private_ip": inst.private_ip,
+                    })
+        return out
+
+    def placement_groups(self, region: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(g) for (reg, _), g in self._groups.items() if not region or reg == region]
+
+    def add_capacity_reservation(self, region: str, instance_type: str, zone: str, count: int,
+                                 reservation_type: str = "default") -> str:
+        """A targeted Capacity Reservation (``reservation_type`` "capacity-block" for ML blocks)."""
+        rid = f"cr-{uuid.uuid4().hex[:17]}"
+        with self._lock:
+            self._reservations[rid] = _Reservation(rid, region, instance_type, zone, count, reservation_type)
+        return rid
+
+    def interrupt(self, instance_id: str) -> None:
+        """Reclaim a spot instance the way EC2 reports it."""
+        from moto.ec2.models.instances import StateReason
+
+        region, inst = self._instance(instance_id)
+        if inst.lifecycle != "spot":
+            raise ValueError(f"{instance_id} is not a spot instance; EC2 only interrupts spot capacity")
+        inst.terminate()
+        inst._reason = "Service initiated (spot instance termination)"
+        inst.state_reason = StateReason("Server.SpotInstanceTermination: Spot instance termination",
+                                        "Server.SpotInstanceTermination")
+
+    # -- request handling (called by _Front) ----------------------------------------------------
+
+    def _record(self, call: Call) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def _used(self, reservation_id: str) -> int:
+        return sum(1 for i in self.instances()
+                   if i["capacity_reservation_id"] == reservation_id
+                   and i["state"] not in ("shutting-down", "terminated"))
+
+    def _group_in_use(self, region: str, name: str) -> bool:
+        return any(i["placement_group"] == name and i["state"] != "terminated"
+                   for i in self.instances(region))
+
+
+def _xml(action: str, inner: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{EC2_NS}">'
+            f"<requestId>{uuid.uuid4()}</requestId>{inner}</{action}Response>").encode()
+
+
+def _error(code: str, message: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{escape(code)}</Code>'
+            f"<Message>{escape(message)}</Message></Error></Errors>"
+            f"<RequestID>{uuid.uuid4()}</RequestID></Response>").encode()
+
+
+def _tag_set(tags: dict[str, str]) -> str:
+    items = "".join(f"<item><key>{escape(k)}</key><value>{escape(v)}</value></item>" for k, v in tags.items())
+    return f"<tagSet>{items}</tagSet>"
+
+
+def _indexed(params: dict[str, str], prefix: str) -> list[str]:
+    """Values of ``Prefix.1``, ``Prefix.2``, ... in order."""
+    out = []
+    n = 1
+    while f"{prefix}.{n}" in params:
+        out.append(params[f"{prefix}.{n}"])
+        n += 1
+    return out
+
+
+def _spec_tags(params: dict[str, str], resource_type: str) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    n = 1
+    while f"TagSpecification.{n}.ResourceType" in params:
+        if params[f"TagSpecification.{n}.ResourceType"] == resource_type:
+            m = 1
+            while f"TagSpecification.{n}.Tag.{m}.Key" in params:
+                tags[params[f"TagSpecification.{n}.Tag.{m}.Key"]] = params.get(f"TagSpecification.{n}.Tag.{m}.Value", "")
+                m += 1
+        n += 1
+    return tags
+
+
+# The RunInstances being served on this thread decorates the instances moto creates for it.
+_launching = threading.local()
+
+
+def _patch_moto_run_instances() -> None:
+    from moto.ec2.models.instances import InstanceBackend
+
+    original = InstanceBackend.run_instances
+    if getattr(original, "_broker_front", False):
+        return
+
+    def run_instances(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reservation = original(self, *args, **kwargs)
+        decorate = getattr(_launching, "decorate", None)
+        if decorate is not None:
+            for inst in reservation.instances:
+                decorate(inst)
+        return reservation
+
+    run_instances._broker_front = True  # type: ignore[attr-defined]
+    InstanceBackend.run_instances = run_instances  # type: ignore[method-assign]
+
+
+class _Error(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+class _Front:
+    """The WSGI app in front of moto's: faults, call log, and the EC2 features moto lacks."""
+
+    def __init__(self, cloud: AwsCloud, app: Any) -> None:
+        self.cloud = cloud
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith("/moto-api"):
+            return self.app(environ, start_response)
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        params = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        if environ.get("QUERY_STRING"):
+            params.update(parse_qsl(environ["QUERY_STRING"], keep_blank_values=True))
+        action = params.get("Action", "")
+        if not action:
+            return self.app(environ, start_response)
+        match = _CREDENTIAL_REGION.search(environ.get("HTTP_AUTHORIZATION", ""))
+        region = match.group(1) if match else "us-east-1"
+        call = Call(action, region, params)
+        self.cloud._record(call)
+
+        fault = self.cloud._take_fault(f"{action} {path}")
+        if fault is not None:
+            call.fault = fault.kind
+            if fault.kind == "reset":
+                sock = environ.get("werkzeug.socket")
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+                call.status = 0
+                return []
+            if fault.kind != "slow":
+                code, status, message = _FAULTS[fault.kind]
+                if fault.code:
+                    code, status = fault.code, _STATUS.get(fault.code, status)
+                return self._answer(call, start_response, status, [("Content-Type", "text/xml")],
+                                    _error(code, message))
+        try:
+            status, headers, out = self._dispatch(action, region, params, environ)
+        except _Error as e:
+            status, headers, out = e.status, [("Content-Type", "text/xml")], _error(e.code, e.message)
+        if fault is not None and fault.kind == "slow":
+            time.sleep(self.cloud.slow_s)
+        return self._answer(call, start_response, status, headers, out)
+
+    @staticmethod
+    def _answer(call: Call, start_response: Any, status: int, headers: list, body: bytes) -> list[bytes]:
+        call.status = status
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        headers.append(("Content-Length", str(len(body))))
+        start_response(f"{status} {'OK' if status < 400 else 'Error'}", headers)
+        return [body]
+
+    def _moto(self, environ: dict[str, Any]) -> tuple[int, list, bytes]:
+        captured: dict[str, Any] = {}
+
+        def start(status: str, headers: list, exc_info: Any = None) -> None:
+            captured["status"], captured["headers"] = int(status.split()[0]), headers
+
+        chunks = self.app(environ, start)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        return captured["status"], captured["headers"], body
+
+    def _dispatch(self, action: str, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        xml = [("Content-Type", "text/xml")]
+        cloud = self.cloud
+        if action == "CreatePlacementGroup":
+            name = p.get("GroupName", "")
+            strategy = p.get("Strategy", "cluster")
+            if strategy not in ("cluster", "spread", "partition"):
+                raise _Error("InvalidParameterValue", f"Value ({strategy}) for parameter strategy is invalid.")
+            with cloud._lock:
+                if (region, name) in cloud._groups:
+                    raise _Error("InvalidPlacementGroup.Duplicate", f"The Placement Group '{name}' already exists.")
+                group = {"GroupName": name, "Strategy": strategy, "State": "available",
+                         "GroupId": f"pg-{uuid.uuid4().hex[:17]}", "Tags": _spec_tags(p, "placement-group")}
+                cloud._groups[(region, name)] = group
+            return 200, xml, _xml(action, f"<placementGroup>{self._group_xml(group)}</placementGroup>")
+        if action == "DescribePlacementGroups":
+            names = _indexed(p, "GroupName")
+            with cloud._lock:
+                groups = [g for (reg, n), g in cloud._groups.items() if reg == region and (not names or n in names)]
+            missing = set(names) - {g["GroupName"] for g in groups}
+            if missing:
+                raise _Error("InvalidPlacementGroup.Unknown", f"The Placement Group '{sorted(missing)[0]}' is unknown.")
+            items = "".join(f"<item>{self._group_xml(g)}</item>" for g in groups)
+            return 200, xml, _xml(action, f"<placementGroupSet>{items}</placementGroupSet>")
+        if action == "DeletePlacementGroup":
+            name = p.get("GroupName", "")
+            with cloud._lock:
+                if (region, name) not in cloud._groups:
+                    raise _Error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+                if cloud._group_in_use(region, name):
+                    raise _Error("InvalidPlacementGroup.InUse", f"The Placement Group '{name}' is in use.")
+                del cloud._groups[(region, name)]
+            return 200, xml, _xml(action, "<return>true</return>")
+        if action == "DescribeCapacityReservations":
+            ids = _indexed(p, "CapacityReservationId")
+            with cloud._lock:
+                found = [r for r in cloud._reservations.values() if r.region == region and (not ids or r.id in ids)]
+            missing = set(ids) - {r.id for r in found}
+            if missing:
+                raise _Error("InvalidCapacityReservationId.NotFound",
+                             f"The capacity reservation ID '{sorted(missing)[0]}' does not exist")
+            items = "".join(f"<item>{self._reservation_xml(r)}</item>" for r in found)
+            return 200, xml, _xml(action, f"<capacityReservationSet>{items}</capacityReservationSet>")
+        if action == "RunInstances":
+            return self._run_instances(region, p, environ)
+        return self._moto(environ)
+
+    def _group_xml(self, g: dict[str, Any]) -> str:
+        return (f"<groupName>{escape(g['GroupName'])}</groupName><strategy>{g['Strategy']}</strategy>"
+                f"<state>{g['State']}</state><groupId>{g['GroupId']}</groupId>{_tag_set(g['Tags'])}")
+
+    def _reservation_xml(self, r: _Reservation) -> str:
+        available = max(0, r.total - self.cloud._used(r.id))
+        return (f"<capacityReservationId>{r.id}</capacityReservationId><ownerId>{ACCOUNT_ID}</ownerId>"
+                f"<instanceType>{escape(r.instance_type)}</instanceType><instancePlatform>Linux/UNIX</instancePlatform>"
+                f"<availabilityZone>{r.zone}</availabilityZone><tenancy>default</tenancy>"
+                f"<totalInstanceCount>{r.total}</totalInstanceCount>"
+                f"<availableInstanceCount>{available}</availableInstanceCount><state>active</state>"
+                f"<instanceMatchCriteria>targeted</instanceMatchCriteria>"
+                f"<reservationType>{r.reservation_type}</reservationType>")
+
+    def _run_instances(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        cloud = self.cloud
+        token = p.get("ClientToken", "")
+        signature = tuple(sorted(p.items()))
+        key = (region, token)
+        with cloud._lock:
+            lock = cloud._token_locks.setdefault(key, threading.Lock()) if token else threading.Lock()
+        with lock:
+            if token:
+                with cloud._lock:
+                    cached = cloud._tokens.get(key)
+                if cached is not None:
+                    if cached[0] != signature:
+                        raise _Error("IdempotentParameterMismatch",
+                                     "The client token you have provided is associated with a resource "
+                                     "that has different parameters.")
+                    return 200, cached[2], cached[3]
+            count = int(p.get("MinCount", "1"))
+            zone = p.get("Placement.AvailabilityZone", "")
+            group = p.get("Placement.GroupName", "")
+            if group and (region, group) not in cloud._groups:
+                raise _Error("InvalidPlacementGroup.Unknown", f"The Placement Group '{group}' is unknown.")
+            market = p.get("InstanceMarketOptions.MarketType", "")
+            target = p.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId", "")
+            reservation = None
+            if target:
+                reservation = cloud._reservations.get(target)
+                if reservation is None or reservation.region != region:
+                    raise _Error("InvalidCapacityReservationId.NotFound",
+                                 f"The capacity reservation ID '{target}' does not exist")
+                if p.get("InstanceType") != reservation.instance_type or (zone and zone != reservation.zone):
+                    raise _Error("InvalidParameterCombination",
+                                 "The instance type and Availability Zone must match the capacity reservation.")
+                if (reservation.reservation_type == "capacity-block") != (market == "capacity-block"):
+                    raise _Error("InvalidParameterCombination",
+                                 "Capacity Blocks are launched with the capacity-block market type.")
+                if count > reservation.total - cloud._used(target):
+                    raise _Error("ReservationCapacityExceeded",
+                                 "The requested number of instances exceeds the available capacity "
+                                 "of the Capacity Reservation.")
+                if not zone:
+                    # EC2 launches into the reservation's zone.
+                    p["Placement.AvailabilityZone"] = reservation.zone
+                    self._rewrite(environ, p)
+
+            def decorate(inst: Any) -> None:
+                """Give each new instance what EC2 records and moto ignores, before moto answers."""
+                if group:
+                    inst.placement.group_name = group
+                if market == "capacity-block":
+                    inst.lifecycle = "capacity-block"
+                if reservation is not None:
+                    inst.capacity_reservation_id = reservation.id
+                    inst.capacity_reservation_specification = {
+                        "CapacityReservationTarget": {"CapacityReservationId": reservation.id}}
+
+            _launching.decorate = decorate
+            try:
+                status, headers, body = self._moto(environ)
+            finally:
+                _launching.decorate = None
+            if status != 200:
+                return status, headers, body
+            if token:
+                with cloud._lock:
+                    cloud._tokens[key] = (signature, status, headers, body)
+            return status, headers, body
+
+    @staticmethod
+    def _rewrite(environ: dict, params: dict[str, str]) -> None:
+        from urllib.parse import urlencode
+
+        body = urlencode(params).encode()
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+
+
+@pytest.fixture(scope="session")
+def aws_cloud_server() -> Iterator[AwsCloud]:
+    """One mocked EC2 for the whole test session."""
+    cloud = AwsCloud().start()
+    try:
+        yield cloud
+    finally:
+        cloud.stop()
+
+
+@pytest.fixture
+def aws_cloud(aws_cloud_server: AwsCloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsCloud]:
+    """The mocked EC2, reset after the test, with fake AWS credentials set for this test only."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in AwsCloud.client_env().items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield aws_cloud_server
+    finally:
+        aws_cloud_server.reset()
+
+
+def decode_user_data(b64: str) -> str:
+    return base64.b64decode(b64).decode()
