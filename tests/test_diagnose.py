@@ -1,0 +1,408 @@
+"""policies.diagnose (pure) and the `broker diagnose` command on files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from broker.cli import app
+from broker.watchers.slurm import parse_sinfo, parse_squeue
+from broker.watchers.snapshot_json import dumps
+from policies.diagnose import Cause, DiagnoseConfig, Diagnosis, diagnose, reason_kind
+from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot, RunningJob
+
+FIX = Path(__file__).parent / "fixtures" / "slurm"
+META = json.loads((FIX / "meta.json").read_text())
+NOW = 10_000.0
+
+
+def node(name, gpus=4, alloc=0, state=None, part=("gpu",), model="a100", reason=""):
+    state = state or ("idle" if alloc == 0 else "alloc" if alloc >= gpus else "mix")
+    return ClusterNode(name, state, gpus, alloc, model, part, reason)
+
+
+def job(jid, gpus, reason="Resources", nodes=1, **kw):
+    kw.setdefault("queue", "gpu")
+    return PendingJob(jid, gpus, nodes=nodes, pending_reason=reason, **kw)
+
+
+def snap(nodes=(), pending=(), running=(), samples=(), extra=None):
+    return QueueSnapshot("test", NOW, tuple(pending), tuple(nodes), tuple(samples),
+                         tuple(running), extra or {})
+
+
+def kinds(d: Diagnosis) -> list[str]:
+    return [c.kind for c in d.causes]
+
+
+# ----------------------------------------------------------------------------- verdicts
+def test_empty_queue_is_healthy():
+    d = diagnose(snap([node("g1", alloc=2), node("g2")]), now=NOW)
+    assert d.verdict == "healthy" and d.pending_gpus == 0
+    assert d.allocation_rate == pytest.approx(0.25) and d.utilization is None
+    assert d.actions == ("Nothing to do now: the queue is short.",)
+
+
+def test_a_short_queue_is_healthy():
+    nodes = [node(f"g{i}", gpus=8, alloc=8) for i in range(4)]  # 32 GPUs, full
+    d = diagnose(snap(nodes, [job("1", 2, waited_s=60)]), now=NOW)  # 2 < 10 % of 32
+    assert d.verdict == "healthy"
+    d = diagnose(snap(nodes, [job("1", 2, waited_s=3600)]), now=NOW)  # but not a long wait
+    assert d.verdict == "resource-bound"
+
+
+def test_full_cluster_with_waiting_jobs_is_resource_bound():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    running = [RunningJob("r1", 4, nodes=("g1",)), RunningJob("r2", 4, nodes=("g2",))]
+    pending = [job("p1", 2), job("p2", 2, reason="Priority"), job("p3", 1, reason="Priority",
+                                                                  kind="eval")]
+    d = diagnose(snap(nodes, pending, running), now=NOW)
+    assert d.verdict == "resource-bound"
+    assert d.allocation_rate == 1.0 and d.pending_gpus == 5
+    cap = d.cause("capacity")
+    assert cap.jobs == ("p1", "p2", "p3") and cap.gpus == 5
+    assert d.cause("offloadable-work").jobs == ("p3",)
+    assert d.cause("not-interruptible").jobs == ("p1", "p2")
+    assert d.causes[0].kind == "capacity"
+    assert d.actions[0].startswith("Burst the capacity-bound jobs")
+
+
+def test_low_allocation_with_long_queue_is_scheduling_bound():
+    nodes = [node("g1", alloc=1), node("g2", alloc=1)]
+    pending = [job("p1", 4, exclusive=True), job("p2", 4)]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.verdict == "scheduling-bound"
+    assert d.allocation_rate == pytest.approx(0.25)
+    assert any("under 70%" in s for s in d.signals)
+
+
+def test_persistence_is_judged_on_the_history():
+    nodes = [node("g1", alloc=2), node("g2", alloc=2)]  # 50 % now
+    pending = [job("p1", 4, nodes=1)]  # 4 GPUs free but 2 + 2: fragmentation
+    busy = [(NOW - 600 * i, 0.95) for i in range(1, 6)]
+    d = diagnose(snap(nodes, pending), busy, now=NOW)
+    assert not any("under 70%" in s for s in d.signals)  # one low sample is not persistent
+    assert d.verdict == "scheduling-bound" and d.cause("fragmentation").jobs == ("p1",)
+    idle = [(NOW - 600 * i, 0.4) for i in range(1, 6)]
+    d2 = diagnose(snap(nodes, pending), idle, now=NOW)
+    assert d2.verdict == "scheduling-bound"
+    assert any("persistently under 70%" in s for s in d2.signals)
+    # samples older than the window do not count
+    old_idle = [(NOW - 7200 - 600 * i, 0.4) for i in range(1, 6)]
+    d3 = diagnose(snap(nodes, pending), old_idle + busy, now=NOW)
+    assert not any("persistently" in s for s in d3.signals)
+
+
+def test_high_allocation_with_idle_allocated_gpus_is_mixed():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    running = [RunningJob("r1", 4, nodes=("g1",)), RunningJob("r2", 4, nodes=("g2",))]
+    samples = [GpuSample("g1", i, 3.0) for i in range(4)] + \
+              [GpuSample("g2", i, 95.0) for i in range(4)]
+    d = diagnose(snap(nodes, [job("p1", 4)], running, samples), now=NOW)
+    assert d.verdict == "mixed"
+    idle = d.cause("idle-allocated")
+    assert idle.nodes == ("g1",) and idle.jobs == ("r1",) and idle.gpus == 4
+    assert d.utilization == pytest.approx(49.0)
+    assert "g1 3 %" in idle.summary
+    assert d.causes[0].kind == "idle-allocated"
+
+
+def test_utilization_of_a_partly_allocated_node_takes_the_busiest_samples():
+    nodes = [node("g1", alloc=2)]
+    samples = [GpuSample("g1", 0, 80.0), GpuSample("g1", 1, 60.0), GpuSample("g1", 2, 0.0),
+               GpuSample("g1", 3, 0.0)]
+    d = diagnose(snap(nodes, samples=samples), now=NOW)
+    assert d.utilization == pytest.approx(70.0)
+    assert d.cause("idle-allocated") is None
+
+
+def test_samples_without_a_known_node_give_a_cluster_mean():
+    d = diagnose(snap([node("g1", alloc=2)], samples=[GpuSample("", 0, 20.0),
+                                                      GpuSample("", 1, 40.0)]), now=NOW)
+    assert d.utilization == pytest.approx(30.0)
+
+
+# ----------------------------------------------------------------------------- causes
+def test_drained_node_is_named_with_its_reason_and_blocked_jobs():
+    nodes = [node("g1", alloc=4), node("g2", state="drain", reason="fan failure")]
+    pending = [job("p1", 4), job("p2", 2)]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.verdict == "scheduling-bound"
+    dr = d.cause("drained-nodes")
+    assert dr.nodes == ("g2",) and "fan failure" in dr.summary and dr.gpus == 4
+    assert dr.jobs == ("p1",)  # once g2's 4 GPUs are claimed, p2 needs capacity
+    assert d.cause("capacity").jobs == ("p2",)
+    assert "state=resume" in dr.action
+    assert d.actions[0].startswith("Fix scheduling before buying capacity")
+
+
+def test_req_node_not_avail_on_a_down_node():
+    nodes = [node("g1", alloc=4), node("g2", state="down", reason="not responding")]
+    pending = [job("p1", 1, reason="ReqNodeNotAvail, UnavailableNodes:g[2-3]")]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.cause("down-nodes").jobs == ("p1",)
+    assert d.cause("down-nodes").nodes == ("g2",)
+
+
+def test_fragmentation_multi_gpu_request():
+    nodes = [node("g1", alloc=2), node("g2", alloc=2), node("g3", alloc=3)]
+    pending = [job("big", 4)]  # 5 GPUs free, none of the nodes has 4
+    d = diagnose(snap(nodes, pending), now=NOW)
+    frag = d.cause("fragmentation")
+    assert frag.jobs == ("big",) and set(frag.nodes) == {"g1", "g2", "g3"}
+    assert "multi-GPU request" in frag.summary and "5 GPUs are free" in frag.summary
+    assert d.verdict == "scheduling-bound"
+    assert "Right-size requests" in frag.action
+
+
+def test_fragmentation_whole_node_request():
+    nodes = [node("g1", alloc=1), node("g2", alloc=1)]
+    d = diagnose(snap(nodes, [job("x", 2, exclusive=True)]), now=NOW)
+    assert d.cause("fragmentation").jobs == ("x",)
+    assert "whole-node (--exclusive) request" in d.cause("fragmentation").summary
+    # an idle node takes it: no fragmentation, the GPUs are simply there
+    nodes = [node("g1", alloc=1), node("g2")]
+    d = diagnose(snap(nodes, [job("x", 2, exclusive=True)]), now=NOW)
+    assert d.cause("fragmentation") is None and d.cause("reserved-capacity").jobs == ("x",)
+
+
+def test_free_gpus_are_not_counted_twice():
+    nodes = [node("g1", alloc=3), node("g2", alloc=4)]  # one free GPU
+    pending = [job("a", 1, waited_s=100), job("b", 1, waited_s=50)]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.cause("reserved-capacity").jobs == ("a",)  # the longest-waiting one fits
+    assert d.cause("capacity").jobs == ("b",)
+
+
+def test_priority_is_capacity_in_a_full_cluster_but_not_when_gpus_are_free():
+    full = [node("g1", alloc=4)]
+    d = diagnose(snap(full, [job("p", 2, reason="Priority")]), now=NOW)
+    assert d.cause("capacity").jobs == ("p",) and d.cause("priority") is None
+    free = [node("g1", alloc=1)]
+    d = diagnose(snap(free, [job("p", 2, reason="Priority")]), now=NOW)
+    assert d.cause("priority").jobs == ("p",) and d.verdict == "scheduling-bound"
+
+
+@pytest.mark.parametrize("reason,kind", [
+    ("QOSMaxGRESPerUser", "limits"), ("AssocGrpGRES", "limits"), ("Dependency", "dependency"),
+    ("DependencyNeverSatisfied", "dependency"), ("BeginTime", "begin-time"),
+    ("JobHeldUser", "held"), ("JobHeldAdmin", "held"), ("PartitionTimeLimit", "job-config"),
+    ("ReqNodeNotAvail, UnavailableNodes:g9", "unavailable-nodes"), ("Resources", "capacity"),
+    ("None", "capacity"), ("", "capacity"), ("SomethingNew", "capacity"),
+])
+def test_reason_kinds(reason, kind):
+    assert reason_kind(reason) == kind
+
+
+def test_reasons_capacity_cannot_fix_make_it_scheduling_bound():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    pending = [job("q", 4, reason="QOSMaxGRESPerUser"), job("d", 2, reason="Dependency"),
+               job("h", 2, reason="JobHeldAdmin"), job("c", 1)]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.verdict == "mixed"  # full cluster + capacity demand, but most wait on other things
+    assert d.cause("limits").jobs == ("q",)
+    assert d.cause("dependency").jobs == ("d",) and d.cause("held").jobs == ("h",)
+    assert "scontrol release" in d.cause("held").action
+    only_limits = diagnose(snap(nodes, pending[:3]), now=NOW)
+    assert only_limits.verdict == "scheduling-bound"
+
+
+def test_half_allocated_gangs_from_hints_and_het_jobs():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    running = [RunningJob("w0", 4, nodes=("g1",)), RunningJob("7+0", 4, nodes=("g2",))]
+    pending = [job("w1", 4), job("7+1", 4)]
+    d = diagnose(snap(nodes, pending, running, extra={"gangs": {"ddp": ["w0", "w1"]}}), now=NOW)
+    gangs = [c for c in d.causes if c.kind == "half-allocated-gang"]
+    assert {c.jobs for c in gangs} == {("w0", "w1"), ("7+0", "7+1")}
+    assert all(c.gpus == 4 for c in gangs)
+    assert d.verdict == "mixed"
+
+
+def test_job_larger_than_any_node():
+    d = diagnose(snap([node("g1", alloc=4)], [job("huge", 16, nodes=1)]), now=NOW)
+    assert d.cause("no-onprem-fit").jobs == ("huge",)
+    assert d.verdict == "resource-bound"
+
+
+def test_gpu_model_and_partition_decide_where_a_job_fits():
+    nodes = [node("a", alloc=0, model="v100"), node("b", alloc=4, model="a100"),
+             node("c", alloc=0, part=("other",))]
+    d = diagnose(snap(nodes, [job("j", 2, gpu_model="a100")]), now=NOW)
+    assert d.cause("capacity").jobs == ("j",)
+
+
+def test_cloud_nodes_do_not_count_as_onprem_capacity():
+    nodes = [node("g1", alloc=4), ClusterNode("burst-1", "cloud", 8, 0, "h100", ("burst",))]
+    d = diagnose(snap(nodes, [job("p", 4)]), now=NOW)
+    assert d.gpus_total == 4 and d.allocation_rate == 1.0 and d.verdict == "resource-bound"
+
+
+def test_no_onprem_gpus_at_all():
+    d = diagnose(snap([], [job("p", 1)]), now=NOW)
+    assert d.verdict == "resource-bound" and d.cause("no-onprem-gpus").jobs == ("p",)
+
+
+def test_cpu_only_jobs_do_not_make_a_gpu_queue():
+    d = diagnose(snap([node("g1", alloc=4)], [job("cpu", 0)]), now=NOW)
+    assert d.verdict == "healthy"
+
+
+def test_drained_nodes_are_reported_even_when_healthy():
+    d = diagnose(snap([node("g1"), node("g2", state="drain", reason="disk")]), now=NOW)
+    assert d.verdict == "healthy" and d.cause("drained-nodes").nodes == ("g2",)
+    assert any("state=resume" in a for a in d.actions)
+
+
+def test_long_job_lists_are_capped_but_counted():
+    nodes = [node("g1", alloc=4)]
+    pending = [job(str(i), 1) for i in range(80)]
+    d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=10))
+    cap = d.cause("capacity")
+    assert len(cap.jobs) == 10 and cap.gpus == 80 and "80 jobs" in cap.summary
+
+
+def test_bad_history_and_thresholds_are_rejected():
+    with pytest.raises(ValueError, match=r"history\[1\]"):
+        diagnose(snap(), [(1.0, 0.5), (2.0, 85.0)], now=NOW)
+    with pytest.raises(ValueError, match="low_allocation must not exceed"):
+        DiagnoseConfig(low_allocation=0.95, high_allocation=0.9)
+    with pytest.raises(ValueError, match="persistence"):
+        DiagnoseConfig(persistence=2)
+
+
+def test_to_dict_is_json_friendly():
+    nodes = [node("g1", alloc=4), node("g2", state="drain", reason="psu")]
+    d = diagnose(snap(nodes, [job("p", 4)]), now=NOW)
+    doc = json.loads(json.dumps(d.to_dict()))
+    assert {"verdict", "allocation_rate", "utilization", "causes", "actions",
+            "pending_gpus"} <= set(doc)
+    assert doc["utilization"] is None
+    assert doc["causes"][0]["kind"] == "drained-nodes" and doc["causes"][0]["nodes"] == ["g2"]
+    assert Cause("x", "y", ("1",)).to_dict()["jobs"] == ["1"]
+
+
+# ----------------------------------------------------------------------------- on the fixtures
+def fixture_snapshot(fmt: str) -> QueueSnapshot:
+    now = META["taken_at"]
+    p, r, extra = parse_squeue((FIX / f"squeue.{fmt}").read_text(), now)
+    nodes = parse_sinfo((FIX / f"sinfo.{fmt}").read_text())
+    return QueueSnapshot("slurm:fixture", now, tuple(p), tuple(nodes), (), tuple(r), extra)
+
+
+def test_diagnose_the_captured_cluster():
+    d = diagnose(fixture_snapshot("json"), now=META["taken_at"])
+    # 6 of 8 on-prem GPUs allocated, gpu-2 drained, big requests waiting: both signs
+    assert d.verdict == "mixed"
+    assert d.gpus_total == 8 and d.gpus_allocated == 6
+    assert d.cause("drained-nodes").nodes == ("gpu-2",)
+    assert META["roles"]["two_node"] in d.cause("drained-nodes").jobs
+    assert d.cause("dependency").jobs == (META["roles"]["dependency"],)
+    assert d.cause("held").jobs == (META["roles"]["held"],)
+    assert d.cause("begin-time").jobs == (META["roles"]["begin"],)
+    assert diagnose(fixture_snapshot("txt"), now=META["taken_at"]).to_dict() == d.to_dict()
+
+
+# ----------------------------------------------------------------------------- the CLI on files
+runner = CliRunner()
+
+
+def cli(*args: str):
+    return runner.invoke(app, ["diagnose", *args])
+
+
+def now_opt() -> list[str]:
+    return ["--now", str(META["taken_at"])]
+
+
+@pytest.mark.parametrize("fmt", ["json", "txt"])
+def test_cli_on_captured_files_json_output(fmt):
+    r = cli("--squeue", str(FIX / f"squeue.{fmt}"), "--sinfo", str(FIX / f"sinfo.{fmt}"),
+            "--format", "json", *now_opt())
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "mixed" and doc["allocation_rate"] == 0.75
+    assert any(c["kind"] == "drained-nodes" and c["nodes"] == ["gpu-2"] for c in doc["causes"])
+    assert doc["warnings"] and doc["actions"]
+
+
+def test_cli_table_output():
+    r = cli("--squeue", str(FIX / "squeue.json"), "--sinfo", str(FIX / "sinfo.json"), *now_opt())
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "Verdict: mixed" in out and "Allocation rate: 75.0%" in out
+    assert "unknown (no GPU samples)" in out
+    assert "drained-nodes" in out and "gpu-2" in out and "Actions" in out
+
+
+def test_cli_snapshot_history_and_nvidia_smi(tmp_path):
+    s = snap([node("g1", alloc=4), node("g2", alloc=4)], [job("p", 4)],
+             [RunningJob("r1", 4, nodes=("g1",)), RunningJob("r2", 4, nodes=("g2",))])
+    (tmp_path / "s.json").write_text(dumps(s))
+    (tmp_path / "h.csv").write_text("time,allocation_rate\n9000,0.95\n9500,97%\n")
+    (tmp_path / "g1.csv").write_text("index, utilization.gpu [%], memory.used [MiB]\n"
+                                     + "".join(f"{i}, 2 %, 10 MiB\n" for i in range(4)))
+    r = cli("--snapshot", str(tmp_path / "s.json"), "--history", str(tmp_path / "h.csv"),
+            "--nvidia-smi", f"g1={tmp_path / 'g1.csv'}", "--format", "json",
+            "--save-snapshot", str(tmp_path / "out.json"))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "mixed" and doc["utilization"] == 2.0
+    assert any(c["kind"] == "idle-allocated" and c["jobs"] == ["r1"] for c in doc["causes"])
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert len(saved["gpu_samples"]) == 4
+
+
+def test_cli_bad_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "sinfo.txt"
+    rows = (FIX / "sinfo.txt").read_text().splitlines()
+    rows[1] = "gpu-9|on fire|gpu:4|gpu:0|gpu|none|"
+    bad.write_text("\n".join(rows) + "\n")
+    r = cli("--squeue", str(FIX / "squeue.txt"), "--sinfo", str(bad))
+    assert r.exit_code == 2
+    assert f"{bad} line 2: node gpu-9: unknown node state 'on fire'" in r.stderr
+    assert "Traceback" not in r.output and r.stderr.count("\n") == 1
+
+
+def test_cli_bad_snapshot_and_history(tmp_path):
+    (tmp_path / "s.json").write_text('{"taken_at": 1,\n "pending": [{"job_id": "1"}]}\n')
+    r = cli("--snapshot", str(tmp_path / "s.json"))
+    assert r.exit_code == 2
+    assert "s.json line 2: pending[0] lacks the required field 'gpus'" in r.stderr
+    (tmp_path / "ok.json").write_text(dumps(snap()))
+    (tmp_path / "h.csv").write_text("1,0.5\n2,1.7\n")
+    r = cli("--snapshot", str(tmp_path / "ok.json"), "--history", str(tmp_path / "h.csv"))
+    assert r.exit_code == 2 and "h.csv line 2: allocation rate 1.7 is outside 0..1" in r.stderr
+
+
+def test_cli_bad_nvidia_smi_file(tmp_path):
+    (tmp_path / "ok.json").write_text(dumps(snap()))
+    (tmp_path / "g.csv").write_text("index, utilization.gpu [%], memory.used [MiB]\n0, ?, 1\n")
+    r = cli("--snapshot", str(tmp_path / "ok.json"), "--nvidia-smi", str(tmp_path / "g.csv"))
+    assert r.exit_code == 2 and "g.csv line 2: cannot read '?' as a number" in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--format", "yaml"], "--format must be table or json"),
+    (["--squeue", "x.json"], "--squeue and --sinfo go together"),
+    (["--snapshot", "s.json", "--squeue", "a", "--sinfo", "b"], "cannot be combined"),
+    (["--squeue", "/nonexistent/q.json", "--sinfo", "/nonexistent/i.json"],
+     "cannot read the squeue file /nonexistent/q.json"),
+    (["--squeue-bin", "/nonexistent/squeue"], "is not an executable file"),
+    (["--squeue-bin", "no-such-squeue-command"], "cannot find no-such-squeue-command on PATH"),
+])
+def test_cli_usage_errors(args, msg):
+    r = cli(*args)
+    assert r.exit_code == 2, r.output
+    assert msg in r.stderr and "Traceback" not in r.output
+
+
+def test_cli_live_slurm_unreachable(tmp_path):
+    fake = tmp_path / "squeue"
+    fake.write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    r = cli("--squeue-bin", str(fake), "--sinfo-bin", str(fake), "--scontrol-bin", str(fake))
+    assert r.exit_code == 1
+    assert "Unable to contact slurm controller" in r.stderr
