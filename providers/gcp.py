@@ -88,6 +88,9 @@ QUOTA_CODES = {"QUOTA_EXCEEDED", "quotaExceeded", "RESOURCE_QUOTA_EXCEEDED"}
 THROTTLE_CODES = {"rateLimitExceeded", "userRateLimitExceeded", "RESOURCE_OPERATION_RATE_EXCEEDED",
                   "RATE_LIMIT_EXCEEDED"}
 GONE_CODES = {"RESOURCE_NOT_FOUND", "notFound"}
+# 4xx answers that only mean "not now": the resource is busy with another operation.
+TRANSIENT_CODES = {"resourceNotReady", "RESOURCE_NOT_READY", "RESOURCE_OPERATION_IN_PROGRESS", "backendError",
+                   "internalError"}
 
 _STATES = {
     "PROVISIONING": InstanceState.PENDING, "STAGING": InstanceState.PENDING,
@@ -137,6 +140,8 @@ def classify(codes: Sequence[str], status: int | None, message: str, *, region: 
         return ThrottledError(message, scope=Scope.REGION, **kw)
     if hit & QUOTA_CODES:
         return QuotaError(message, scope=Scope.REGION, **{**kw, "code": next(iter(hit & QUOTA_CODES))})
+    if hit & TRANSIENT_CODES:
+        return TransientError(message, scope=Scope.REGION, **kw)
     if status in (401, 403):
         return AuthError(message, scope=Scope.CLOUD, **kw)
     if status in (400, 404, 409, 412, 413, 422):
@@ -740,15 +745,21 @@ class GcpProvider:
             if not nodes:
                 self._seen.pop(lease_id, None)
 
+    def _forget_node(self, zone: str, name: str) -> None:
+        """We deleted (zone, name) ourselves: it must never be reported as preempted."""
+        with self._seen_lock:
+            for lease in [lease for lease, nodes in self._seen.items()
+                          if nodes.get(name) is not None and nodes[name].zone == zone]:
+                self._seen[lease].pop(name)
+                if not self._seen[lease]:
+                    del self._seen[lease]
+
     # -- terminate -----------------------------------------------------------------------------
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         targets = [(i.zone, i.node_name or i.instance_id) for i in instances if i.provider == NAME]
         lg = log.bind(provider=NAME, lease_id=",".join(sorted({i.lease_id for i in instances if i.lease_id})))
         errors = self._delete(targets, lg)
-        for inst in instances:
-            if inst.lease_id:
-                self._forget(inst.lease_id, inst.node_name or inst.instance_id)
         if errors:
             raise errors[0]
         lg.info("gcp.terminate.ok", instances=[f"{z}/{n}" for z, n in targets])
@@ -762,6 +773,7 @@ class GcpProvider:
                 op = self._instances.delete(project=self.project, zone=zone, instance=name,
                                             timeout=self.settings.timeout_s, retry=None)
             except gexc.NotFound:
+                self._forget_node(zone, name)
                 continue
             except Exception as e:
                 errors.append(map_error(e, region=_region_of(zone), zone=zone))
@@ -778,4 +790,6 @@ class GcpProvider:
             failed = operation_error(done, region=_region_of(zone), zone=zone)
             if failed and failed.code not in GONE_CODES:
                 errors.append(failed)
+            else:
+                self._forget_node(zone, name)
         return errors

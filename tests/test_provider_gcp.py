@@ -303,6 +303,8 @@ def test_transient_errors_while_waiting_are_ridden_out(gcp, fake_gcp):
     (["notFound"], 404, "machine type not found", InvalidRequestError, Scope.OFFER),
     (["alreadyExists"], 409, "exists", InvalidRequestError, Scope.OFFER),
     (["backendError"], 500, "Internal error", TransientError, Scope.REGION),
+    (["resourceNotReady"], 400, "The resource is not ready", TransientError, Scope.REGION),
+    ([], None, "connection reset", TransientError, Scope.REGION),
 ])
 def test_classify(codes, status, message, error, scope):
     err = classify(codes, status, message, region=REGION, zone=ZONE)
@@ -470,6 +472,12 @@ def test_config_errors_name_the_key(fake_gcp, change, key):
         GcpProvider.from_config(raw, owner=OWNER)
 
 
+def test_default_credentials_missing_is_a_config_error(fake_gcp, monkeypatch, tmp_path):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    with pytest.raises(ConfigError, match=r"providers\.gcp\.credentials"):
+        GcpProvider.from_config({**settings(fake_gcp.url), "credentials": ""}, owner=OWNER)
+
+
 def test_missing_project_is_a_config_error():
     with pytest.raises(ConfigError, match=r"providers\.gcp\.project"):
         GcpProvider.from_config({"regions": [REGION], "credentials": "anonymous",
@@ -569,3 +577,18 @@ def test_fake_serves_machine_and_accelerator_types(fake_gcp):
     assert {"nvidia-tesla-t4", "nvidia-l4", "nvidia-h100-80gb"} <= names
     bad = requests.get(f"{base}/instances", params={"filter": "((("}, timeout=5)
     assert bad.status_code == 400
+
+
+def test_relaunch_in_another_zone_removes_the_leftovers(gcp, fake_gcp):
+    gcp.launch(spec("lease-move", count=2, zone="us-central1-c"))
+    out = gcp.launch(spec("lease-move", count=2, zone=ZONE, token="tok-second-try"))
+    assert {i.zone for i in out} == {ZONE}
+    assert sorted((i["zone"].rsplit("/", 1)[-1], i["name"]) for i in fake_gcp.instances()) == [
+        (ZONE, "lease-move-n0"), (ZONE, "lease-move-n1")]
+
+
+def test_request_ids_are_stable_uuids():
+    rid = request_id("tok", ZONE, 0)
+    assert rid == request_id("tok", ZONE, 0) and uuid.UUID(rid).version == 5
+    assert len({request_id("tok", ZONE, i, g) for i in range(3) for g in range(3)}
+               | {request_id("tok", "us-central1-c", 0)}) == 10

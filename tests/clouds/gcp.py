@@ -110,6 +110,14 @@ def _tail(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _builtin_accelerator(row: dict) -> str:
+    """Compute's accelerator type name for a catalog row's GPU model."""
+    gpu, mem = (row.get("gpu") or "").strip().upper(), (row.get("gpu_memory_gb") or "").strip()
+    known = {"H100": "nvidia-h100-80gb", "H200": "nvidia-h200-141gb", "L4": "nvidia-l4", "B200": "nvidia-b200",
+             "A100": "nvidia-a100-80gb" if mem.startswith("80") else "nvidia-tesla-a100"}
+    return known.get(gpu, f"nvidia-{gpu.lower()}")
+
+
 def _load_catalog_types() -> tuple[dict[str, tuple[int, float, str, int]], set[str]]:
     """GCP machine types and attachable accelerators named by the bundled catalog, if present."""
     types: dict[str, tuple[int, float, str, int]] = {}
@@ -128,7 +136,7 @@ def _load_catalog_types() -> tuple[dict[str, tuple[int, float, str, int]], set[s
                     types.setdefault(name, (int(float(row.get("vcpus") or 0)), float(row.get("ram_gb") or 0), "", 0))
                 else:
                     types.setdefault(name, (int(float(row.get("vcpus") or 0)), float(row.get("ram_gb") or 0),
-                                            "nvidia-gpu", int(float(row.get("gpus") or 0))))
+                                            _builtin_accelerator(row), int(float(row.get("gpus") or 0))))
     except (OSError, ValueError, csv.Error):
         pass
     return types, accels
