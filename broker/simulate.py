@@ -537,6 +537,7 @@ class _Sim:
         self.burst_at = [0.0] * n
         self.interrupts = [0] * n
         self.on_od = [False] * n
+        self.why = [0] * n  # 1 = wait rule, 2 = threshold
         # on-prem
         G = self.G
         self.free = [G] * self.nodes
@@ -547,6 +548,7 @@ class _Sim:
         self.classes: dict[int, deque] = {}
         self.pending_gpus = 0
         self.pending_work = 0.0  # GPU-seconds queued on-prem
+        self.class_gpus: dict[int, int] = {}  # pending GPUs per job size
         self.busy_gpu_s = 0.0
         self.released = 0.0  # exponentially decayed GPUs released (see release_rate)
         self.released_at = 0.0
@@ -604,6 +606,8 @@ class _Sim:
                 ai += 1
             else:
                 t, kind, _, payload = heapq.heappop(ev)
+                if kind == _E_CHECK and self.state[payload if payload >= 0 else -1 - payload] != _PENDING:
+                    continue  # stale: the job started or left
             if t >= self.next_sample:
                 self.sample(t)
             self.last_time = t
@@ -718,6 +722,7 @@ class _Sim:
         self.pending_gpus -= g
         self.pending_jobs -= 1
         self.pending_work -= g * j.duration_s
+        self.class_gpus[g] -= g
         self.push(end, _E_ONPREM_END, i)
         return True
 
@@ -871,7 +876,14 @@ class _Sim:
         q = self.classes.get(g)
         if q is None:
             q = self.classes[g] = deque()
-        ahead = self.pending_gpus - g
+        # GPUs queued ahead that compete with it: jobs no bigger than it (bigger ones ahead
+        # are mostly backfilled around while they wait for whole nodes).
+        cg = self.class_gpus
+        ahead = 0
+        for c, v in cg.items():
+            if c <= g:
+                ahead += v
+        cg[g] = cg.get(g, 0) + g
         self.pending_work += g * j.duration_s
         q.append(i)
         if self.free_total >= g:
@@ -895,10 +907,11 @@ class _Sim:
                 else:
                     self.push(t + self.ratio * run + 1e-6, _E_CHECK, i)
                 if tc.threshold_trigger:
-                    if pred >= tc.selection.min_wait_share * run:
+                    share = tc.selection.min_wait_share * self.price_ratio(j)
+                    if pred >= share * run:
                         self.add_pool(i)
                     else:
-                        self.push(t + tc.selection.min_wait_share * run, _E_CHECK, -1 - i)
+                        self.push(t + share * run, _E_CHECK, -1 - i)
         self.want_tick(t)
 
     def add_pool(self, i: int) -> None:
@@ -907,6 +920,14 @@ class _Sim:
         j = self.jobs[i]
         self.in_pool[i] = True
         heapq.heappush(self.pool, ((0 if j.interruptible else 1, 3, j.duration_s, j.data_gb, j.submit_s), i))
+
+    def price_ratio(self, j: TraceJob) -> float:
+        c = self.chooser.choose(j)
+        if c.first is None or c.fallback is None:
+            return 1.0
+        a = c.first.offering.hourly_micros * c.first.nodes * c.first.stretch
+        b = c.fallback.offering.hourly_micros * c.fallback.nodes * c.fallback.stretch
+        return min(1.0, a / b) if b else 1.0
 
     def _startup(self, j: TraceJob) -> float:
         c = self.chooser.choose(j)
@@ -955,7 +976,7 @@ class _Sim:
             return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=int(math.ceil(j.duration_s)),
                                         waited_s=int(t - j.submit_s), interruptible=j.interruptible,
                                         data_gb=j.data_gb, kind=j.kind, queue=j.queue),
-                             self.pred[i])
+                             self.pred[i], self.price_ratio(j))
 
         idx: dict[str, int] = {}
         # Overdue jobs (wait rule), oldest first.
@@ -1004,8 +1025,10 @@ class _Sim:
             if state[item[1]] == _PENDING:
                 heapq.heappush(self.pool, item)
         if decision.action == BURST:
-            for c in decision.jobs:
-                self.burst(idx[c.job.job_id], t)
+            for k, c in enumerate(decision.jobs):
+                i = idx[c.job.job_id]
+                self.why[i] = 1 if k < decision.n_wait else 2
+                self.burst(i, t)
         # Unchosen overdue jobs stay overdue.
         for i in od:
             if state[i] == _PENDING:
@@ -1042,6 +1065,7 @@ class _Sim:
             self.no_offer.add(i)  # no cloud offering can hold it: it stays in the queue
             return
         self.state[i] = _CLOUD
+        self.class_gpus[j.gpus] -= j.gpus
         self.pending_gpus -= j.gpus
         self.pending_jobs -= 1
         self.pending_work -= j.gpus * j.duration_s

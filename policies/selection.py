@@ -27,8 +27,12 @@ class SelectionConfig:
     """Thresholds for :func:`eligibility`; the defaults are the broker policy's.
 
     - ``min_wait_share`` (0.25): never burst a job predicted to wait less than this share of its
-      runtime: it will be served soon enough at home, and start-up plus the cloud's price would
-      buy it little. (The wait trigger asks more: ``TriggerConfig.wait_runtime_ratio``.)
+      runtime at on-demand prices: it will be served soon enough at home, and start-up plus the
+      cloud's price would buy it little. The bar scales with the price the job would pay
+      (``Candidate.price_ratio``): a job that can take spot at a third of on-demand is worth
+      sending at a third of the wait. This is a value-of-time rule: sending is worth it when
+      wait x value >= cloud price x runtime. (The wait trigger asks more:
+      ``TriggerConfig.wait_runtime_ratio``.)
     - ``startup_s`` (120): the cloud's start-up delay for this job (caller fills it from the
       catalog terms of the offer it would take).
     - ``min_runtime_startups`` (4): never burst a job that runs for fewer than this many
@@ -48,6 +52,8 @@ class Candidate:
 
     job: PendingJob
     predicted_wait_s: float  # total predicted wait from submission, including what it waited
+    # The cloud price this job would pay over the on-demand price (spot: ~0.3; unknown: 1).
+    price_ratio: float = 1.0
 
     @property
     def wait_s(self) -> float:
@@ -65,9 +71,10 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
                 f"start-ups of {cfg.startup_s:.0f} s")
     if cfg.max_data_gb and j.data_gb > cfg.max_data_gb:
         return f"job {j.job_id} reads {j.data_gb:g} GB, over the {cfg.max_data_gb:g} GB limit"
-    if c.wait_s < cfg.min_wait_share * runtime:
+    share = cfg.min_wait_share * min(1.0, max(0.0, c.price_ratio))
+    if c.wait_s < share * runtime:
         return (f"job {j.job_id} is predicted to wait {c.wait_s:.0f} s on-prem, under "
-                f"{cfg.min_wait_share:g} of its {runtime:.0f} s runtime")
+                f"{share:.2g} of its {runtime:.0f} s runtime")
     return None
 
 

@@ -113,6 +113,7 @@ class Decision:
     reason: str = ""
     trigger: str = ""  # "threshold", "wait", "threshold+wait" or ""
     wake_at: float | None = None  # evaluate again by then even if nothing happens
+    n_wait: int = 0  # the first n_wait of ``jobs`` go for the wait rule, the rest for the threshold
 
     @property
     def gpus(self) -> int:
@@ -198,6 +199,7 @@ def evaluate(
         return True
 
     fired: list[str] = []
+    n_wait = 0
     # Wait trigger: every overdue, eligible job.
     if cfg.wait_trigger:
         overdue = [c for c in allowed if c.wait_s > cfg.wait_runtime_ratio * c.job.runtime_s]
@@ -206,6 +208,7 @@ def evaluate(
         n_before = len(chosen)
         for c in overdue:
             take(c)
+        n_wait = len(chosen)
         if len(chosen) > n_before:
             fired.append("wait")
         elif overdue:
@@ -263,7 +266,7 @@ def evaluate(
         trig = "+".join(fired)
         reason = (f"burst {len(chosen)} job(s), {spent} GPUs, because "
                   + " and ".join(_fired_reason(t, cfg, signals, verdict) for t in fired))
-        return Decision(BURST, tuple(chosen), scale_in, reason, trig, _soonest(*wake)), new_state
+        return Decision(BURST, tuple(chosen), scale_in, reason, trig, _soonest(*wake), n_wait), new_state
     reason = "did not burst, because " + ("; ".join(dict.fromkeys(why_not)) if why_not else "nothing asked for it")
     if scale_in:
         reason = f"scale in {len(scale_in)} idle cloud node(s); " + reason
