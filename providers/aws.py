@@ -548,7 +548,15 @@ class AwsProvider:
         group = ""
         if spec.count > 1 and spec.market is not Market.RESERVED:
             group = self._ensure_placement_group(spec, zone)
-        params = self._run_params(spec, zone, group, reservation)
+        token = client_token(spec)
+        consumed = sorted(r["InstanceId"] for r in dead if r.get("ClientToken") == token)
+        if consumed:
+            # Every instance this token launched has stopped (an interruption, a teardown): EC2 would
+            # answer the token with those dead instances, so the relaunch gets a token derived from
+            # them, which is just as stable across retries.
+            token = "r-" + hashlib.sha256("\n".join([token, *consumed]).encode()).hexdigest()[: CLIENT_TOKEN_LIMIT - 2]
+            log.info("aws.launch.relaunch", stopped_instance_ids=consumed)
+        params = self._run_params(spec, zone, group, reservation, token)
         log.info("aws.launch", zone=zone, instance_type=spec.instance.sdk_machine_type,
                  market=str(spec.market), count=spec.count, placement_group=group or None)
         try:
@@ -608,7 +616,7 @@ class AwsProvider:
                 provider=PROVIDER, code="IncompleteView", region=region, zone=zone)
         code = (dead[0].get("StateReason") or {}).get("Code") or "PartialLaunch"
         log.warning("aws.launch.partial", zone=zone, live=len(live), wanted=spec.count, code=code)
-        self._discard(region, zone, live, log)
+        self._discard(region, zone, live + [r for r in dead if r["State"]["Name"] in ("stopping", "stopped")], log)
         raise CapacityError(
             f"lease {spec.lease_id} kept {len(live)} of {spec.count} instances ({code}); terminated the rest",
             provider=PROVIDER, code=code, region=region, zone=zone)
@@ -637,12 +645,13 @@ class AwsProvider:
                                           if i.node_name in spec.node_names else len(spec.node_names)))
 
     def _tags(self, spec: LaunchSpec) -> list[dict[str, str]]:
-        tags = {str(k): str(v) for k, v in spec.tags.items()}
+        reserved = {TAG_LEASE, TAG_OWNER, "Name"}
+        tags = {str(k): str(v) for k, v in spec.tags.items() if str(k) not in reserved}
         tags.update({TAG_LEASE: spec.lease_id, TAG_OWNER: self.owner})
         return [{"Key": k, "Value": v} for k, v in tags.items()]
 
     def _run_params(self, spec: LaunchSpec, zone: str, group: str,
-                    reservation: Mapping[str, Any] | None) -> dict[str, Any]:
+                    reservation: Mapping[str, Any] | None, token: str) -> dict[str, Any]:
         region = spec.region
         tags = self._tags(spec)
         instance_tags = tags + ([{"Key": "Name", "Value": spec.node_names[0]}] if spec.count == 1 else [])
@@ -651,7 +660,7 @@ class AwsProvider:
             "InstanceType": spec.instance.sdk_machine_type,
             "MinCount": spec.count,
             "MaxCount": spec.count,
-            "ClientToken": client_token(spec),
+            "ClientToken": token,
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": instance_tags},
                 {"ResourceType": "volume", "Tags": tags},

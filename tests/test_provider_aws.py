@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import base64
+import json
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +73,7 @@ def test_on_demand_single_node(aws_cloud):
     p = make_provider(aws_cloud)
     script = render("slurm", BootContext("lease-1", "lease-1-n1", "aws", "us-east-1",
                                          settings={"conf_server": "ctl.example:6817", "munge_key": MUNGE_KEY}))
-    out = p.launch(spec(boot_script=script, tags={"team": "vision"}))
+    out = p.launch(spec(boot_script=script, tags={"team": "vision", "Name": "x", TAG_OWNER: "someone"}))
 
     assert len(out) == 1
     inst = out[0]
@@ -381,6 +386,59 @@ def test_partial_lease_is_cleaned_up_on_retry(aws_cloud):
     assert aws_cloud.count("RunInstances") == 1
     assert aws_cloud.placement_groups() == []
 
+    # The lifecycle's retry of the same lease and token starts a fresh set, once.
+    again = p.launch(spec("lease-36", count=2, market=Market.SPOT, it=P4D))
+    assert {i.state for i in again} <= {InstanceState.PENDING, InstanceState.RUNNING}
+    assert not {i.instance_id for i in again} & {i.instance_id for i in out}
+    p.launch(spec("lease-36", count=2, market=Market.SPOT, it=P4D))
+    assert aws_cloud.count("RunInstances") == 2
+    live = [s for s in server_side(aws_cloud, "lease-36") if s["state"] == "running"]
+    assert len(live) == 2 and {s["client_token"] for s in live} != {"tok-lease-36"}
+
+
+def test_relaunch_after_every_node_was_interrupted(aws_cloud):
+    p = make_provider(aws_cloud)
+    first = p.launch(spec("lease-37", market=Market.SPOT))
+    aws_cloud.interrupt(first[0].instance_id)
+    second = p.launch(spec("lease-37", market=Market.SPOT))
+    assert second[0].instance_id != first[0].instance_id and second[0].node_name == "lease-37-n1"
+    assert p.launch(spec("lease-37", market=Market.SPOT))[0].instance_id == second[0].instance_id
+    assert aws_cloud.count("RunInstances") == 2
+
+
+def test_partly_listed_lease_is_retried_not_torn_down(aws_cloud):
+    p = make_provider(aws_cloud)
+    out = p.launch(spec("lease-38", count=2))
+    aws_cloud.client().delete_tags(Resources=[out[1].instance_id], Tags=[{"Key": TAG_LEASE}])
+    with pytest.raises(TransientError) as e:  # as if EC2's eventually consistent reads lagged
+        p.launch(spec("lease-38", count=2))
+    assert e.value.code == "IncompleteView"
+    assert {s["state"] for s in server_side(aws_cloud, "lease-38")} == {"running"}
+
+
+@pytest.mark.parametrize("state,code,expected_state,reason", [
+    ("running", "", InstanceState.RUNNING, StopReason.NONE),
+    ("pending", "", InstanceState.PENDING, StopReason.NONE),
+    ("shutting-down", "Server.SpotInstanceTermination", InstanceState.STOPPING, StopReason.INTERRUPTED),
+    ("terminated", "Server.SpotInstanceShutdown", InstanceState.TERMINATED, StopReason.INTERRUPTED),
+    ("terminated", "Client.UserInitiatedShutdown", InstanceState.TERMINATED, StopReason.USER),
+    ("terminated", "Client.InstanceInitiatedShutdown", InstanceState.TERMINATED, StopReason.USER),
+    ("terminated", "Server.InsufficientInstanceCapacity", InstanceState.TERMINATED, StopReason.CAPACITY),
+    ("terminated", "Server.InternalError", InstanceState.TERMINATED, StopReason.ERROR),
+    ("stopped", "Client.VolumeLimitExceeded", InstanceState.STOPPING, StopReason.ERROR),
+    ("terminated", "Something.New", InstanceState.TERMINATED, StopReason.ERROR),
+])
+def test_state_and_stop_reason_mapping(state, code, expected_state, reason):
+    p = AwsProvider(AwsSettings.parse(BASE), OWNER)
+    inst = p.to_instance("us-east-1", {
+        "InstanceId": "i-1", "InstanceType": "p5.48xlarge", "State": {"Name": state},
+        "StateReason": {"Code": code}, "Placement": {"AvailabilityZone": "us-east-1a"},
+        "Tags": [{"Key": TAG_LEASE, "Value": "L"}, {"Key": "Name", "Value": "n1"}],
+    })
+    assert (inst.state, inst.stop_reason) == (expected_state, reason)
+    assert inst.stop_detail == (code if reason is not StopReason.NONE else "")
+    assert (inst.lease_id, inst.node_name, inst.market) == ("L", "n1", Market.ON_DEMAND)
+
 
 def test_map_error_passes_provider_errors_through():
     err = CapacityError("x", provider="aws")
@@ -536,3 +594,24 @@ def test_anonymous_credentials_work_on_loopback(aws_cloud, monkeypatch):
     out = p.launch(spec("lease-50", region="us-west-2"))
     assert out[0].zone.startswith("us-west-2")
     assert [i["region"] for i in server_side(aws_cloud, "lease-50")] == ["us-west-2"]
+
+
+def test_another_process_can_drive_the_mocked_cloud(aws_cloud):
+    """The chaos tests run the broker as a subprocess against this cloud: only the URL and env cross."""
+    settings = aws_cloud.provider_settings()
+    code = (
+        "import json, sys\n"
+        "from providers.aws import AwsProvider\n"
+        "from providers.base import InstanceType, LaunchSpec, Market\n"
+        "p = AwsProvider.from_config(json.loads(sys.argv[1]), owner='child')\n"
+        "it = InstanceType('aws', 'g5.xlarge', 'A10G', 1, 24, 4, 16, 'ethernet', 10)\n"
+        "out = p.launch(LaunchSpec('child-lease', 'aws', 'us-east-1', '', it, Market.ON_DEMAND, 1, 't', ('c1',)))\n"
+        "print(out[0].instance_id)\n"
+    )
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **AwsCloud.client_env()}
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(settings)], env=env, cwd=root,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (srv,) = server_side(aws_cloud, "child-lease")
+    assert srv["id"] == result.stdout.strip().splitlines()[-1] and srv["tags"][TAG_OWNER] == "child"
