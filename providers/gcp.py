@@ -28,8 +28,11 @@ How the pieces of the protocol map onto Compute:
   operation targeting that instance id to still report it INTERRUPTED. That memory is per
   process: a VM preempted *and* deleted before this process ever saw it is reported as simply
   gone. ``terminate`` clears it.
-* Compact placement for multi-node leases is not requested (no resource policy is created);
-  A3 Mega/Ultra clusters that need it should use a reservation with its own placement.
+* Compact placement (``compact_placement = true``): a multi-node lease gets a regional
+  ``resourcePolicies`` entry ``broker-<lease>`` with ``groupPlacementPolicy.collocation:
+  COLLOCATED`` (idempotent by name), named in every node's ``resourcePolicies``; it is deleted
+  when the launch is rolled back and when ``terminate`` leaves it unused. Off by default: not
+  every machine family supports it, and a reservation may carry its own placement.
 """
 from __future__ import annotations
 
@@ -117,6 +120,11 @@ def label_key(text: str) -> str:
     return key if key[:1].isalpha() else f"k-{key}"[:63]
 
 
+def placement_name(lease_id: str) -> str:
+    """The compact placement policy of a lease: a valid Compute resource name."""
+    return f"broker-{label_value(lease_id).replace('_', '-')}"[:63].rstrip("-")
+
+
 def request_id(client_token: str, zone: str, index: int, generation: int = 0) -> str:
     """The ``requestId`` of node ``index``'s insert: the same in every process for the same input."""
     return str(uuid.uuid5(REQUEST_NS, f"{client_token}|{zone}|{index}|{generation}"))
@@ -202,13 +210,14 @@ class GcpSettings:
     boot_disk_type: str = "pd-balanced"
     service_account: str = ""
     external_ip: bool = False
+    compact_placement: bool = False
     timeout_s: float = 60.0
     operation_timeout_s: float = 900.0
 
 
 _KNOWN_KEYS = {"enabled", "project", "regions", "zones", "api_endpoint", "credentials", "network",
                "subnetwork", "image", "boot_disk_gb", "boot_disk_type", "service_account", "external_ip",
-               "timeout_s", "operation_timeout_s"}
+               "compact_placement", "timeout_s", "operation_timeout_s"}
 
 
 def _key(k: str) -> str:
@@ -253,9 +262,10 @@ def parse_settings(raw: Mapping[str, Any]) -> GcpSettings:
         raise ConfigError(f"{_key('api_endpoint')} must be an http(s) URL")
     credentials = text("credentials")
     check_anonymous(NAME, credentials, endpoint, "api_endpoint")
-    external_ip = raw.get("external_ip", False)
-    if not isinstance(external_ip, bool):
-        raise ConfigError(f"{_key('external_ip')} must be true or false")
+    external_ip, compact = raw.get("external_ip", False), raw.get("compact_placement", False)
+    for k, v in (("external_ip", external_ip), ("compact_placement", compact)):
+        if not isinstance(v, bool):
+            raise ConfigError(f"{_key(k)} must be true or false")
     image = text("image", DEFAULT_IMAGE) or DEFAULT_IMAGE
     unknown = sorted(set(raw) - _KNOWN_KEYS)
     if unknown:
@@ -266,7 +276,7 @@ def parse_settings(raw: Mapping[str, Any]) -> GcpSettings:
         subnetworks=dict(subnets), image=image,
         boot_disk_gb=int(number("boot_disk_gb", 100, 10)),
         boot_disk_type=text("boot_disk_type", "pd-balanced") or "pd-balanced",
-        service_account=text("service_account"), external_ip=external_ip,
+        service_account=text("service_account"), external_ip=external_ip, compact_placement=compact,
         timeout_s=float(number("timeout_s", 60.0, 0.001)),
         operation_timeout_s=float(number("operation_timeout_s", 900.0, 0.001)),
     )
@@ -347,11 +357,17 @@ class GcpProvider:
                                                      client_options=options)
         self._operations = compute_v1.ZoneOperationsClient(credentials=credentials, transport="rest",
                                                            client_options=options)
-        # operation.result() polls a ZoneOperationsClient the SDK builds without client_options; make
-        # it ours so nothing ever polls another endpoint (we poll with self._operations anyway).
-        services = getattr(self._instances._transport, "_extended_operations_services", None)
-        if isinstance(services, dict):
-            services["zone_operations"] = self._operations
+        self._region_operations = compute_v1.RegionOperationsClient(credentials=credentials, transport="rest",
+                                                                    client_options=options)
+        self._policies = compute_v1.ResourcePoliciesClient(credentials=credentials, transport="rest",
+                                                           client_options=options)
+        # operation.result() polls an operations client the SDK builds without client_options; make
+        # it ours so nothing ever polls another endpoint (we poll with our own clients anyway).
+        for client, key, ops in ((self._instances, "zone_operations", self._operations),
+                                 (self._policies, "region_operations", self._region_operations)):
+            services = getattr(client._transport, "_extended_operations_services", None)
+            if isinstance(services, dict):
+                services[key] = ops
         self._seen: dict[str, dict[str, _Seen]] = {}
         # (client token, zone, node index) → the requestId generation last used: a retry in this
         # process starts there instead of walking the replays again.
@@ -403,7 +419,8 @@ class GcpProvider:
                 raise errors[0]
         missing = [i for i, n in enumerate(names) if n not in keep]
         if missing:
-            self._create(spec, zone, missing, lg)
+            policy = self._ensure_placement(spec, lg)
+            self._create(spec, zone, missing, lg, policy)
             rows = self._rows_or_abort(spec, zone, lg)
         else:
             rows = [(z, i) for z, i in existing if z == zone and i.name in keep]
@@ -441,7 +458,7 @@ class GcpProvider:
         if spec.market is Market.RESERVED and not spec.reservation:
             raise bad("a reserved launch needs spec.reservation (the reservation name)", "RESERVATION_REQUIRED")
 
-    def _create(self, spec: LaunchSpec, zone: str, indices: Sequence[int], lg: Any) -> None:
+    def _create(self, spec: LaunchSpec, zone: str, indices: Sequence[int], lg: Any, policy: str = "") -> None:
         """Insert nodes ``indices`` and wait for them; on any failure clean the lease up and raise."""
         region = spec.region
         started: list[tuple[str, str]] = []  # (node name, operation name)
@@ -449,7 +466,7 @@ class GcpProvider:
         for i in indices:
             name = spec.node_names[i]
             try:
-                op_name = self._insert(spec, zone, i, lg)
+                op_name = self._insert(spec, zone, i, lg, policy)
             except Exception as e:
                 error = map_error(e, region=region, zone=zone)
                 lg.warning("gcp.insert.failed", node=name, code=error.code, error=type(error).__name__)
@@ -470,7 +487,7 @@ class GcpProvider:
         if error:
             self._abort(spec, zone, error, lg)
 
-    def _insert(self, spec: LaunchSpec, zone: str, index: int, lg: Any) -> str:
+    def _insert(self, spec: LaunchSpec, zone: str, index: int, lg: Any, policy: str = "") -> str:
         """Insert node ``index``; the name of the operation that creates it.
 
         Compute answers a known ``requestId`` with the original operation. One that is DONE at
@@ -478,6 +495,8 @@ class GcpProvider:
         cleanup), that attempt is over and the next generation's requestId starts a new one."""
         name = spec.node_names[index]
         body = self._body(spec, zone, name)
+        if policy:
+            body.resource_policies = [policy]
         key = (spec.client_token, zone, index)
         first = self._generation.get(key, 0)
         for generation in range(first, first + GENERATIONS):
@@ -517,6 +536,7 @@ class GcpProvider:
             lg.warning("gcp.launch.cleanup", instances=[f"{z}/{n}" for z, n in victims])
             for e in self._delete(victims, lg):
                 lg.error("gcp.launch.cleanup_failed", error=str(e))
+        self._drop_placement(spec.lease_id, spec.region, lg)
         raise error
 
     def _body(self, spec: LaunchSpec, zone: str, name: str) -> compute_v1.Instance:
@@ -575,10 +595,54 @@ class GcpProvider:
             theirs = dict(sorted(theirs.items())[: 64 - len(ours)])
         return {**theirs, **ours}
 
+    # -- compact placement ---------------------------------------------------------------------
+
+    def _ensure_placement(self, spec: LaunchSpec, lg: Any) -> str:
+        """The lease's compact placement policy (created if need be), or "" when not wanted."""
+        if not (self.settings.compact_placement and spec.count > 1):
+            return ""
+        name = placement_name(spec.lease_id)
+        body = compute_v1.ResourcePolicy(
+            name=name, description=f"broker lease {spec.lease_id}",
+            group_placement_policy=compute_v1.ResourcePolicyGroupPlacementPolicy(collocation="COLLOCATED"))
+        try:
+            # Idempotent by name: a retry finds it there (409) and uses it.
+            op = self._policies.insert(project=self.project, region=spec.region, resource_policy_resource=body,
+                                       timeout=self.settings.timeout_s, retry=None)
+            done = self._wait("", op.name, time.monotonic() + self.settings.operation_timeout_s, spec.region, lg)
+            failed = operation_error(done, region=spec.region, zone="")
+            if failed and failed.code != "alreadyExists":
+                raise failed
+            lg.info("gcp.placement.created", policy=name)
+        except gexc.Conflict:
+            pass
+        except Exception as e:
+            raise map_error(e, region=spec.region) from e
+        return f"projects/{self.project}/regions/{spec.region}/resourcePolicies/{name}"
+
+    def _drop_placement(self, lease_id: str, region: str, lg: Any) -> None:
+        """Delete the lease's placement policy once no instance uses it; leftovers are logged only."""
+        if not self.settings.compact_placement:
+            return
+        name = placement_name(lease_id)
+        try:
+            op = self._policies.delete(project=self.project, region=region, resource_policy=name,
+                                       timeout=self.settings.timeout_s, retry=None)
+            self._wait("", op.name, time.monotonic() + self.settings.operation_timeout_s, region, lg)
+        except gexc.NotFound:
+            return
+        except Exception as e:
+            err = map_error(e, region=region)
+            if err.code != "resourceInUseByAnotherResource":
+                lg.warning("gcp.placement.delete_failed", policy=name, error=str(err))
+            return
+        lg.info("gcp.placement.deleted", policy=name)
+
     # -- operations ----------------------------------------------------------------------------
 
     def _wait(self, zone: str, op_name: str, deadline: float, region: str, lg: Any) -> compute_v1.Operation:
-        """Wait for a zonal operation to be DONE, riding out transient errors until ``deadline``."""
+        """Wait for an operation of ``zone`` (or of ``region`` when ``zone`` is "") to be DONE,
+        riding out transient errors until ``deadline``."""
         pause = 0.2
         while True:
             remaining = deadline - time.monotonic()
@@ -587,8 +651,12 @@ class GcpProvider:
                                      f"{self.settings.operation_timeout_s:g}s", provider=NAME,
                                      code="OPERATION_TIMEOUT", region=region, zone=zone)
             try:
-                op = self._operations.wait(project=self.project, zone=zone, operation=op_name,
-                                           timeout=min(remaining, WAIT_CALL_S), retry=None)
+                if zone:
+                    op = self._operations.wait(project=self.project, zone=zone, operation=op_name,
+                                               timeout=min(remaining, WAIT_CALL_S), retry=None)
+                else:
+                    op = self._region_operations.wait(project=self.project, region=region, operation=op_name,
+                                                      timeout=min(remaining, WAIT_CALL_S), retry=None)
             except Exception as e:
                 err = map_error(e, region=region, zone=zone)
                 if not err.retryable:
@@ -760,6 +828,8 @@ class GcpProvider:
         targets = [(i.zone, i.node_name or i.instance_id) for i in instances if i.provider == NAME]
         lg = log.bind(provider=NAME, lease_id=",".join(sorted({i.lease_id for i in instances if i.lease_id})))
         errors = self._delete(targets, lg)
+        for lease, region in sorted({(i.lease_id, i.region) for i in instances if i.lease_id and i.provider == NAME}):
+            self._drop_placement(lease, region, lg)
         if errors:
             raise errors[0]
         lg.info("gcp.terminate.ok", instances=[f"{z}/{n}" for z, n in targets])

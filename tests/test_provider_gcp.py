@@ -592,3 +592,54 @@ def test_request_ids_are_stable_uuids():
     assert rid == request_id("tok", ZONE, 0) and uuid.UUID(rid).version == 5
     assert len({request_id("tok", ZONE, i, g) for i in range(3) for g in range(3)}
                | {request_id("tok", "us-central1-c", 0)}) == 10
+
+
+# ---------------------------------------------------------------------------------------------
+# compact placement
+
+
+@pytest.fixture
+def gcp_compact(fake_gcp: FakeGcpCompute) -> GcpProvider:
+    return GcpProvider.from_config(settings(fake_gcp.url, compact_placement=True), owner=OWNER)
+
+
+def test_compact_placement_for_a_multi_node_lease(gcp_compact, fake_gcp):
+    out = gcp_compact.launch(spec("lease-cp", count=3))
+    [policy] = fake_gcp.policies()
+    assert policy["name"] == "broker-lease-cp" and policy["status"] == "READY"
+    assert policy["groupPlacementPolicy"]["collocation"] == "COLLOCATED"
+    for i in out:
+        [used] = fake_instance(fake_gcp, i.node_name)["resourcePolicies"]
+        assert used.endswith(f"/regions/{REGION}/resourcePolicies/broker-lease-cp")
+    assert gcp_compact.launch(spec("lease-cp", count=3)) == out  # retry: the policy is reused
+    gcp_compact.terminate(out)
+    assert fake_gcp.policies() == [] and fake_gcp.instances() == []
+
+
+def test_compact_placement_is_rolled_back_with_the_launch(gcp_compact, fake_gcp):
+    fake_gcp.inject("capacity", match="lease-cpf-n1")
+    with pytest.raises(CapacityError):
+        gcp_compact.launch(spec("lease-cpf", count=2))
+    assert fake_gcp.policies() == [] and fake_gcp.instances() == []
+    out = gcp_compact.launch(spec("lease-cpf", count=2, token="tok-cpf-2"))
+    assert len(out) == 2 and len(fake_gcp.policies()) == 1
+
+
+def test_single_node_leases_get_no_placement_policy(gcp_compact, fake_gcp):
+    [inst] = gcp_compact.launch(spec("lease-one"))
+    assert fake_gcp.policies() == [] and not fake_instance(fake_gcp, inst.node_name).get("resourcePolicies")
+
+
+def test_placement_policy_kept_while_other_nodes_use_it(gcp_compact, fake_gcp):
+    out = gcp_compact.launch(spec("lease-half", count=2))
+    gcp_compact.terminate(out[:1])
+    assert len(fake_gcp.policies()) == 1
+    gcp_compact.terminate(out[1:])
+    assert fake_gcp.policies() == []
+
+
+def test_placement_policy_errors_are_mapped(gcp_compact, fake_gcp):
+    fake_gcp.inject("forbidden", match="resourcePolicies")
+    with pytest.raises(AuthError):
+        gcp_compact.launch(spec("lease-cpe", count=2))
+    assert fake_gcp.insert_count == 0

@@ -18,6 +18,9 @@ differ). What it models, after the public API reference:
   automatically or consume a reservation, a specific reservation must exist, label and metadata
   key rules, name conflicts (409). Errors use Compute's shape:
   ``{"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}``.
+* ``regions/R/resourcePolicies`` (compact placement): insert/get/delete with regional
+  operations; instances may only name existing policies of their region, and a policy in use
+  cannot be deleted (``resourceInUseByAnotherResource``).
 * Preemption (``interrupt``): the VM goes TERMINATED with ``lastStopTimestamp``, a DONE
   ``compute.instances.preempted`` operation is recorded, and with
   ``instanceTerminationAction: DELETE`` the VM is then deleted.
@@ -278,9 +281,9 @@ class Fault:
 class _Op:
     name: str
     project: str
-    zone: str
+    zone: str  # the zone, or the region of a regional operation
     op_type: str
-    target: str  # instance name
+    target: str  # the target resource's name
     target_id: str
     request_id: str = ""
     polls: int = 0
@@ -294,16 +297,19 @@ class _Op:
     status_message: str = ""
     user: str = "broker@example.iam.gserviceaccount.com"
     seq: int = 0
+    regional: bool = False
+    target_kind: str = "instances"
 
     def json(self) -> dict:
-        zone_link = f"{LINK}/projects/{self.project}/zones/{self.zone}"
+        scope = "regions" if self.regional else "zones"
+        zone_link = f"{LINK}/projects/{self.project}/{scope}/{self.zone}"
         out: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(abs(hash(self.name)) % (10**18)),
             "name": self.name,
-            "zone": zone_link,
+            "region" if self.regional else "zone": zone_link,
             "operationType": self.op_type,
-            "targetLink": f"{zone_link}/instances/{self.target}",
+            "targetLink": f"{zone_link}/{self.target_kind}/{self.target}",
             "targetId": self.target_id,
             "status": self.status,
             "user": self.user,
@@ -381,6 +387,7 @@ class FakeGcpCompute:
             self._ops: dict[tuple[str, str], _Op] = {}  # (zone, op name) → op
             self._by_request: dict[tuple[str, str], str] = {}  # (zone, requestId) → op name
             self._reservations: dict[tuple[str, str], dict] = {}
+            self._policies: dict[tuple[str, str], dict] = {}  # (region, name) → resource policy
             self._faults: list[Fault] = []
             self._rate: tuple[float, tuple[str, ...], random.Random] | None = None
             self.calls: list[Call] = []
@@ -536,10 +543,12 @@ class FakeGcpCompute:
 
     # -- operations ----------------------------------------------------------------------------
 
-    def _new_op(self, zone: str, op_type: str, target: str, target_id: str, request_id: str = "") -> _Op:
+    def _new_op(self, zone: str, op_type: str, target: str, target_id: str, request_id: str = "",
+                regional: bool = False) -> _Op:
         self._seq += 1
         name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
-        op = _Op(name, self.project, zone, op_type, target, target_id, request_id, seq=self._seq)
+        op = _Op(name, self.project, zone, op_type, target, target_id, request_id, seq=self._seq,
+                 regional=regional, target_kind="resourcePolicies" if regional else "instances")
         self._ops[(zone, name)] = op
         if request_id:
             self._by_request[(zone, request_id)] = name
@@ -560,6 +569,15 @@ class FakeGcpCompute:
         if new == op.status:
             return
         op.status = new
+        if op.regional:
+            if new == "DONE":
+                op.end_time = _now()
+                policy = self._policies.get((op.zone, op.target))
+                if policy is not None and op.op_type == "insert" and not op.error_code:
+                    policy["status"] = "READY"
+                elif policy is not None and op.op_type == "delete":
+                    del self._policies[(op.zone, op.target)]
+            return
         inst = self._instances.get((op.zone, op.target))
         if new == "RUNNING" and inst is not None:
             inst["status"] = "STAGING" if op.op_type == "insert" else "STOPPING"
@@ -577,6 +595,67 @@ class FakeGcpCompute:
             raise HttpError(404, "notFound",
                             f"The resource 'projects/{self.project}/zones/{zone}/operations/{operation}' was not found")
         return op
+
+    def get_region_operation(self, *, region: str, operation: str, **_: Any) -> tuple[int, dict]:
+        return self.get_operation(zone=region, operation=operation)
+
+    def wait_region_operation(self, *, region: str, operation: str, **_: Any) -> tuple[int, dict]:
+        return self.wait_operation(zone=region, operation=operation)
+
+    # -- resource policies (compact placement) -------------------------------------------------
+
+    def policies(self) -> list[dict]:
+        with self._lock:
+            self._tick_all()
+            return [json.loads(json.dumps(p)) for p in self._policies.values()]
+
+    def _policy(self, region: str, name: str) -> dict:
+        policy = self._policies.get((region, name))
+        if policy is None:
+            raise HttpError(404, "notFound", f"The resource 'projects/{self.project}/regions/{region}/"
+                                             f"resourcePolicies/{name}' was not found")
+        return policy
+
+    def insert_policy(self, *, region: str, query: dict, body: Any, **_: Any) -> tuple[int, dict]:
+        rid = self._check_request_id(query)
+        if rid and (region, rid) in self._by_request:
+            return 200, self._ops[(region, self._by_request[(region, rid)])].json()
+        if not isinstance(body, dict) or not body.get("name"):
+            raise HttpError(400, "required", "Required field 'resource.name' not specified")
+        name = body["name"]
+        if not NAME_RE.match(name):
+            raise _invalid("resource.name", name, "Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'")
+        placement = body.get("groupPlacementPolicy") or {}
+        if placement.get("collocation") not in (None, "COLLOCATED", "UNSPECIFIED_COLLOCATION"):
+            raise _invalid("resource.groupPlacementPolicy.collocation", placement.get("collocation"),
+                           "Unknown collocation.")
+        if (region, name) in self._policies:
+            raise HttpError(409, "alreadyExists", f"The resource 'projects/{self.project}/regions/{region}/"
+                                                  f"resourcePolicies/{name}' already exists")
+        link = f"{LINK}/projects/{self.project}/regions/{region}/resourcePolicies/{name}"
+        policy = {**json.loads(json.dumps(body)), "kind": "compute#resourcePolicy", "id": str(random.getrandbits(62)),
+                  "creationTimestamp": _now(), "region": f"{LINK}/projects/{self.project}/regions/{region}",
+                  "selfLink": link, "status": "CREATING"}
+        self._policies[(region, name)] = policy
+        op = self._new_op(region, "insert", name, policy["id"], rid, regional=True)
+        return 200, op.json()
+
+    def get_policy(self, *, region: str, name: str, **_: Any) -> tuple[int, dict]:
+        return 200, self._policy(region, name)
+
+    def delete_policy(self, *, region: str, name: str, query: dict, **_: Any) -> tuple[int, dict]:
+        rid = self._check_request_id(query)
+        if rid and (region, rid) in self._by_request:
+            return 200, self._ops[(region, self._by_request[(region, rid)])].json()
+        policy = self._policy(region, name)
+        users = [n for (_z, n), i in self._instances.items()
+                 if any(_tail(p) == name for p in i.get("resourcePolicies") or [])]
+        if users:
+            raise HttpError(400, "resourceInUseByAnotherResource",
+                            f"The resource_policy resource '{policy['selfLink']}' is already being used by "
+                            f"'{users[0]}'")
+        op = self._new_op(region, "delete", name, policy["id"], rid, regional=True)
+        return 200, op.json()
 
     def get_operation(self, *, zone: str, operation: str, **_: Any) -> tuple[int, dict]:
         op = self._op(zone, operation)
@@ -807,6 +886,16 @@ class FakeGcpCompute:
             if res["machineType"] != mt:
                 raise _invalid("resource.reservationAffinity", aff["values"][0],
                                f"Reservation is for machine type '{res['machineType']}', not '{mt}'.")
+        region = zone.rsplit("-", 1)[0]
+        for url in body.get("resourcePolicies") or []:
+            m = re.search(r"regions/([^/]+)/resourcePolicies/([^/]+)$", url)
+            if not m or m.group(1) != region:
+                raise _invalid("resource.resourcePolicies", url, f"Resource policy must be in region '{region}'.")
+            policy = self._policy(region, m.group(2))
+            if policy.get("groupPlacementPolicy", {}).get("collocation") == "COLLOCATED" and \
+                    sched.get("onHostMaintenance", "MIGRATE") != "TERMINATE":
+                raise _invalid("resource.scheduling.onHostMaintenance", sched.get("onHostMaintenance", "MIGRATE"),
+                               "Compact placement policies require onHostMaintenance TERMINATE.")
         labels = body.get("labels") or {}
         if len(labels) > 64:
             raise _invalid("resource.labels", len(labels), "At most 64 labels are allowed.")
@@ -874,7 +963,13 @@ class FakeGcpCompute:
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 _Z = _P + r"/zones/(?P<zone>[a-z]+-[a-z]+[0-9]+-[a-z])"
+_R = _P + r"/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)"
 ROUTES: list[tuple[str, re.Pattern, str]] = [
+    ("POST", re.compile(_R + r"/resourcePolicies"), "insert_policy"),
+    ("GET", re.compile(_R + r"/resourcePolicies/(?P<name>[^/]+)"), "get_policy"),
+    ("DELETE", re.compile(_R + r"/resourcePolicies/(?P<name>[^/]+)"), "delete_policy"),
+    ("GET", re.compile(_R + r"/operations/(?P<operation>[^/]+)"), "get_region_operation"),
+    ("POST", re.compile(_R + r"/operations/(?P<operation>[^/]+)/wait"), "wait_region_operation"),
     ("POST", re.compile(_Z + r"/instances"), "insert_instance"),
     ("GET", re.compile(_Z + r"/instances"), "list_instances"),
     ("GET", re.compile(_Z + r"/instances/(?P<name>[^/]+)"), "get_instance"),
