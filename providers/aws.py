@@ -229,7 +229,7 @@ class AwsSettings:
             raise ConfigError("providers.aws.credentials must be \"default\" or \"anonymous\"")
         check_anonymous(PROVIDER, credentials, endpoint, "endpoint_url")
 
-        image_ids = _per_region(raw, "image_id", regions, _AMI_RE, "an AMI id like \"ami-0abc12345def67890\"")
+        image_ids = _per_region(raw, "image_id", _AMI_RE, "an AMI id like \"ami-0abc12345def67890\"")
         if image_ids is None:
             raise ConfigError("providers.aws.image_id is required")
         missing = [r for r in regions if r not in image_ids and "*" not in image_ids]
@@ -298,8 +298,7 @@ class AwsSettings:
         )
 
 
-def _per_region(raw: Mapping[str, Any], key: str, regions: Sequence[str], pattern: re.Pattern[str],
-                what: str) -> dict[str, str] | None:
+def _per_region(raw: Mapping[str, Any], key: str, pattern: re.Pattern[str], what: str) -> dict[str, str] | None:
     value = raw.get(key)
     if value is None:
         return None
