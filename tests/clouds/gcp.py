@@ -748,8 +748,9 @@ class FakeGcpCompute:
             except ValueError:
                 ok = False
             if not ok:
-                raise _invalid("requestId", rid, "The request ID must be a valid UUID with the exception "
-                                                 "that zero UUID is not supported (00000000-0000-0000-0000-000000000000).")
+                raise _invalid("requestId", rid, "The request ID must be a valid UUID with the exception that "
+                                                 "zero UUID is not supported "
+                                                 "(00000000-0000-0000-0000-000000000000).")
         return rid
 
     def insert_instance(self, *, zone: str, query: dict, body: Any, fault: Fault | None, **_: Any) -> tuple[int, dict]:
