@@ -69,8 +69,19 @@ class Settings:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "Settings":
-        known = {k: float(v) if k not in ("max_failover", "retries") else int(v)
-                 for k, v in m.items() if k in cls.__dataclass_fields__}
+        from broker.config import ConfigError
+
+        known = {}
+        for k, v in m.items():
+            if k not in cls.__dataclass_fields__:
+                raise ConfigError(f"config: lifecycle.{k} is not a known key "
+                                  f"({', '.join(cls.__dataclass_fields__)})")
+            try:
+                known[k] = int(v) if k in ("max_failover", "retries") else float(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"config: lifecycle.{k} must be a number, got {v!r}") from None
+            if known[k] < 0:
+                raise ConfigError(f"config: lifecycle.{k} must be zero or more, got {v!r}")
         return cls(**known)
 
 

@@ -85,10 +85,20 @@ class Service:
 
     # -- background loops ------------------------------------------------------------------------
     def start_background(self) -> None:
+        """Run the reconciler (and the autoscaler) on the leader replica only."""
+        from broker.leader import Leadership
+
+        self.leadership = Leadership(self.store)
         interval = float(self.config.reconciler["interval_s"])
-        self._threads.append(self._loop("reconciler", interval, self.reconciler.run_pass))
+        self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
         if self.autoscaler is not None:
-            self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s, self.autoscaler.tick))
+            self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s,
+                                            self._leading(self.autoscaler.tick)))
+
+    def _leading(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run():
+            return fn() if self.leadership.is_leader() else None
+        return run
 
     def _loop(self, name: str, interval: float, fn: Callable[[], Any]) -> threading.Thread:
         def run() -> None:
@@ -110,6 +120,8 @@ class Service:
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
+        if getattr(self, "leadership", None) is not None:
+            self.leadership.release()
         self.store.close()
 
 

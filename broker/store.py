@@ -132,7 +132,7 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-        SQLModel.metadata.create_all(self.engine)
+        self._create_schema()
         self._changed = threading.Condition()
         self._seq = 0
         self._recent: OrderedDict[str, tuple] = OrderedDict()
@@ -140,6 +140,20 @@ class Store:
         self._pending: queue.Queue = queue.Queue()
         self._writer: threading.Thread | None = None
         self._blocks: tuple[float, list[BlockRecord]] | None = None
+
+    SCHEMA_LOCK = 0x62726F6B  # "brok": advisory lock serialising schema creation across replicas
+
+    def _create_schema(self) -> None:
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.begin() as conn:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)").bindparams(k=self.SCHEMA_LOCK))
+                SQLModel.metadata.create_all(conn)
+        else:
+            SQLModel.metadata.create_all(self.engine)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
 
     def close(self) -> None:
         if self._writer is not None:

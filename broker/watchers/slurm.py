@@ -443,6 +443,7 @@ def _job_from_json(j: Mapping[str, Any]) -> list[SlurmJob]:
                  or (isinstance(exclusive_field, list) and bool(
                      {"true", "user", "mcs"} & {str(x) for x in exclusive_field})))
     reason = _json_str(j.get("state_reason"))
+    reason = "" if reason in _NULLS else reason
     desc = _json_str(j.get("state_description"))
     if desc and reason and desc.startswith(reason):
         reason = desc
