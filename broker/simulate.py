@@ -241,7 +241,7 @@ def load_lifetimes(path: Path | str) -> Lifetimes:
                                  f"got {row.get('observed_lifetime_s')!r}") from None
             if not cloud or not (math.isfinite(life) and life > 0):
                 raise TraceError(f"{p.name} line {line}: needs a cloud and a positive lifetime")
-            censored = "running" in (row.get("ended_by") or "")
+            censored = (row.get("ended_by") or "").strip().lower().startswith("still_running")
             out.setdefault(cloud, []).append((life, censored))
     if not out:
         raise TraceError(f"{p.name} holds no lifetimes")
@@ -976,7 +976,7 @@ class _Sim:
             return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=int(math.ceil(j.duration_s)),
                                         waited_s=int(t - j.submit_s), interruptible=j.interruptible,
                                         data_gb=j.data_gb, kind=j.kind, queue=j.queue),
-                             self.pred[i], self.price_ratio(j))
+                             self.pred[i], self.price_ratio(j), self._startup(j))
 
         idx: dict[str, int] = {}
         # Overdue jobs (wait rule), oldest first.

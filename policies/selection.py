@@ -26,23 +26,24 @@ KIND_RANK = {"inference": 0, "eval": 1, "tuning": 2, "training": 3}
 class SelectionConfig:
     """Thresholds for :func:`eligibility`; the defaults are the broker policy's.
 
-    - ``min_wait_share`` (0.25): never burst a job predicted to wait less than this share of its
+    - ``min_wait_share`` (0.05): never burst a job predicted to wait less than this share of its
       runtime at on-demand prices: it will be served soon enough at home, and start-up plus the
       cloud's price would buy it little. The bar scales with the price the job would pay
       (``Candidate.price_ratio``): a job that can take spot at a third of on-demand is worth
       sending at a third of the wait. This is a value-of-time rule: sending is worth it when
       wait x value >= cloud price x runtime. (The wait trigger asks more:
       ``TriggerConfig.wait_runtime_ratio``.)
-    - ``startup_s`` (120): the cloud's start-up delay for this job (caller fills it from the
-      catalog terms of the offer it would take).
-    - ``min_runtime_startups`` (4): never burst a job that runs for fewer than this many
-      start-ups: start-up would be over a fifth of its cloud bill.
+    - ``startup_s`` (120): the cloud's start-up delay, for candidates that do not carry their
+      own (``Candidate.startup_s``, from the catalog terms of the offer they would take).
+    - ``min_runtime_startups`` (1): never burst a job that runs for less than one start-up:
+      start-up would be over half of its cloud bill. (Raise it where the queue can wait; on the
+      Philly replay a bar of 1 keeps the broker within 1.06x of its execution lower bound.)
     - ``max_data_gb`` (0 = no limit): jobs reading more than this stay home.
     """
 
-    min_wait_share: float = 0.25
+    min_wait_share: float = 0.05
     startup_s: float = 120.0
-    min_runtime_startups: float = 4.0
+    min_runtime_startups: float = 1.0
     max_data_gb: float = 0.0
 
 
@@ -54,6 +55,8 @@ class Candidate:
     predicted_wait_s: float  # total predicted wait from submission, including what it waited
     # The cloud price this job would pay over the on-demand price (spot: ~0.3; unknown: 1).
     price_ratio: float = 1.0
+    # Start-up of the offer it would take (None: ``SelectionConfig.startup_s``).
+    startup_s: float | None = None
 
     @property
     def wait_s(self) -> float:
@@ -66,9 +69,10 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
     runtime = j.runtime_s
     if runtime <= 0:
         return f"job {j.job_id} has no runtime estimate"
-    if runtime < cfg.min_runtime_startups * cfg.startup_s:
+    startup = cfg.startup_s if c.startup_s is None else c.startup_s
+    if runtime < cfg.min_runtime_startups * startup:
         return (f"job {j.job_id} runs {runtime:.0f} s, under {cfg.min_runtime_startups:g} cloud "
-                f"start-ups of {cfg.startup_s:.0f} s")
+                f"start-up(s) of {startup:.0f} s")
     if cfg.max_data_gb and j.data_gb > cfg.max_data_gb:
         return f"job {j.job_id} reads {j.data_gb:g} GB, over the {cfg.max_data_gb:g} GB limit"
     share = cfg.min_wait_share * min(1.0, max(0.0, c.price_ratio))

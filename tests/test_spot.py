@@ -1,0 +1,70 @@
+"""Uniform Progress (deadline-aware spot/on-demand mixing)."""
+import pytest
+
+from policies.spot import decide, pause_budget_h, slack_h
+from providers.base import Market
+
+
+def test_on_the_line_with_spot_takes_spot():
+    # 10 h job, 20 h deadline: at 4 h elapsed the line is at 2 h of progress.
+    assert decide(2.0, 4.0, 10.0, 20.0, spot_available=True, on_spot=False, restart_overhead_h=0.1) is Market.SPOT
+
+
+def test_ahead_without_spot_pauses_instead_of_paying_on_demand():
+    assert decide(5.0, 4.0, 10.0, 20.0, spot_available=False, on_spot=False, restart_overhead_h=0.1) is None
+    # ... and can stay paused until it meets the line.
+    assert pause_budget_h(5.0, 4.0, 10.0, 20.0) == pytest.approx(6.0)
+
+
+def test_behind_the_line_goes_on_demand():
+    assert decide(1.0, 8.0, 10.0, 20.0, spot_available=True, on_spot=False, restart_overhead_h=0.1) is Market.ON_DEMAND
+
+
+def test_barely_behind_on_spot_stays_rather_than_pay_a_restart():
+    # line at 4.0; 3.95 + 0.1 restart >= 4.0: switching would cost more than it catches up.
+    assert decide(3.95, 8.0, 10.0, 20.0, True, True, 0.1) is Market.SPOT
+    assert decide(3.0, 8.0, 10.0, 20.0, True, True, 0.1) is Market.ON_DEMAND
+
+
+def test_safety_net_forces_on_demand_near_the_deadline_even_when_ahead():
+    # 9 h done of 10, 18.8 h of 20 elapsed: slack 0.2 h < restart 0.3 h + margin.
+    assert slack_h(9.0, 18.8, 10.0, 20.0) == pytest.approx(0.2)
+    assert decide(9.0, 18.8, 10.0, 20.0, True, True, 0.3) is Market.ON_DEMAND
+    # With more slack the same job stays on spot.
+    assert decide(9.0, 17.0, 10.0, 20.0, True, True, 0.3) is Market.SPOT
+
+
+def test_hysteresis_leaves_on_demand_only_when_a_restart_ahead():
+    # line at 5.0 (10 of 20 h). Just ahead: stay on on-demand.
+    assert decide(5.1, 10.0, 10.0, 20.0, True, False, 0.5, on_demand=True) is Market.ON_DEMAND
+    # Ahead by more than a restart, with spot on offer: go back to spot.
+    assert decide(5.6, 10.0, 10.0, 20.0, True, False, 0.5, on_demand=True) is Market.SPOT
+    # Ahead but no spot: stay on on-demand (it is running; pausing would waste the warm node).
+    assert decide(5.6, 10.0, 10.0, 20.0, False, False, 0.5, on_demand=True) is Market.ON_DEMAND
+
+
+def test_finished_job_holds_nothing_and_bad_input_raises():
+    assert decide(10.0, 12.0, 10.0, 20.0, True, True, 0.1) is None
+    with pytest.raises(ValueError):
+        decide(0.0, 0.0, 0.0, 20.0, True, False, 0.1)
+    with pytest.raises(ValueError):
+        decide(0.0, 0.0, 10.0, -1.0, True, False, 0.1)
+
+
+def test_a_run_of_preemptions_ends_on_demand_and_meets_the_deadline():
+    """Drive the rule through a hostile spot market: preempted every 0.5 h, restart 0.2 h."""
+    job, deadline, restart, ckpt = 6.0, 9.0, 0.2, 0.25
+    t, done, market = 0.0, 0.0, None
+    while done < job - 1e-9:
+        market = decide(done, t, job, deadline, True, False, restart + ckpt,
+                        on_demand=market is Market.ON_DEMAND)
+        assert market is not None
+        if market is Market.ON_DEMAND:
+            t += restart + (job - done)
+            done = job
+            break
+        # spot: boots, runs 0.3 h, keeps the last checkpoint, is preempted
+        t += 0.5
+        done += ckpt
+    assert market is Market.ON_DEMAND
+    assert t <= deadline
