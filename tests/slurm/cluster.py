@@ -312,10 +312,16 @@ class SlurmCluster:
         return self._wait_pid_file(self.run / f"slurmd-{name}.pid", f"slurmd {name}",
                                    f"slurmd-{name}.log")
 
-    def start_cloud_node(self, name: str) -> int:
-        """Start the slurmd of a CLOUD node (as a ResumeProgram's boot would), with ``-b``."""
+    def start_cloud_node(self, name: str, *, settle: float = 2.0) -> int:
+        """Start the slurmd of a CLOUD node (as a ResumeProgram's boot would), with ``-b``.
+
+        slurmctld accepts the node only if its boot time (whole seconds, and slurmd reports
+        it a second early) is newer than the resume request, so a node started in the same
+        second as the request would wait for ResumeTimeout: ``settle`` seconds pass first.
+        """
         if name not in self.cloud_names:
             raise ValueError(f"{name} is not a cloud node of this cluster ({self.cloud_names})")
+        time.sleep(settle)
         return self.start_slurmd(name, boot=True)
 
     def stop_slurmd(self, name: str, timeout: float = 10.0) -> None:
