@@ -268,7 +268,7 @@ class Policy:
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
     predict: bool = False  # predict on-prem waits at submission (wait trigger ahead of time)
     gate: bool = False  # diagnosis gate (allocation verdict) for the threshold trigger
-    deadline_slack: float = 0.5  # cloud deadline = start-up + runtime x (1 + slack)
+    deadline_slack: float = 1.0  # cloud deadline = start-up + runtime x (1 + slack): twice the runtime
     learn_interruptions: bool = False  # update spot interruption rates from what it saw
     max_spot_attempts: int = 20  # spot-greedy gives up on spot after this many preemptions
 

@@ -1,0 +1,185 @@
+"""`broker advise`: build vs rent, from measured utilisation and the price catalog."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from broker.cli.app import app, exit_usage
+
+_FORMATS = ("table", "json")
+
+
+def _utilization_arg(text: str) -> float:
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        exit_usage(f"--utilization must be a number such as 0.7 or 70%, got {text!r}.")
+    if v > 1 and not t.endswith("%"):
+        v = v / 100  # "70" means 70 %
+    if not 0 <= v <= 1:
+        exit_usage(f"--utilization must lie between 0 and 1 (0-100 %), got {text!r}.")
+    return v
+
+
+@app.command("advise")
+def advise_cmd(
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs to own (default: --from-simulate's on-prem GPUs)."),
+    utilization: Optional[str] = typer.Option(None, "--utilization", help="Sustained utilisation: 0.7 or 70%."),
+    from_simulate: Optional[Path] = typer.Option(None, "--from-simulate", help="A `broker simulate --format json` "
+                                                 "output: use its on-prem utilisation."),
+    sim_policy: str = typer.Option("onprem-only", "--sim-policy", help="Which policy's utilisation to read from "
+                                   "--from-simulate."),
+    sacct: Optional[Path] = typer.Option(None, "--sacct", help="A Slurm accounting export (sacct --parsable2 "
+                                         "--format=JobID,AllocTRES,Elapsed,Start,End): utilisation = GPU-time used "
+                                         "/ (GPUs x the window it covers)."),
+    gpu_model: str = typer.Option("H100", "--gpu-model", help="GPU model to price in the catalog."),
+    gpus_per_server: int = typer.Option(8, "--gpus-per-server"),
+    server_capex: float = typer.Option(250_000.0, "--server-capex", help="USD per server."),
+    amortisation_years: float = typer.Option(4.0, "--amortisation-years"),
+    kw_per_server: float = typer.Option(10.2, "--kw-per-server"),
+    pue: float = typer.Option(1.4, "--pue"),
+    usd_per_kwh: float = typer.Option(0.12, "--usd-per-kwh"),
+    staff_per_year: float = typer.Option(150_000.0, "--staff-per-year", help="USD a year, whole fleet."),
+    facility_per_year: float = typer.Option(60_000.0, "--facility-per-year", help="USD a year, whole fleet."),
+    catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Price catalog directory (default: bundled)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of yearly cost against utilisation."),
+) -> None:
+    """Build or rent? Break-even utilisation against the cheapest matching cloud offer."""
+    from policies.tco import OnPrem, TcoError, advise, cheapest_prices, sacct_usage
+    from providers.catalog import CatalogError, bundled, load
+
+    if fmt not in _FORMATS:
+        exit_usage(f"--format must be one of {', '.join(_FORMATS)}, got {fmt!r}.")
+    sources = [s for s in (utilization, from_simulate, sacct) if s is not None]
+    if len(sources) != 1:
+        exit_usage("give the utilisation exactly one way: --utilization, --from-simulate or --sacct.")
+    if plot is not None and plot.suffix.lower() != ".png":
+        exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
+
+    source = ""
+    if from_simulate is not None:
+        try:
+            doc = json.loads(from_simulate.read_text())
+        except OSError as e:
+            exit_usage(f"cannot read {from_simulate}: {e.strerror or e}.")
+        except ValueError:
+            exit_usage(f"{from_simulate} is not JSON; write it with `broker simulate --format json`.")
+        pols = doc.get("policies") if isinstance(doc, dict) else None
+        if not isinstance(pols, dict) or not pols:
+            exit_usage(f"{from_simulate} has no \"policies\"; write it with `broker simulate --format json`.")
+        if sim_policy not in pols:
+            exit_usage(f"{from_simulate} has no policy {sim_policy!r}; it has {', '.join(pols)}.")
+        u = pols[sim_policy].get("onprem_utilization")
+        if not isinstance(u, (int, float)) or not 0 <= u <= 1:
+            exit_usage(f"{from_simulate} policy {sim_policy!r} has no valid onprem_utilization.")
+        if gpus is None:
+            gpus = doc.get("onprem_gpus")
+        source = f"simulated ({sim_policy}, {from_simulate.name})"
+    elif sacct is not None:
+        if gpus is None:
+            exit_usage("--sacct needs --gpus: the GPUs the accounted cluster has.")
+        try:
+            usage = sacct_usage(sacct.read_text(), sacct.name)
+        except OSError as e:
+            exit_usage(f"cannot read {sacct}: {e.strerror or e}.")
+        except ValueError as e:
+            exit_usage(f"{str(e).rstrip('.')}.")
+        if gpus <= 0:
+            exit_usage(f"--gpus must be positive, got {gpus}.")
+        u = usage.utilization(gpus)
+        source = (f"Slurm accounting ({usage.jobs} jobs, {usage.gpu_seconds / 3600:,.0f} GPU-h over "
+                  f"{usage.window_s / 86400:.1f} days)")
+    else:
+        u = _utilization_arg(utilization)
+        source = "given"
+    if not isinstance(gpus, int) or gpus <= 0:
+        exit_usage("--gpus must be a positive whole number.")
+
+    try:
+        catalog = load(catalog_dir) if catalog_dir else bundled()
+    except (CatalogError, OSError, ValueError) as e:
+        exit_usage(f"cannot load the price catalog: {str(e).rstrip('.')}.")
+    prices = cheapest_prices(catalog.offerings, catalog.committed_micros, gpu_model)
+    if not prices:
+        exit_usage(f"the catalog sells no {gpu_model.upper()} on demand; known: {', '.join(catalog.gpu_models)}.")
+    spec = OnPrem(gpus=gpus, gpus_per_server=gpus_per_server, server_capex_usd=server_capex,
+                  amortisation_years=amortisation_years, kw_per_server=kw_per_server, pue=pue,
+                  usd_per_kwh=usd_per_kwh, staff_usd_per_year=staff_per_year,
+                  facility_usd_per_year=facility_per_year)
+    try:
+        adv = advise(spec, u, prices)
+    except TcoError as e:
+        exit_usage(f"{str(e).rstrip('.')}.")
+
+    if plot is not None:
+        try:
+            _plot(spec, adv, plot, gpu_model.upper())
+        except OSError as e:
+            exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
+
+    out = {"gpus": gpus, "gpu_model": gpu_model.upper(), "utilization_source": source,
+           "catalog_as_of": catalog.as_of, **adv.to_dict()}
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=140)
+    t = Table(title=f"Build vs rent: {gpus} {gpu_model.upper()} GPUs at {u * 100:.0f} % utilisation ({source})")
+    for c in ("choice", "per GPU-hour", "break-even utilisation", "1 year", "3 years"):
+        t.add_column(c, justify="left" if c == "choice" else "right")
+    t.add_row("build (own)", f"${adv.onprem_per_year / max(1e-9, gpus * 8760 * max(u, 1e-9)):.2f} used", "-",
+              f"${adv.costs['build']['1y']:,.0f}", f"${adv.costs['build']['3y']:,.0f}")
+    for k, p in adv.prices.items():
+        be = adv.break_even[k]
+        t.add_row(f"rent {k.replace('_', ' ')} ({p.label})", f"${p.usd_per_gpu_hour:.2f}",
+                  "never" if be is None else f"{be * 100:.0f} %",
+                  f"${adv.costs['rent_' + k]['1y']:,.0f}", f"${adv.costs['rent_' + k]['3y']:,.0f}")
+    t.add_row("hybrid (own base, burst peaks on demand)", "-", "-", f"${adv.costs['hybrid']['1y']:,.0f}",
+              f"${adv.costs['hybrid']['3y']:,.0f}")
+    con.print(t)
+    lines = ", ".join(f"{k.replace('_', ' ')} ${v:,.0f}" for k, v in adv.onprem_lines.items())
+    con.print(f"owning, per year: {lines}", highlight=False)
+    con.print(f"recommendation: {adv.reason}", highlight=False)
+
+
+def _plot(spec, adv, path: Path, model: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from policies.tco import rent_cost_per_year
+
+    us = [k / 100 for k in range(0, 101)]
+    fig, ax = plt.subplots(figsize=(9, 5.5), constrained_layout=True)
+    ax.plot([u * 100 for u in us], [spec.cost_per_year(u) / 1e6 for u in us], label="build (own)", color="tab:blue",
+            linewidth=2)
+    styles = {"on_demand": ("tab:red", "-"), "committed_1y": ("tab:orange", "--")}
+    for k, p in adv.prices.items():
+        c, ls = styles.get(k, ("tab:gray", ":"))
+        ax.plot([u * 100 for u in us], [rent_cost_per_year(spec.gpus, u, p) / 1e6 for u in us], color=c,
+                linestyle=ls, label=f"rent {k.replace('_', ' ')} ${p.usd_per_gpu_hour:.2f}/GPU-h ({p.provider})")
+        be = adv.break_even[k]
+        if be is not None:
+            ax.axvline(be * 100, color=c, linestyle=":", linewidth=1)
+            ax.annotate(f"break-even {be * 100:.0f} %", (be * 100, 0), xytext=(4, 8), textcoords="offset points",
+                        color=c, fontsize=8, rotation=90)
+    ax.axvline(adv.utilization * 100, color="black", linewidth=1.2)
+    ax.annotate(f"measured {adv.utilization * 100:.0f} %: {adv.recommendation}", (adv.utilization * 100, 0),
+                xytext=(4, 120), textcoords="offset points", fontsize=9)
+    ax.axvspan(0, 40, color="tab:red", alpha=0.05)
+    ax.axvspan(60, 100, color="tab:blue", alpha=0.05)
+    ax.set_xlabel("sustained utilisation (%)")
+    ax.set_ylabel("cost per year (M$)")
+    ax.set_title(f"{spec.gpus} {model} GPUs: owning vs renting")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
