@@ -37,11 +37,10 @@ What counts
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from policies.queue import (NON_CAPACITY_REASONS, ClusterNode, GpuSample, PendingJob,
-                            QueueSnapshot, RunningJob)
+from policies.queue import NON_CAPACITY_REASONS, ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 VERDICTS = ("healthy", "resource-bound", "scheduling-bound", "mixed")
 
