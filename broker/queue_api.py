@@ -1,18 +1,89 @@
 """ReportQueue and Diagnose: snapshots pushed by any scheduler, and their diagnosis."""
 from __future__ import annotations
 
+import time
+
 import grpc
+from google.protobuf.json_format import MessageToDict
 
+from broker import convert
 from broker.v1 import broker_pb2 as pb
+from policies.diagnose import Diagnosis
+from policies.queue import QueueSnapshot
 
 
-def _unimplemented(context, what: str):
-    context.abort(grpc.StatusCode.UNIMPLEMENTED, what)
+INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s")
+
+
+def snapshot_from_pb(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
+    """Validate a pushed snapshot; raises ValueError naming the field (``pending[2].gpus ...``)."""
+    from broker.watchers.snapshot_json import snapshot_from_dict
+
+    doc = MessageToDict(m, preserving_proto_field_name=True)
+    doc.setdefault("taken_at", now)
+    for key in ("pending", "running"):  # JSON mapping writes int64 as strings
+        for item in doc.get(key, []):
+            for f in INT64_FIELDS:
+                if f in item:
+                    item[f] = int(item[f])
+    if "pending" in doc:
+        for j in doc["pending"]:
+            if j.get("gpus", 0) <= 0:
+                raise ValueError(f"pending[{doc['pending'].index(j)}].gpus must be at least 1")
+    for n in doc.get("nodes", []):
+        n.setdefault("state", "")
+    return snapshot_from_dict(doc)
+
+
+def diagnosis_to_pb(d: Diagnosis) -> pb.Diagnosis:
+    out = pb.Diagnosis(verdict=convert.VERDICT_TO_PB[d.verdict], allocation_rate=d.allocation_rate,
+                       utilization=-1.0 if d.utilization is None else d.utilization,
+                       pending_gpus=d.pending_gpus, actions=list(d.actions))
+    for c in d.causes:
+        out.causes.add(kind=c.kind, summary=c.summary, jobs=list(c.jobs), nodes=list(c.nodes), action=c.action)
+    return out
+
+
+def _snapshot(svc, m: pb.QueueSnapshot, context) -> QueueSnapshot:
+    try:
+        return snapshot_from_pb(m, svc.clock())
+    except ValueError as e:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"snapshot.{e}")
 
 
 def report_queue(svc, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
-    _unimplemented(context, "ReportQueue needs the queue diagnosis (policies.diagnose), which is not built yet.")
+    if not request.HasField("snapshot"):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot is required.")
+    snap = _snapshot(svc, request.snapshot, context)
+    out = pb.ReportQueueResponse()
+    if svc.autoscaler is not None:
+        diag, decision = svc.autoscaler.on_snapshot(snap)
+        d = out.decisions.add(action=decision.action, reason=decision.reason, job_ids=list(decision.job_ids))
+        d.at.CopyFrom(convert.ts(svc.clock()))
+    else:
+        from broker.watchers.snapshot_json import snapshot_to_dict
+        from policies.diagnose import diagnose
+
+        svc.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
+        diag = diagnose(snap, now=svc.clock())
+    out.diagnosis.CopyFrom(diagnosis_to_pb(diag))
+    return out
 
 
 def diagnose(svc, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
-    _unimplemented(context, "Diagnose needs the queue diagnosis (policies.diagnose), which is not built yet.")
+    from broker.watchers.snapshot_json import snapshot_from_dict
+    from policies.diagnose import diagnose as run
+
+    if request.HasField("snapshot"):
+        snap = _snapshot(svc, request.snapshot, context)
+    else:
+        doc = svc.store.latest_snapshot()
+        if doc is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          "no snapshot to diagnose: send one, or report one with ReportQueue first.")
+        snap = snapshot_from_dict(doc)
+    if svc.autoscaler is not None:
+        diag = svc.autoscaler.diagnose(snap)
+    else:
+        diag = run(snap, now=svc.clock())
+    return pb.DiagnoseResponse(diagnosis=diagnosis_to_pb(diag))

@@ -100,6 +100,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             else:
                 raise LeaseError("invalid", "launch needs quote_offer or offering.")
             job = convert.job_from_pb(request.job) if request.HasField("job") else {}
+            if request.node_names:
+                names = list(request.node_names)
+                if len(names) != target.nodes or len(set(names)) != len(names):
+                    raise LeaseError("invalid", f"node_names must name {target.nodes} distinct nodes, got {len(names)}.")
+                job["node_names"] = names
             if request.max_lifetime_s < 0:
                 raise LeaseError("invalid", f"max_lifetime_s must be zero or more, got {request.max_lifetime_s}.")
             lease = lc.launch(
@@ -172,6 +177,19 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         from broker.queue_api import report_queue
 
         return report_queue(self.svc, request, context)
+
+    def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
+        import json
+
+        if request.limit < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
+        since = convert.from_ts(request.since) if request.HasField("since") else 0.0
+        out = pb.ListDecisionsResponse()
+        for r in self.svc.store.list_decisions(limit=request.limit or 100, since=since or 0.0):
+            d = out.decisions.add(decision_id=r.decision_id, action=r.action, reason=r.reason,
+                                  job_ids=json.loads(r.job_ids), lease_id=r.lease_id)
+            d.at.CopyFrom(convert.ts(r.at))
+        return out
 
     def Diagnose(self, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
         from broker.queue_api import diagnose

@@ -246,7 +246,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., owner: _Optional[str] = ..., queue: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., dataset_uri: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("idempotency_key", "quote_offer", "offering", "tenant", "bootstrap", "job", "max_lifetime_s")
+    __slots__ = ("idempotency_key", "quote_offer", "offering", "tenant", "bootstrap", "job", "max_lifetime_s", "node_names")
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     QUOTE_OFFER_FIELD_NUMBER: _ClassVar[int]
     OFFERING_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +254,7 @@ class LaunchRequest(_message.Message):
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     MAX_LIFETIME_S_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAMES_FIELD_NUMBER: _ClassVar[int]
     idempotency_key: str
     quote_offer: QuoteOffer
     offering: Offering
@@ -261,7 +262,8 @@ class LaunchRequest(_message.Message):
     bootstrap: str
     job: Job
     max_lifetime_s: int
-    def __init__(self, idempotency_key: _Optional[str] = ..., quote_offer: _Optional[_Union[QuoteOffer, _Mapping]] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., tenant: _Optional[str] = ..., bootstrap: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., max_lifetime_s: _Optional[int] = ...) -> None: ...
+    node_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, idempotency_key: _Optional[str] = ..., quote_offer: _Optional[_Union[QuoteOffer, _Mapping]] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., tenant: _Optional[str] = ..., bootstrap: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., max_lifetime_s: _Optional[int] = ..., node_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LaunchResponse(_message.Message):
     __slots__ = ("lease",)
@@ -372,6 +374,20 @@ class Decision(_message.Message):
     job_ids: _containers.RepeatedScalarFieldContainer[str]
     lease_id: str
     def __init__(self, decision_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ..., lease_id: _Optional[str] = ...) -> None: ...
+
+class ListDecisionsRequest(_message.Message):
+    __slots__ = ("limit", "since")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, limit: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListDecisionsResponse(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[Decision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ...) -> None: ...
 
 class WatchLeasesResponse(_message.Message):
     __slots__ = ("kind", "at", "lease", "message", "job", "decision")

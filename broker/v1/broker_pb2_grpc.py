@@ -81,6 +81,11 @@ class BrokerStub:
                 request_serializer=broker_dot_v1_dot_broker__pb2.DiagnoseRequest.SerializeToString,
                 response_deserializer=broker_dot_v1_dot_broker__pb2.DiagnoseResponse.FromString,
                 _registered_method=True)
+        self.ListDecisions = channel.unary_unary(
+                '/broker.v1.Broker/ListDecisions',
+                request_serializer=broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.SerializeToString,
+                response_deserializer=broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -154,6 +159,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDecisions(self, request, context):
+        """ListDecisions returns the autoscaler's decisions, newest first, "did not burst" included.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +213,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Diagnose,
                     request_deserializer=broker_dot_v1_dot_broker__pb2.DiagnoseRequest.FromString,
                     response_serializer=broker_dot_v1_dot_broker__pb2.DiagnoseResponse.SerializeToString,
+            ),
+            'ListDecisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDecisions,
+                    request_deserializer=broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.FromString,
+                    response_serializer=broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +465,33 @@ class Broker:
             '/broker.v1.Broker/Diagnose',
             broker_dot_v1_dot_broker__pb2.DiagnoseRequest.SerializeToString,
             broker_dot_v1_dot_broker__pb2.DiagnoseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDecisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/broker.v1.Broker/ListDecisions',
+            broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.SerializeToString,
+            broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

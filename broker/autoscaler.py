@@ -1,0 +1,268 @@
+"""The autoscaler: snapshot → diagnosis → trigger → Demand per chosen job → full-cost quote →
+launch (with failover) → hand-off. Teardown follows from the lease lifecycle (job done, idle,
+lifetime, budget) and from the trigger's scale-in of idle cloud capacity.
+
+Sources are the Slurm watcher (``[slurm] enabled``) and snapshots pushed by any scheduler over
+the ReportQueue RPC. For a Slurm source the hand-off is Slurm's own: a chosen job is allowed onto
+the burst partition (``scontrol update jobid=… partition=…``) and Slurm powers cloud nodes up
+through ResumeProgram (``broker slurm resume``), which launches their leases. For a pushed source
+the autoscaler launches the lease itself, attaches the job, and the scheduler sees the nodes on
+WatchLeases / GetLease.
+
+Every decision, "did not burst, because …" included, is persisted and streamed as an event;
+repeated identical holds are recorded once until something changes.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Protocol
+
+import structlog
+
+from broker.lifecycle import LeaseError, Target
+from broker.quote import new_id
+from broker.store import LIVE_STATES
+from policies.demand import Demand, DemandError
+from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
+from policies.queue import PendingJob, QueueSnapshot
+from policies.selection import SelectionConfig
+from policies.triggers import (BURST, SCALE_IN, Decision, TriggerConfig, TriggerState,
+                               candidates_from_snapshot, evaluate, signals_from_snapshot)
+
+log = structlog.get_logger("broker.autoscaler")
+
+
+class BurstTarget(Protocol):
+    """Where a chosen job goes: a scheduler that can hand it to cloud capacity itself (Slurm)."""
+
+    def allow_burst(self, job_ids: list[str]) -> None: ...
+
+
+@dataclass
+class AutoscalerSettings:
+    interval_s: float = 30.0
+    default_gpu_model: str = ""  # for jobs that name no GPU model or memory
+    default_min_gpu_memory_gb: int = 16
+    runtime_margin: float = 1.2  # hours quoted = expected runtime x this
+    default_runtime_s: int = 3600  # for jobs with no time limit or estimate
+    data_location: str = "onprem"
+    history_s: float = 3600.0
+    tenant_from_queue: bool = False  # charge bursts to the job's queue instead of "default"
+
+
+def _dataclass_from(cls, m: Mapping[str, Any], where: str):
+    from broker.config import ConfigError
+
+    known = {f.name: f for f in fields(cls)}
+    out = {}
+    for k, v in m.items():
+        if k not in known:
+            raise ConfigError(f"config: {where}.{k} is not a known key ({', '.join(known)})")
+        if k in ("selection", "burst_verdicts"):
+            continue
+        out[k] = v
+    if "burst_verdicts" in m:
+        out["burst_verdicts"] = tuple(m["burst_verdicts"])
+    try:
+        return cls(**out)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config: {where}: {e}") from None
+
+
+def settings_from_config(section: Mapping[str, Any]):
+    """(AutoscalerSettings, TriggerConfig, DiagnoseConfig) from ``[autoscaler]`` and its
+    ``[autoscaler.trigger]`` / ``[autoscaler.diagnose]`` / ``[autoscaler.selection]`` tables."""
+    top = {k: v for k, v in section.items() if not isinstance(v, Mapping) and k != "enabled"}
+    settings = _dataclass_from(AutoscalerSettings, top, "autoscaler")
+    sel = _dataclass_from(SelectionConfig, section.get("selection", {}), "autoscaler.selection")
+    trig = _dataclass_from(TriggerConfig, section.get("trigger", {}), "autoscaler.trigger")
+    trig = TriggerConfig(**{f.name: getattr(trig, f.name) for f in fields(TriggerConfig) if f.name != "selection"},
+                         selection=sel)
+    diag = _dataclass_from(DiagnoseConfig, section.get("diagnose", {}), "autoscaler.diagnose")
+    return settings, trig, diag
+
+
+@dataclass
+class SourceState:
+    trigger: TriggerState = field(default_factory=TriggerState)
+    history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
+    last_hold: str = ""
+    burst_jobs: set[str] = field(default_factory=set)
+
+
+class Autoscaler:
+    def __init__(self, service, settings: AutoscalerSettings, trigger: TriggerConfig,
+                 diagnose_cfg: DiagnoseConfig, *, watchers: Mapping[str, Any] | None = None,
+                 targets: Mapping[str, BurstTarget] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.svc = service
+        self.settings = settings
+        self.trigger_cfg = trigger
+        self.diagnose_cfg = diagnose_cfg
+        self.watchers = dict(watchers or {})  # source name -> object with .snapshot(now)
+        self.targets = dict(targets or {})  # source name -> BurstTarget (Slurm)
+        self.clock = clock or service.clock
+        self.interval_s = settings.interval_s
+        self.sources: dict[str, SourceState] = {}
+        self._lock = threading.Lock()
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def tick(self) -> list[Decision]:
+        """One pass over every watched source (the serve loop calls this every interval_s)."""
+        out = []
+        now = self.clock()
+        for name, watcher in self.watchers.items():
+            try:
+                snap = watcher.snapshot(now)
+            except Exception as e:  # a scheduler that cannot be read is logged, not fatal
+                log.warning("snapshot_failed", source=name, error=str(e))
+                continue
+            out.append(self.on_snapshot(snap)[1])
+        return out
+
+    def on_snapshot(self, snap: QueueSnapshot) -> tuple[Diagnosis, Decision]:
+        """Diagnose a snapshot, decide, act, and record the decision."""
+        from broker.watchers.snapshot_json import snapshot_to_dict
+
+        now = self.clock()
+        source = snap.source or "default"
+        with self._lock:
+            st = self.sources.setdefault(source, SourceState())
+            self.svc.store.save_snapshot(source, snap.taken_at, snapshot_to_dict(snap))
+            diag = self.diagnose(snap, st, now)
+            if snap.gpus_total:
+                st.history.append((now, snap.gpus_allocated / snap.gpus_total))
+            st.burst_jobs.intersection_update({j.job_id for j in snap.pending} | {r.job_id for r in snap.running})
+            in_flight, idle = self._cloud_state(source, now)
+            fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs]
+            snap_for_trigger = QueueSnapshot(snap.source, snap.taken_at, tuple(fresh), snap.nodes,
+                                             snap.gpu_samples, snap.running)
+            signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
+            cands = candidates_from_snapshot(snap_for_trigger)
+            decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict)
+            self._act(source, snap, decision, st, now)
+        return diag, decision
+
+    def diagnose(self, snap: QueueSnapshot, st: SourceState | None = None, now: float | None = None) -> Diagnosis:
+        now = self.clock() if now is None else now
+        st = st or self.sources.get(snap.source or "default") or SourceState()
+        hist = [(t, r) for t, r in st.history if now - t <= self.settings.history_s]
+        return diagnose(snap, hist, now=now, thresholds=self.diagnose_cfg)
+
+    # -- cloud state for the trigger -------------------------------------------------------------
+    def _cloud_state(self, source: str, now: float) -> tuple[int, dict[str, float]]:
+        """Cloud GPUs in flight for this source, and its running leases with no job (idle since)."""
+        gpus, idle = 0, {}
+        cat = self.svc.engine.catalog
+        for l in self.svc.store.list_leases(states=LIVE_STATES):
+            job = json.loads(l.job)
+            if job.get("source", source) != source:
+                continue
+            it = cat.instance(l.provider, l.instance_type)
+            gpus += l.nodes * (it.gpus if it else 0)
+            if l.state == "running" and not job.get("job_id") and l.idle_since:
+                idle[l.lease_id] = l.idle_since
+        return gpus, idle
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(self, source: str, snap: QueueSnapshot, d: Decision, st: SourceState, now: float) -> None:
+        store = self.svc.store
+        if d.action == BURST:
+            target = self.targets.get(source)
+            for c in d.jobs:
+                st.burst_jobs.add(c.job.job_id)
+            if target is not None:
+                ids = [c.job.job_id for c in d.jobs]
+                try:
+                    target.allow_burst(ids)
+                    store.record_decision(new_id("d"), now, "burst", d.reason, ids,
+                                          data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
+                except Exception as e:
+                    for i in ids:
+                        st.burst_jobs.discard(i)
+                    store.record_decision(new_id("d"), now, "burst_failed", f"{d.reason}; hand-off failed: {e}",
+                                          ids, data={"source": source})
+            else:
+                for c in d.jobs:
+                    self._launch_for(source, c.job, d, now)
+            st.last_hold = ""
+        if d.scale_in:
+            for lease_id in d.scale_in:
+                try:
+                    self.svc.lifecycle.release(lease_id, "scale-in: idle cloud capacity")
+                except LeaseError:
+                    pass
+            store.record_decision(new_id("d"), now, "scale_in", d.reason, [], data={"leases": list(d.scale_in)})
+        if d.action not in (BURST, SCALE_IN) and d.reason != st.last_hold:
+            st.last_hold = d.reason
+            store.record_decision(new_id("d"), now, "hold", d.reason, [], data={"source": source})
+
+    def demand_for(self, job: PendingJob, source: str) -> Demand:
+        s = self.settings
+        runtime_s = job.runtime_s or s.default_runtime_s
+        model = job.gpu_model.upper() if job.gpu_model else ("" if job.min_gpu_memory_gb else s.default_gpu_model)
+        mem = job.min_gpu_memory_gb or (0 if model else s.default_min_gpu_memory_gb)
+        tenant = (job.queue or "default") if s.tenant_from_queue else "default"
+        return Demand(
+            gpus=job.gpus, hours=max(0.05, runtime_s * s.runtime_margin / 3600.0), gpu_model=model,
+            min_gpu_memory_gb=mem, nodes=job.nodes if job.nodes and job.gpus % job.nodes == 0 else 0,
+            data_in_gb=job.data_gb, data_location=s.data_location, interruptible=job.interruptible,
+            checkpoint_minutes=job.checkpoint_minutes, tenant=tenant, job_id=job.job_id,
+        )
+
+    def _launch_for(self, source: str, job: PendingJob, d: Decision, now: float) -> None:
+        store, lc = self.svc.store, self.svc.lifecycle
+        try:
+            demand = self.demand_for(job, source)
+            q = self.svc.quote(demand)
+        except (DemandError, ValueError) as e:
+            store.record_decision(new_id("d"), now, "burst_failed", f"job {job.job_id}: no demand: {e}", [job.job_id],
+                                  data={"source": source})
+            return
+        if not q.offers:
+            reasons = collections.Counter(e.reason for e in q.excluded).most_common(2)
+            store.record_decision(new_id("d"), now, "burst_failed",
+                                  f"job {job.job_id}: every offer excluded ({'; '.join(r for r, _ in reasons)})",
+                                  [job.job_id], data={"source": source, "quote_id": q.quote_id})
+            return
+        targets = [Target(r.offering.provider, r.offering.region, r.priced.zone, r.offering.instance.name,
+                          r.offering.market, r.priced.nodes, r.offering.hourly_micros, r.offering.reservation)
+                   for r in q.offers[: lc.settings.max_failover]]
+        jobdoc = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
+        try:
+            lease, created = lc.create(idempotency_key=f"auto-{source}-{job.job_id}", target=targets[0],
+                                       tenant=demand.tenant, demand=demand, alternatives=targets[1:],
+                                       quote_id=q.quote_id, offer_rank=1, job=jobdoc)
+            store.record_decision(new_id("d"), now, "burst",
+                                  f"{d.reason}; job {job.job_id} → {targets[0].provider}/{targets[0].region} "
+                                  f"{targets[0].instance_type} ({targets[0].market.value}), quote {q.quote_id}",
+                                  [job.job_id], lease.lease_id, data={"source": source, "trigger": d.trigger})
+            if created or lease.state == "requested":
+                lc.provision(lease)
+        except LeaseError as e:
+            store.record_decision(new_id("d"), now, "burst_failed", f"job {job.job_id}: {e}", [job.job_id],
+                                  data={"source": source})
+
+
+def attach(service) -> Autoscaler | None:
+    """Wire an autoscaler into ``service`` when ``[autoscaler] enabled = true``."""
+    section = dict(service.config.autoscaler)
+    if not section.get("enabled", False):
+        return None
+    settings, trig, diag = settings_from_config(section)
+    watchers: dict[str, Any] = {}
+    targets: dict[str, BurstTarget] = {}
+    slurm_cfg = dict(service.config.slurm)
+    if slurm_cfg.get("enabled", False):
+        from broker.slurm_handoff import slurm_source
+
+        name, watcher, target = slurm_source(slurm_cfg)
+        watchers[name] = watcher
+        targets[name] = target
+    service.autoscaler = Autoscaler(service, settings, trig, diag, watchers=watchers, targets=targets)
+    return service.autoscaler

@@ -1,0 +1,117 @@
+"""The autoscaler through ReportQueue: diagnose, decide, launch, hand off; and "did not burst"."""
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from broker.autoscaler import attach
+from broker.v1 import broker_pb2 as pb
+from broker.v1 import broker_pb2_grpc as pb_grpc
+from providers.registry import build_enabled
+from tests.clouds.three import clouds, clouds_server  # noqa: F401
+from tests.grpc_server import running_server
+
+pytestmark = pytest.mark.timeout(180)
+
+AUTOSCALER = {"enabled": True, "default_gpu_model": "L4",
+              "trigger": {"stabilization_s": 0, "cooldown_s": 0, "pending_gpus_threshold": 4}}
+
+
+@pytest.fixture
+def broker(clouds, tmp_path):  # noqa: F811
+    tables = clouds.provider_tables()
+    providers = build_enabled(tables, "broker-test")
+    cfg = {"autoscaler": AUTOSCALER, "providers": tables}
+    with running_server(tmp_path, providers=providers, config=cfg) as (addr, svc):
+        attach(svc)
+        with grpc.insecure_channel(addr) as ch:
+            yield pb_grpc.BrokerStub(ch), svc, clouds
+
+
+def node(name, state, total, alloc):
+    return pb.ClusterNode(name=name, state=state, gpus_total=total, gpus_allocated=alloc, gpu_model="A100")
+
+
+def snapshot(pending, nodes, source="kueue:prod"):
+    s = pb.QueueSnapshot(source=source, pending=pending, nodes=nodes)
+    s.taken_at.FromSeconds(int(time.time()))
+    return s
+
+
+def job(i, gpus=1, runtime_h=2.0, waited_s=60, reason="Resources", **kw):
+    return pb.PendingJob(job_id=str(i), gpus=gpus, gpu_model="L4", est_runtime_s=int(runtime_h * 3600),
+                         waited_s=waited_s, pending_reason=reason, queue="gpu", user="ana", **kw)
+
+
+def test_resource_bound_queue_bursts_and_hands_off(broker):
+    stub, svc, clouds = broker
+    full = [node(f"gpu-{i}", "alloc", 8, 8) for i in range(4)]
+    pend = [job(i, gpus=1, interruptible=(i % 2 == 0), checkpoint_minutes=30) for i in range(8)]
+    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, full)))
+    assert r.diagnosis.verdict == pb.VERDICT_RESOURCE_BOUND
+    assert r.decisions[0].action == "burst", r.decisions[0].reason
+    leases = stub.ListLeases(pb.ListLeasesRequest()).leases
+    assert leases, "a burst launches leases"
+    running = [l for l in leases if l.state == pb.LEASE_STATE_RUNNING]
+    assert running and all(l.job.job_id for l in running)
+    assert {l.job.job_id for l in running} <= {str(i) for i in range(8)}
+    alive = sum(len(v) for v in clouds.alive_instances().values())
+    assert alive == sum(l.nodes for l in running)
+    decisions = stub.ListDecisions(pb.ListDecisionsRequest()).decisions
+    assert any(d.action == "burst" and d.lease_id for d in decisions)
+    # the same jobs reported again are not burst twice
+    stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, full)))
+    assert len(stub.ListLeases(pb.ListLeasesRequest()).leases) == len(leases)
+
+
+def test_scheduling_bound_queue_is_not_burst(broker):
+    stub, svc, clouds = broker
+    # half the GPUs free but scattered; whole-node jobs wait: scheduling-bound
+    nodes = [node(f"gpu-{i}", "mix", 8, 4) for i in range(4)] + [node("gpu-9", "drain", 8, 0)]
+    pend = [job(i, gpus=8, exclusive=True, runtime_h=10, waited_s=600) for i in range(3)]
+    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, nodes)))
+    assert r.diagnosis.verdict in (pb.VERDICT_SCHEDULING_BOUND, pb.VERDICT_MIXED)
+    assert r.decisions[0].action == "hold"
+    assert "did not burst, because" in r.decisions[0].reason
+    assert not stub.ListLeases(pb.ListLeasesRequest()).leases
+    kinds = {c.kind for c in r.diagnosis.causes}
+    assert kinds, "the diagnosis names its causes"
+    held = stub.ListDecisions(pb.ListDecisionsRequest()).decisions
+    assert held[0].action == "hold" and "did not burst" in held[0].reason
+
+
+def test_wait_over_half_the_runtime_bursts_even_when_scheduling_bound(broker):
+    stub, svc, clouds = broker
+    nodes = [node(f"gpu-{i}", "mix", 8, 4) for i in range(4)]
+    overdue = job(77, gpus=1, runtime_h=1.0, waited_s=2 * 3600)  # waited 2 h for a 1 h job
+    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot([overdue], nodes)))
+    assert r.decisions[0].action == "burst", r.decisions[0].reason
+    assert "77" in r.decisions[0].job_ids
+    leases = stub.ListLeases(pb.ListLeasesRequest()).leases
+    assert [l.job.job_id for l in leases] == ["77"]
+
+
+@pytest.mark.parametrize("bad, field", [
+    (pb.QueueSnapshot(pending=[pb.PendingJob(job_id="1", gpus=0)]), "snapshot.pending[0].gpus"),
+    (pb.QueueSnapshot(nodes=[pb.ClusterNode(name="n", state="sleeping", gpus_total=8)]), "snapshot.nodes[0].state"),
+    (pb.QueueSnapshot(pending=[pb.PendingJob(job_id="1", gpus=1, kind="party")]), "snapshot.pending[0].kind"),
+])
+def test_malformed_snapshot_is_invalid_argument(broker, bad, field):
+    stub, _, _ = broker
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ReportQueue(pb.ReportQueueRequest(snapshot=bad))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith(field), e.value.details()
+
+
+def test_diagnose_rpc_on_the_latest_snapshot(broker):
+    stub, _, _ = broker
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Diagnose(pb.DiagnoseRequest())
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    full = [node(f"gpu-{i}", "alloc", 8, 8) for i in range(2)]
+    stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot([job(1, gpus=8)], full)))
+    d = stub.Diagnose(pb.DiagnoseRequest()).diagnosis
+    assert d.verdict == pb.VERDICT_RESOURCE_BOUND and d.allocation_rate == 1.0
