@@ -63,6 +63,16 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
         exit_usage(f"--deadline must be an ISO time (2026-12-03T18:00Z) or hours from now (36h), got {text!r}.")
 
 
+def _reason_kind(reason: str) -> str:
+    """Group exclusions that differ only by region or figures ("region X (us) outside ...")."""
+    import re
+
+    if "deadline" in reason:
+        return "finishes after the deadline"
+    reason = re.sub(r"^region \S+ \(\w+\) ", "region ", reason)
+    return re.sub(r"^region \S+ not in", "region not in", reason)
+
+
 def _table(doc: dict, top_excluded: int = 8) -> None:
     from collections import Counter
 
@@ -89,7 +99,7 @@ def _table(doc: dict, top_excluded: int = 8) -> None:
     console.print(t)
     ex = doc["excluded"]
     if ex:
-        reasons = Counter(e["reason"] if "deadline" not in e["reason"] else "finishes after the deadline" for e in ex)
+        reasons = Counter(_reason_kind(e["reason"]) for e in ex)
         console.print(f"{len(ex)} offers excluded:")
         for reason, n in reasons.most_common(top_excluded):
             console.print(f"  {n:4d} × {reason}")
