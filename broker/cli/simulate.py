@@ -184,8 +184,9 @@ def write_plot(results: dict, path: Path) -> None:
         days = [h / 24.0 for h in s["t_h"]]
         c = colors.get(name)
         axes[0].plot(days, s["pending_gpus"], label=name, color=c, linewidth=0.9)
-        if r.jobs_burst:
+        if any(s["cloud_gpus_spot"]):
             axes[1].plot(days, s["cloud_gpus_spot"], label=f"{name} spot", color=c, linewidth=0.9)
+        if any(s["cloud_gpus_on_demand"]):
             axes[1].plot(days, s["cloud_gpus_on_demand"], label=f"{name} on-demand", color=c, linewidth=0.9,
                          linestyle="--")
         axes[2].plot(days, [v / 1000.0 for v in s["cloud_cost_usd"]], label=name, color=c, linewidth=1.2)
