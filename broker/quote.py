@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable
 
-from policies.cost import Context, Exclusion, PricedOffer, price
+from policies.cost import Context, Exclusion, PricedOffer, pricer
 from policies.demand import Demand
 from providers.base import MICROS, Market, Offering
 from providers.catalog import Catalog
@@ -146,8 +146,9 @@ class QuoteEngine:
                           self.onprem_egress_micros, blocked)
             ok: list[PricedOffer] = []
             out: list[Exclusion] = []
+            price_one = pricer(d, ctx)
             for o in self.candidates(d):
-                r = price(d, o, ctx)
+                r = price_one(o)
                 (out if type(r) is Exclusion else ok).append(r)
             ok.sort(key=_rank_key)
             if top:

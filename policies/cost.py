@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from providers.base import Market, Offering
 from providers.catalog import Region, Terms
@@ -162,31 +163,55 @@ def _transfer_in(d: Demand, o: Offering, ctx: Context, terms: Terms) -> int:
     return int(gb * per_gb)
 
 
+def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclusion]:
+    """``price`` for one demand over many offerings: what depends only on the demand, the
+    provider or the region is computed once and reused (a quote prices hundreds of offerings)."""
+    transfer_in: dict[tuple[str, str], int] = {}
+    egress_out: dict[str, int] = {}
+    data_gb = d.data_in_gb + d.data_out_gb
+    checkpoint_half_h = d.checkpoint_hours / 2.0
+    terms_of = ctx.terms
+    spot = Market.SPOT
+
+    def price_one(o: Offering) -> PricedOffer | Exclusion:
+        reason = exclusion_reason(d, o, ctx)
+        if reason:
+            return Exclusion(o, reason)
+        it = o.instance
+        provider = it.provider
+        terms = terms_of[provider]
+        nodes = nodes_for(d, it.gpus) or 1
+        run_h = runtime_hours(d, o, nodes, ctx.gpu_perf)
+        gang_hourly = o.hourly_micros * nodes
+        compute = int(gang_hourly * run_h)
+        startup_h = terms.startup_s / 3600.0
+
+        interruption = 0
+        wall_h = run_h + startup_h
+        if o.market is spot:
+            expected = terms.spot_interruptions_per_hour * nodes * run_h
+            rework_h = checkpoint_half_h + startup_h
+            interruption = int(expected * rework_h * gang_hourly)
+            wall_h += expected * rework_h
+
+        if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
+            return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now")
+
+        storage = int(data_gb * terms.storage_micros_per_gb_month * wall_h / HOURS_PER_MONTH) if data_gb else 0
+        key = (provider, o.region)
+        t_in = transfer_in.get(key)
+        if t_in is None:
+            t_in = transfer_in[key] = _transfer_in(d, o, ctx, terms)
+        t_out = egress_out.get(provider)
+        if t_out is None:
+            t_out = egress_out[provider] = terms.egress_micros(d.data_out_gb)
+        sla_risk = int(compute * nodes * (100.0 - o.sla_pct) / 100.0) if o.sla_pct else 0
+        return PricedOffer(o, nodes, run_h, CostLines(compute, interruption, storage, t_in + t_out, sla_risk),
+                           o.zones[0] if o.zones else "")
+
+    return price_one
+
+
 def price(d: Demand, o: Offering, ctx: Context) -> PricedOffer | Exclusion:
     """Price ``o`` for ``d`` with every cost line, or say why it is excluded."""
-    reason = exclusion_reason(d, o, ctx)
-    if reason:
-        return Exclusion(o, reason)
-    it = o.instance
-    terms = ctx.terms[it.provider]
-    nodes = nodes_for(d, it.gpus) or 1
-    run_h = runtime_hours(d, o, nodes, ctx.gpu_perf)
-    gang_hourly = o.hourly_micros * nodes
-    compute = int(gang_hourly * run_h)
-
-    interruption = 0
-    wall_h = run_h + terms.startup_s / 3600.0
-    if o.market is Market.SPOT:
-        expected = terms.spot_interruptions_per_hour * nodes * run_h
-        rework_h = d.checkpoint_hours / 2.0 + terms.startup_s / 3600.0
-        interruption = int(expected * rework_h * gang_hourly)
-        wall_h += expected * rework_h
-
-    if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
-        return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now")
-
-    storage = int((d.data_in_gb + d.data_out_gb) * terms.storage_micros_per_gb_month * wall_h / HOURS_PER_MONTH)
-    transfer = _transfer_in(d, o, ctx, terms) + terms.egress_micros(d.data_out_gb)
-    sla_risk = int(compute * nodes * (100.0 - o.sla_pct) / 100.0) if o.sla_pct else 0
-    zone = o.zones[0] if o.zones else ""
-    return PricedOffer(o, nodes, run_h, CostLines(compute, interruption, storage, transfer, sla_risk), zone)
+    return pricer(d, ctx)(o)
