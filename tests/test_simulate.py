@@ -340,6 +340,10 @@ def test_same_seed_same_result_and_seed_changes_the_spot_luck(tmp_path, catalog)
     a = simulate(jobs, catalog, pol, CFG8)
     b = simulate(jobs, catalog, pol, CFG8)
     assert (a.cloud_cost_micros, a.waits, a.interruptions) == (b.cloud_cost_micros, b.waits, b.interruptions)
+    assert a.interruptions > 0
+    from dataclasses import replace
+    others = [simulate(jobs, catalog, pol, replace(CFG8, seed=s)) for s in (1, 2, 3)]
+    assert any((o.cloud_cost_micros, o.interruptions) != (a.cloud_cost_micros, a.interruptions) for o in others)
 
 
 def test_naive_trigger_respects_the_stabilization_window(tmp_path, catalog):
