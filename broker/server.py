@@ -199,9 +199,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
+    interceptors = [service.metrics.interceptor()] if service.metrics is not None else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
                                                     thread_name_prefix="rpc"),
-                         options=[("grpc.so_reuseport", 0)])
+                         interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -222,6 +223,9 @@ def serve(service: Service, listen: str, ready: threading.Event | None = None,
     server, port = build_server(service, listen)
     server.start()
     service.start_background()
+    metrics_listen = service.config.section("telemetry").get("metrics_listen", "")
+    if metrics_listen and service.metrics is not None:
+        log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
     log.info("serving", listen=listen, port=port, db=service.config.db_url.split("@")[-1],
              providers=sorted(service.providers))
     if on_port:

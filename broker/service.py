@@ -51,6 +51,9 @@ class Service:
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=float(config.reconciler["orphan_grace_s"]),
                                      clock=clock)
         self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
+        from broker.telemetry import Metrics
+
+        self.metrics = Metrics(self.store, self.engine.catalog)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -106,6 +109,7 @@ class Service:
                 started = time.monotonic()
                 try:
                     result = fn()
+                    self.metrics.loop.labels(name).observe(time.monotonic() - started)
                     if result is not None and any(getattr(result, "__dict__", {}).values()):
                         log.info(f"{name}_pass", **{k: v for k, v in vars(result).items() if v})
                 except Exception:  # a failed pass must not kill the loop; it is logged and retried
@@ -122,6 +126,7 @@ class Service:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:
             self.leadership.release()
+        self.metrics.stop()
         self.store.close()
 
 
