@@ -46,12 +46,13 @@ def serve(
         service = Service(cfg)
     except (cfgmod.ConfigError, ProviderConfigError) as e:
         exit_usage(str(e))
-    try:
-        from broker.autoscaler import attach
+    from broker.autoscaler import attach
 
+    try:
         attach(service)
-    except ImportError:
-        pass
+    except (cfgmod.ConfigError, ProviderConfigError) as e:
+        service.stop()
+        exit_usage(str(e))
     try:
         run(service, cfg.listen)
     except OSError as e:
