@@ -6,7 +6,7 @@ from typing import Mapping
 
 from broker.config import Budget
 from broker.store import LIVE_STATES, LeaseRecord, Store
-from policies.budget import Caps, launch_refusal, over_budget
+from policies.budget import Caps, launch_refusal, over_budget, to_release
 from providers.base import MICROS
 
 
@@ -45,11 +45,11 @@ class Budgets:
         to = lambda v: None if v is None else int(v * MICROS)  # noqa: E731
         return Caps(to(b.usd_per_hour), to(b.usd_per_month))
 
-    def usage(self, tenant: str, now: float) -> tuple[int, int]:
+    def usage(self, tenant: str, now: float, leases: list[LeaseRecord] | None = None) -> tuple[int, int]:
         """(live rate micros/h, month spend micros) for ``tenant``."""
         since = month_start(now)
         rate = spend = 0
-        for l in self.store.list_leases(tenant=tenant):
+        for l in self.store.list_leases(tenant=tenant) if leases is None else leases:
             if l.state in LIVE_STATES:
                 rate += l.hourly_micros * l.nodes
             if (l.ended_at or now) >= since:
@@ -66,6 +66,16 @@ class Budgets:
         why = launch_refusal(tenant, caps, rate, spend, new_rate_micros)
         if why:
             raise LeaseError("budget", why + ".")
+
+    def releases(self, tenant: str, now: float) -> dict[str, str]:
+        """Running leases of ``tenant`` the reconciler must release for budget, with why."""
+        caps = self.caps(tenant)
+        if caps is None:
+            return {}
+        leases = self.store.list_leases(tenant=tenant)
+        rate, spend = self.usage(tenant, now, leases)
+        running = sorted((l for l in leases if l.state == "running"), key=lambda l: (l.created_at, l.lease_id))
+        return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)
 
     def exhausted(self, tenant: str, now: float) -> str | None:
         caps = self.caps(tenant)

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
 from broker.quote import QuoteEngine, new_id, usd
-from broker.store import LIVE_STATES, LeaseRecord, StaleLease, Store
+from broker.store import LeaseRecord, StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
-    MICROS, TAG_LEASE, TAG_OWNER, CapacityError, Instance, InstanceState, InvalidRequestError,
-    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, StopReason,
+    TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
+    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope,
 )
 
 log = structlog.get_logger("broker.lifecycle")
@@ -217,9 +216,15 @@ class Lifecycle:
     # -- provisioning ----------------------------------------------------------------------------
     def provision(self, lease: LeaseRecord) -> LeaseRecord:
         """Launch the lease's instances, failing over across offers on capacity/quota errors."""
+        if lease.lease_id in self.inflight:
+            return lease  # this process is launching it already
         self.inflight.add(lease.lease_id)
         try:
             return self._provision(lease)
+        except StaleLease:
+            # Someone else moved the lease (a release, another replica's launch): theirs stands.
+            log.info("provision_superseded", lease=lease.lease_id, provider=lease.provider)
+            return self.get(lease.lease_id)
         finally:
             self.inflight.discard(lease.lease_id)
 
@@ -227,14 +232,16 @@ class Lifecycle:
         attempts = json.loads(lease.attempts)
         targets = [_lease_target(lease)] + self._alternatives(lease)
         tried = 0
+        refused: dict[str, str] = {}  # provider -> why none of its offers is tried (auth errors)
         for target in targets:
             if tried >= self.settings.max_failover:
                 break
             blocked = self._blocked_reason(target)
-            if blocked:
+            if blocked or target.provider in refused:
+                scope, why = blocked or (target.provider, refused[target.provider])
                 attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
                                  "instance_type": target.instance_type, "market": target.market.value,
-                                 "code": "blocked", "scope": "", "message": blocked})
+                                 "code": "blocked", "scope": scope, "message": why})
                 continue
             tried += 1
             lease = self._begin_attempt(lease, target, attempts)
@@ -245,10 +252,14 @@ class Lifecycle:
                 self._block_for(e, target)
                 log.warning("launch_failed", lease=lease.lease_id, provider=target.provider,
                             region=target.region, code=e.code, scope=str(e.scope))
-                if isinstance(e, (CapacityError, QuotaError)) or e.retryable or isinstance(e, InvalidRequestError):
-                    continue
-                break  # auth errors: the next offer of the same cloud will not do better
-            return self._mark_running(lease, instances, attempts)
+                self._discard_attempt(lease, target)
+                if isinstance(e, AuthError):  # the next offer of the same cloud will not do better
+                    refused[target.provider] = f"{e.code or 'auth error'} earlier in this launch"
+                continue
+            try:
+                return self._mark_running(lease, instances, attempts)
+            except StaleLease:
+                return self._launched_too_late(lease, instances)
         summary = "; ".join(f"{a['provider']}/{a['region']}/{a['instance_type']}/{a['market']}: "
                             f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
         lease = self._set(lease, state="failed", message=f"every offer failed: {summary}"[:2000],
@@ -259,20 +270,58 @@ class Lifecycle:
         d = json.loads(lease.demand)
         return [_d2t(t) for t in d.get("alternatives", [])]
 
-    def _blocked_reason(self, t: Target) -> str | None:
+    def _blocked_reason(self, t: Target) -> tuple[str, str] | None:
+        """(blocked scope, why) when an earlier failure or interruption rules ``t`` out for now."""
         blocks = self.store.active_blocks(self.clock())
         for key in (t.provider, f"{t.provider}/{t.region}", f"{t.provider}/{t.region}/{t.zone}",
                     offering_key(t.provider, t.region, t.instance_type, t.market.value)):
             if key in blocks:
-                return f"blocked: {blocks[key]}"
+                return key, f"blocked: {blocks[key]}"
         return None
 
     def _block_for(self, e: ProviderError, t: Target) -> None:
+        """Capacity and quota errors block their scope for ``block_s``: later launches skip it."""
         if not isinstance(e, (CapacityError, QuotaError)):
             return
-        key = e.scope_key if e.region else (
-            f"{t.provider}/{t.region}/{t.zone}" if e.scope is Scope.ZONE and t.zone else f"{t.provider}/{t.region}")
+        if e.scope is Scope.OFFER:
+            key = offering_key(t.provider, t.region, t.instance_type, t.market.value)
+        elif e.region:
+            key = e.scope_key
+        else:
+            key = f"{t.provider}/{t.region}/{t.zone}" if e.scope is Scope.ZONE and t.zone else f"{t.provider}/{t.region}"
         self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
+
+    def _discard_attempt(self, lease: LeaseRecord, t: Target) -> None:
+        """After a failed attempt, terminate whatever it left (the providers roll a failed gang
+        launch back themselves; this covers a rollback that failed). Best effort: what survives
+        is an orphan to the reconciler."""
+        provider = self.providers.get(t.provider)
+        if provider is None:
+            return
+        try:
+            left = [i for i in provider.describe(lease.lease_id, t.region) if i.state is not InstanceState.TERMINATED]
+            if left:
+                log.warning("attempt_leftovers", lease=lease.lease_id, provider=t.provider, region=t.region,
+                            instances=[i.instance_id for i in left])
+                provider.terminate(left)
+        except ProviderError as e:
+            log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider, code=e.code,
+                        error=str(e))
+
+    def _launched_too_late(self, lease: LeaseRecord, instances: Sequence[Instance]) -> LeaseRecord:
+        """The launch finished but the lease moved on meanwhile (adopted by the reconciler,
+        or released): keep it if it is running on these instances, else give them back."""
+        fresh = self.get(lease.lease_id)
+        ids = {i.instance_id for i in instances}
+        if fresh.state == "running" and ids <= {i["instance_id"] for i in json.loads(fresh.instances)}:
+            return fresh
+        log.warning("launched_after_release", lease=lease.lease_id, provider=lease.provider, state=fresh.state)
+        provider = self.providers[lease.provider]
+        try:
+            provider.terminate(list(instances))
+        except ProviderError as e:  # the reconciler terminates them as orphans
+            log.warning("terminate_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
+        return fresh
 
     def _begin_attempt(self, lease: LeaseRecord, t: Target, attempts: list) -> LeaseRecord:
         attempt = lease.attempt + 1
@@ -306,12 +355,14 @@ class Lifecycle:
                                       code="ProviderDisabled", scope=Scope.CLOUD)
         spec = self.spec_for(lease)
         delay = self.settings.backoff_s
-        for i in range(self.settings.retries):
+        tries = max(1, self.settings.retries)
+        for i in range(tries):
             try:
                 instances = provider.launch(spec)
             except ProviderError as e:
-                if not e.retryable or i == self.settings.retries - 1:
+                if not e.retryable or i == tries - 1:
                     raise
+                # Throttling and 5xx: the same offer again (same client token: idempotent), later.
                 log.info("launch_retry", lease=lease.lease_id, provider=t.provider, code=e.code, delay_s=delay)
                 self.sleep(delay)
                 delay *= 2
@@ -319,7 +370,10 @@ class Lifecycle:
             up = [x for x in instances if alive(x)]
             if len(up) != spec.count:
                 # A gang is all-or-nothing: give back what came up and fail over as a whole.
-                provider.terminate(instances)
+                try:
+                    provider.terminate(instances)
+                except ProviderError as e:
+                    log.warning("terminate_failed", lease=lease.lease_id, provider=t.provider, error=str(e))
                 raise CapacityError(f"only {len(up)} of {spec.count} nodes came up", provider=t.provider,
                                     code="PartialLaunch", region=t.region, zone=t.zone)
             return up
@@ -339,10 +393,19 @@ class Lifecycle:
 
     # -- launch end to end -----------------------------------------------------------------------
     def launch(self, **kwargs: Any) -> LeaseRecord:
+        """Create and provision; a repeated key returns the same lease (waiting for a launch of it
+        that this process is running, resuming one that nobody started)."""
         lease, created = self.create(**kwargs)
-        if not created and lease.state != "requested":
-            return lease
-        return self.provision(lease)
+        if created:
+            return self.provision(lease)
+        deadline = time.monotonic() + self.settings.provision_timeout_s
+        while lease.lease_id in self.inflight and lease.state in ("requested", "provisioning") \
+                and time.monotonic() < deadline:
+            self.store.wait_for_change(0.5)
+            lease = self.get(lease.lease_id)
+        if lease.state == "requested" and lease.lease_id not in self.inflight:
+            return self.provision(lease)
+        return lease
 
     # -- hand-off and release --------------------------------------------------------------------
     def handoff(self, lease_id: str, job: Mapping[str, Any]) -> LeaseRecord:
@@ -355,21 +418,32 @@ class Lifecycle:
         return self._set(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
                          job=json.dumps(merged), idle_since=0.0, retry_stale=True)
 
-    def release(self, lease_id: str, reason: str = "released by request") -> LeaseRecord:
-        lease = self.get(lease_id)
-        if lease.state in ("released", "failed"):
-            return lease
-        lease = self._accrue(lease)
-        if lease.state != "draining":
-            lease = self._set(lease, state="draining", message=reason)
-        return self.finish_drain(lease)
+    def release(self, lease_id: str, reason: str = "released by request", event_kind: str = "") -> LeaseRecord:
+        """Drain and terminate. Safe to repeat and to race with the reconciler or a launch: a
+        launch that finishes after this is given back (see :meth:`_launched_too_late`)."""
+        for _ in range(3):
+            lease = self.get(lease_id)
+            if lease.state in ("released", "failed"):
+                return lease
+            try:
+                lease = self._accrue(lease)
+                if lease.state != "draining":
+                    lease = self._set(lease, state="draining", message=reason, event_kind=event_kind)
+                return self.finish_drain(lease)
+            except StaleLease:
+                continue  # someone else moved it: look again
+        raise LeaseError("unavailable", f"lease {lease_id} keeps changing; retry the release.")
 
     def finish_drain(self, lease: LeaseRecord) -> LeaseRecord:
-        """Terminate everything of a draining lease (also what a crashed launch may have made)."""
+        """Terminate everything of a draining lease (also what a crashed launch may have made).
+
+        Stopped instances are terminated too: a preempted GCP VM kept TERMINATED still holds its
+        disk, and terminating is what makes a provider forget a lease's remembered nodes."""
         provider = self.providers.get(lease.provider)
         if provider is not None:
             found = provider.describe(lease.lease_id, lease.region)
-            provider.terminate([i for i in found if i.state is not InstanceState.TERMINATED])
+            if found:
+                provider.terminate(found)
         now = self.clock()
         lease = self._accrue(lease)
         return self._set(lease, state="released", message=lease.state_reason or "released",
@@ -394,14 +468,15 @@ class Lifecycle:
         return self._accrue(lease)
 
     def _set(self, lease: LeaseRecord, *, state: str | None = None, message: str = "",
-             event_kind: str = "", event_data: dict | None = None, retry_stale: bool = False,
-             **fields: Any) -> LeaseRecord:
+             event_kind: str = "", event_data: dict | None = None, events: Sequence[tuple[str, str, dict]] = (),
+             retry_stale: bool = False, **fields: Any) -> LeaseRecord:
         """Write a change at the version we read. Only bookkeeping (``retry_stale``) is re-applied
         on a fresh row; a state change that lost the race raises :class:`StaleLease`."""
         for _ in range(3 if retry_stale else 1):
             try:
                 out = self.store.update_lease(lease, now=self.clock(), state=state, message=message,
-                                              event_kind=event_kind, event_data=event_data, **fields)
+                                              event_kind=event_kind, event_data=event_data, events=events,
+                                              **fields)
                 if state and state != lease.state:
                     log.info("lease_state", lease=lease.lease_id, provider=lease.provider,
                              from_state=lease.state, to_state=state, reason=message)

@@ -4,15 +4,17 @@ Each pass has two phases (DESIGN.md):
 
 * sync — passive transitions that only reflect what the clouds report: a lease that was
   mid-launch when the broker died and whose instances are all up is adopted; a lease whose
-  instances were interrupted or vanished is marked; a draining lease with nothing left is released.
+  instances were interrupted or vanished is marked (an interruption also requeues the lease's
+  job, blocks the offering, and records a replacement lease when the demand is known); a
+  draining lease with nothing left in the cloud is released.
 * step — active transitions whose side effects reach the clouds: terminate orphans (tagged
-  instances with no live lease, after a grace period) and interrupted leftovers, finish
-  interrupted teardowns, resume or fail over launches stuck in requested/provisioning, release
-  leases that expired, sat idle or ran out of budget, and launch replacements for interrupted
-  leases whose demand still stands.
+  instances of no live lease, or of a running lease that does not list them, after a grace
+  period), finish teardowns, launch replacements, resume or fail over launches stuck in
+  requested/provisioning, release leases that expired, sat idle or ran out of budget.
 
-A provider whose listing fails is skipped for the pass (nothing is concluded from silence).
-It is safe to run after a ``kill -9`` at any point of launch or release.
+A provider whose listing fails is skipped for the pass (nothing is concluded from silence), and
+a running lease missing instances in a listing is confirmed with ``describe`` before anything is
+concluded (listings lag). It is safe to run after a ``kill -9`` at any point of launch or release.
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ from typing import Callable, Mapping
 
 import structlog
 
-from broker.lifecycle import Lifecycle, LeaseError, alive, instance_dict, offering_key
+from broker.lifecycle import LeaseError, Lifecycle, Target, alive, offering_key
 from broker.store import LIVE_STATES, LeaseRecord, StaleLease
-from providers.base import Instance, InstanceState, Market, ProviderError, StopReason
+from providers.base import Instance, Market, ProviderError, StopReason
 
 log = structlog.get_logger("broker.reconciler")
 
@@ -67,6 +69,8 @@ class Reconciler:
         for insts in listings.values():
             for i in insts:
                 by_lease.setdefault(i.lease_id, []).append(i)
+        # Read after listing: a lease created meanwhile has nothing listed yet, which is harmless;
+        # the other order could take a just-launched lease's instances for orphans.
         live = {l.lease_id: l for l in self.store.list_leases(states=LIVE_STATES)}
 
         # sync -----------------------------------------------------------------------------
@@ -74,111 +78,135 @@ class Reconciler:
             if lease.provider not in listings:
                 continue
             try:
-                live[lease.lease_id] = self._sync(lease, by_lease.get(lease.lease_id, []), report)
-            except StaleLease:
+                live[lease.lease_id], replacement = self._sync(lease, by_lease.get(lease.lease_id, []), report)
+            except (StaleLease, ProviderError, LeaseError) as e:
+                log.warning("sync_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
                 continue
+            if replacement is not None:
+                live[replacement.lease_id] = replacement
 
         # step -----------------------------------------------------------------------------
         self._terminate_orphans(listings, live, report, now)
-        over_budget = self._over_budget(live.values(), now)
+        budget_reasons = self._over_budget(live.values(), now)
         for lease in list(live.values()):
             if lease.state not in LIVE_STATES:
                 continue
             try:
                 self._step(lease, report, now, listed=lease.provider in listings,
-                           budget_reason=over_budget.get(lease.tenant))
+                           budget_reason=budget_reasons.get(lease.lease_id))
             except (StaleLease, ProviderError, LeaseError) as e:
                 log.warning("step_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         self.store.prune_quotes(now - 86400)
         return report
 
     # -- sync: reflect what the clouds say ----------------------------------------------------
-    def _sync(self, lease: LeaseRecord, insts: list[Instance], report: PassReport) -> LeaseRecord:
+    def _sync(self, lease: LeaseRecord, insts: list[Instance],
+              report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
         up = [i for i in insts if alive(i)]
-        if lease.state in ("requested", "provisioning"):
+        if lease.state == "provisioning":
+            if lease.lease_id in self.lc.inflight:
+                return lease, None  # this process is launching it: the launch records the result
             mine = [i for i in up if _attempt_of(i, lease)]
-            if len(mine) == lease.nodes and lease.state == "provisioning":
+            if len(mine) == lease.nodes:
                 report.adopted += 1
                 log.info("adopted", lease=lease.lease_id, provider=lease.provider, nodes=len(mine))
-                return self.lc.adopt(lease, mine)
-            return lease
+                return self.lc.adopt(lease, mine), None
+            return lease, None
         if lease.state == "running":
-            known = {i["instance_id"] for i in json.loads(lease.instances)}
-            ours = [i for i in insts if i.instance_id in known]
-            gone = known - {i.instance_id for i in ours if alive(i)}
-            if not gone:
-                return lease
-            interrupted = [i for i in ours if i.stop_reason is StopReason.INTERRUPTED]
-            vanished_spot = lease.market == Market.SPOT.value and len(ours) < len(known)
-            if interrupted or vanished_spot:
-                return self._interrupted(lease, interrupted, report)
-            detail = ", ".join(f"{i.instance_id}: {i.stop_reason or i.state} {i.stop_detail}".strip()
-                               for i in ours if not alive(i)) or "instances vanished"
-            report.failed += 1
-            lease = self.lc.accrue(lease)
-            return self.lc._set(lease, state="draining", message=f"instances lost: {detail}")
-        if lease.state == "draining" and not up:
+            return self._sync_running(lease, insts, report)
+        if lease.state == "draining" and not insts:
             lease = self.lc.accrue(lease)
             report.released += 1
             return self.lc._set(lease, state="released", message=lease.state_reason or "released",
                                 ended_at=self.clock(), instances=json.dumps(
-                                    [{**i, "state": "terminated"} for i in json.loads(lease.instances)]))
-        return lease
+                                    [{**i, "state": "terminated"} for i in json.loads(lease.instances)])), None
+        return lease, None
 
-    def _interrupted(self, lease: LeaseRecord, interrupted: list[Instance], report: PassReport) -> LeaseRecord:
+    def _sync_running(self, lease: LeaseRecord, insts: list[Instance],
+                      report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
+        known = _instance_ids(lease)
+        if known <= {i.instance_id for i in insts if alive(i)}:
+            return lease, None
+        # Something is missing from the listing. Listings lag (EC2's are eventually consistent):
+        # ask about this lease directly before concluding anything.
+        seen = {i.instance_id: i for i in self.lc.providers[lease.provider].describe(lease.lease_id, lease.region)}
+        gone = {k for k in known if k not in seen or not alive(seen[k])}
+        if not gone:
+            return lease, None
+        stopped = [seen[k] for k in sorted(gone) if k in seen]
+        interrupted = [i for i in stopped if i.stop_reason is StopReason.INTERRUPTED]
+        vanished = len(stopped) < len(gone)
+        if interrupted or (vanished and lease.market == Market.SPOT.value):
+            # A reclaimed spot VM with termination action "delete" simply vanishes (GCP, Azure).
+            return self._interrupted(lease, interrupted, report)
+        detail = ", ".join(f"{i.instance_id}: {i.stop_reason or i.state} {i.stop_detail}".strip()
+                           for i in stopped) or "instances vanished"
+        report.failed += 1
+        lease = self.lc.accrue(lease)
+        return self.lc._set(lease, state="draining", message=f"instances lost: {detail}"), None
+
+    def _interrupted(self, lease: LeaseRecord, interrupted: list[Instance],
+                     report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
+        """Block the offering, record a replacement, then — in one write — move the lease to
+        draining with its ``interrupted`` and ``requeue`` events. A crash anywhere in between
+        repeats the whole step on the next pass (the replacement's key makes it idempotent)."""
         report.interrupted += 1
         now = self.clock()
         job = json.loads(lease.job)
         detail = interrupted[0].stop_detail if interrupted else "spot instance vanished"
         key = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
         self.store.block(key, now + self.lc.settings.interruption_block_s, f"spot interruption on {key}")
-        lease = self.lc.accrue(lease)
-        lease = self.lc._set(lease, state="draining", message=f"spot interruption: {detail}",
-                             event_kind="interrupted", event_data={"detail": detail, "blocked": key})
+        replacement, why_none = self._replace(lease, now)
+        if replacement is not None:
+            report.replaced += 1
+            outcome = f"replacement lease {replacement.lease_id} requested"
+        else:
+            outcome = f"no replacement: {why_none}"
+        data = {"detail": detail, "blocked": key,
+                "replacement": replacement.lease_id if replacement is not None else ""}
+        events = []
         if job.get("job_id"):
-            self.store.add_event(lease.lease_id, "requeue",
-                                 f"job {job['job_id']} requeued from checkpoint {job.get('checkpoint_uri') or '(none)'}",
-                                 now, data={"job": job})
-        log.warning("interrupted", lease=lease.lease_id, provider=lease.provider, detail=detail)
-        self._replace(lease, report)
-        return lease
+            events.append(("requeue", f"job {job['job_id']} requeued from checkpoint "
+                                      f"{job.get('checkpoint_uri') or '(none)'}; {outcome}", {**data, "job": job}))
+        lease = self.lc.accrue(lease)
+        lease = self.lc._set(lease, state="draining", message=f"spot interruption: {detail}; {outcome}",
+                             event_kind="interrupted", event_data=data, events=events)
+        log.warning("interrupted", lease=lease.lease_id, provider=lease.provider, detail=detail,
+                    replacement=data["replacement"])
+        return lease, replacement
 
-    def _replace(self, lease: LeaseRecord, report: PassReport) -> None:
-        """Quote and launch replacement capacity when the interrupted lease's demand still stands."""
-        from broker.lifecycle import Target
+    def _replace(self, lease: LeaseRecord, now: float) -> tuple[LeaseRecord | None, str]:
+        """A replacement lease (state requested) for an interrupted lease whose demand is known,
+        quoted afresh without the blocked offering; or None and why not."""
         from broker.views import demand_from_dict
 
         d = json.loads(lease.demand)
-        if not d or not d.get("gpus"):
-            return
+        if not d.get("gpus"):
+            return None, "launched without a demand (explicit offering)"
         demand = demand_from_dict(d)
-        now = self.clock()
-        q = self.lc.engine.quote(demand, now=now, blocked=self._blocked_offerings(now))
+        q = self.lc.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
         if not q.offers:
-            self.store.add_event(lease.lease_id, "requeue", "no replacement offer: every offer excluded", now)
-            return
+            return None, "every offer is excluded now"
         targets = [Target(r.offering.provider, r.offering.region, r.priced.zone, r.offering.instance.name,
                           r.offering.market, r.priced.nodes, r.offering.hourly_micros, r.offering.reservation)
                    for r in q.offers[: self.lc.settings.max_failover]]
         try:
             new, _ = self.lc.create(
                 idempotency_key=f"replace-{lease.lease_id}", target=targets[0], tenant=lease.tenant,
-                demand=demand, alternatives=targets[1:], job=json.loads(lease.job), bootstrap=lease.bootstrap,
-                max_lifetime_s=lease.max_lifetime_s, replaces=lease.lease_id,
+                demand=demand, alternatives=targets[1:], quote_id=q.quote_id, offer_rank=1,
+                job=json.loads(lease.job), bootstrap=lease.bootstrap, max_lifetime_s=lease.max_lifetime_s,
+                replaces=lease.lease_id,
             )
         except LeaseError as e:
-            self.store.add_event(lease.lease_id, "requeue", f"no replacement: {e}", now)
-            return
-        report.replaced += 1
-        self.store.add_event(lease.lease_id, "requeue", f"replacement lease {new.lease_id} requested", now,
-                             data={"replacement": new.lease_id})
-
-    def _blocked_offerings(self, now: float) -> dict[str, str]:
-        return self.store.active_blocks(now)
+            return None, str(e)
+        return new, ""
 
     # -- step: act on the clouds ----------------------------------------------------------------
     def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, LeaseRecord],
                            report: PassReport, now: float) -> None:
+        """Alive tagged instances that no live lease accounts for: a lease that ended (or never
+        existed), or a running lease that does not list them (a launch attempt it moved on from,
+        a duplicate). Those of leases still launching or draining are theirs to settle."""
         seen = set()
         for name, insts in listings.items():
             orphans = []
@@ -186,13 +214,11 @@ class Reconciler:
                 if not alive(i):
                     continue
                 lease = live.get(i.lease_id)
-                if lease is not None and (lease.state != "running" or _attempt_of(i, lease)
-                                          or i.instance_id in lease.instances):
+                if lease is not None and (lease.state != "running" or i.instance_id in _instance_ids(lease)):
                     continue
                 seen.add(i.instance_id)
                 first = self._first_seen.setdefault(i.instance_id, now)
-                age = max(now - first, now - i.launched_at if i.launched_at else 0.0)
-                if age >= self.orphan_grace_s:
+                if now - first >= self.orphan_grace_s:
                     orphans.append(i)
             if orphans:
                 try:
@@ -207,15 +233,13 @@ class Reconciler:
             del self._first_seen[k]
 
     def _over_budget(self, leases, now: float) -> dict[str, str]:
-        """Tenants over a cap right now (usage computed once per pass, not per lease)."""
+        """Running leases to release for budget, by lease id, with the sentence naming the cap."""
         budgets = self.lc.budgets
         if budgets is None or not budgets.budgets:
             return {}
-        out = {}
-        for tenant in {l.tenant for l in leases if l.state == "running"}:
-            why = budgets.exhausted(tenant, now)
-            if why:
-                out[tenant] = why
+        out: dict[str, str] = {}
+        for tenant in sorted({l.tenant for l in leases if l.state == "running"}):
+            out.update(budgets.releases(tenant, now))
         return out
 
     def _step(self, lease: LeaseRecord, report: PassReport, now: float, listed: bool,
@@ -223,8 +247,9 @@ class Reconciler:
         s = self.lc.settings
         age = now - lease.state_since
         if lease.state == "requested":
-            # Created but the launch never started (crash between the two writes): start it.
-            if lease.lease_id not in self.lc.inflight and age >= min(5.0, s.resume_after_s):
+            # A replacement is launched at once; any other request this old was abandoned by a
+            # crash between its creation and its launch.
+            if lease.lease_id not in self.lc.inflight and (lease.replaces or age >= min(5.0, s.resume_after_s)):
                 report.resumed += 1
                 try:
                     self.lc.provision(lease)
@@ -256,19 +281,23 @@ class Reconciler:
             report.released += 1
             return
         if lease.state == "running":
-            reason = None
+            reason, kind = None, ""
             if lease.max_lifetime_s and now - (lease.started_at or lease.created_at) >= lease.max_lifetime_s:
                 reason = f"maximum lifetime of {lease.max_lifetime_s} s reached"
             elif s.idle_timeout_s and lease.idle_since and now - lease.idle_since >= s.idle_timeout_s:
                 reason = f"idle for {s.idle_timeout_s:.0f} s with no job"
             elif budget_reason:
-                reason = budget_reason
-                self.store.add_event(lease.lease_id, "budget", budget_reason, now)
+                reason, kind = budget_reason, "budget"
             if reason:
                 report.expired += 1
-                self.lc.release(lease.lease_id, reason)
+                self.lc.release(lease.lease_id, reason, event_kind=kind)
+
+
+def _instance_ids(lease: LeaseRecord) -> set[str]:
+    return {i["instance_id"] for i in json.loads(lease.instances)}
 
 
 def _attempt_of(i: Instance, lease: LeaseRecord) -> bool:
-    """Is ``i`` from the lease's current shape (not a leftover of an earlier failover attempt)?"""
-    return i.instance_type == lease.instance_type and i.region == lease.region
+    """Is ``i`` from the lease's current attempt (not a leftover of an earlier failover attempt)?"""
+    return (i.instance_type == lease.instance_type and i.region == lease.region
+            and i.market.value == lease.market and (not lease.zone or not i.zone or i.zone == lease.zone))

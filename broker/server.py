@@ -149,6 +149,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             lease = self.svc.store.get_lease(ev.lease_id)
             if lease is not None:
                 out.lease.CopyFrom(self._lease_pb(lease))
+                if ev.to_state in convert.STATE_TO_PB:  # the lease as this event left it
+                    out.lease.state = convert.STATE_TO_PB[ev.to_state]
         if ev.kind == "requeue" and data.get("job"):
             out.job.CopyFrom(convert.job_to_pb(data["job"]))
         if ev.kind == "decision":

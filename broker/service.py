@@ -2,6 +2,7 @@
 providers, lifecycle, reconciler, autoscaler). The gRPC server and the CLI are thin layers on it."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -54,6 +55,8 @@ class Service:
         from broker.telemetry import Metrics
 
         self.metrics = Metrics(self.store, self.engine.catalog)
+        self._launch_cache: dict[int, tuple] = {}  # launchable offers of cached quote results
+        self._slices: dict[tuple[int, int], tuple] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -63,11 +66,25 @@ class Service:
         demand = self.engine.validate(demand)
         now = self.clock()
         q = self.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
-        body = {"demand": _demand_dict(demand), "valid_until": _iso(q.valid_until),
-                "launch": launch_targets(q, max(top, LAUNCHABLE_OFFERS))}
+        key = id(q.offers)
+        cached = self._launch_cache.get(key)
+        if cached is None or cached[0] is not q.offers:
+            cached = (q.offers, json.dumps(_demand_dict(demand)),
+                      json.dumps(launch_targets(q, max(top, LAUNCHABLE_OFFERS))))
+            self._launch_cache[key] = cached
+            if len(self._launch_cache) > 1024:
+                self._launch_cache.pop(next(iter(self._launch_cache)))
+        body = f'{{"demand": {cached[1]}, "valid_until": "{_iso(q.valid_until)}", "launch": {cached[2]}}}'
         self.store.save_quote(q.quote_id, q.created_at, q.valid_until, body)
-        if top:
-            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, q.offers[:top], q.excluded)
+        if top and top < len(q.offers):
+            # Keep the identity of a cached result's slice, so the layers above can cache by it.
+            sk = (id(q.offers), top)
+            sliced = self._slices.get(sk)
+            if sliced is None or sliced[0] is not q.offers:
+                sliced = self._slices[sk] = (q.offers, q.offers[:top])
+                if len(self._slices) > 1024:
+                    self._slices.pop(next(iter(self._slices)))
+            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced[1], q.excluded)
         return q
 
     # -- boot scripts ----------------------------------------------------------------------------

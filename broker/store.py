@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import UniqueConstraint, event, func, text, update
+from sqlalchemy import UniqueConstraint, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -176,8 +176,9 @@ class Store:
     # Quotes are written behind: the Quote RPC returns without waiting on the disk, a writer
     # thread inserts them in batches, and recent ones are answered from memory. A quote lost in
     # a crash costs the client one re-quote; it commits nothing.
-    def save_quote(self, quote_id: str, created_at: float, valid_until: float, body: dict) -> None:
-        rec = (quote_id, created_at, valid_until, body)
+    def save_quote(self, quote_id: str, created_at: float, valid_until: float, body: dict | str) -> None:
+        """``body`` is the quote's launch details, as a dict or already as JSON text."""
+        rec = (quote_id, created_at, valid_until, body if isinstance(body, str) else json.dumps(body))
         with self._recent_lock:
             self._recent[quote_id] = rec
             while len(self._recent) > 8192:
@@ -203,10 +204,10 @@ class Store:
                     break
                 batch.append(nxt)
             try:
-                with Session(self.engine) as s:
-                    s.add_all([QuoteRecord(quote_id=q, created_at=c, valid_until=v, body=json.dumps(b))
-                               for q, c, v, b in batch])
-                    s.commit()
+                with self.engine.begin() as conn:
+                    conn.execute(insert(QuoteRecord.__table__), [
+                        {"quote_id": q, "created_at": c, "valid_until": v, "body": b}
+                        for q, c, v, b in batch])
             except Exception:  # the writer must outlive a bad batch; the quotes stay in memory
                 import structlog
 
@@ -224,7 +225,7 @@ class Store:
         with self._recent_lock:
             rec = self._recent.get(quote_id)
         if rec is not None:
-            return {**rec[3], "_valid_until_ts": rec[2]}
+            return {**json.loads(rec[3]), "_valid_until_ts": rec[2]}
         with Session(self.engine) as s:
             r = s.get(QuoteRecord, quote_id)
             return None if r is None else {**json.loads(r.body), "_valid_until_ts": r.valid_until}
@@ -285,10 +286,12 @@ class Store:
 
     def update_lease(self, lease: LeaseRecord, *, now: float, state: str | None = None,
                      message: str = "", event_kind: str = "", event_data: dict | None = None,
-                     **fields: Any) -> LeaseRecord:
+                     events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> LeaseRecord:
         """Write ``fields`` (and a state change) iff the lease is still at ``lease.version``.
 
-        A state change, or ``event_kind``, also appends a lease event in the same transaction.
+        A state change, or ``event_kind``, also appends a lease event in the same transaction, as
+        do ``events`` (``(kind, message, data)`` each), so a change and what it announces (an
+        interruption and the requeue of its job) are written together or not at all.
         Raises :class:`StaleLease` when another writer got there first.
         """
         values = dict(fields)
@@ -312,6 +315,10 @@ class Store:
                 s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind=event_kind,
                                        from_state=lease.state, to_state=values.get("state", lease.state),
                                        message=message, data=json.dumps(event_data or {})))
+            for kind, msg, data in events:
+                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind=kind, from_state=lease.state,
+                                       to_state=values.get("state", lease.state), message=msg,
+                                       data=json.dumps(data or {})))
             s.commit()
             fresh = s.get(LeaseRecord, lease.lease_id)
         self._notify()
