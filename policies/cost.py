@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from providers.base import Market, Offering
+from providers.base import InstanceType, Market, Offering
 from providers.catalog import Region, Terms
 
 from policies.demand import Demand
@@ -107,13 +107,24 @@ def _blocked(o: Offering, ctx: Context) -> str | None:
     return None
 
 
-def exclusion_reason(d: Demand, o: Offering, ctx: Context) -> str | None:
-    """Why ``o`` cannot serve ``d`` (None when it can). Cheap checks first."""
-    it = o.instance
+def instance_reason(d: Demand, it: InstanceType) -> tuple[str | None, int]:
+    """Why the shape ``it`` cannot serve ``d`` whatever the region or market, and its node count."""
     if d.gpu_model and it.gpu.upper() != d.gpu_model:
-        return f"GPU is {it.gpu}, not {d.gpu_model}"
+        return f"GPU is {it.gpu}, not {d.gpu_model}", 0
     if it.gpu_memory_gb < d.min_gpu_memory_gb:
-        return f"too little GPU memory: {it.gpu_memory_gb} GB per GPU, demand needs {d.min_gpu_memory_gb} GB"
+        return f"too little GPU memory: {it.gpu_memory_gb} GB per GPU, demand needs {d.min_gpu_memory_gb} GB", 0
+    nodes = nodes_for(d, it.gpus)
+    if nodes is None:
+        return f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs", 0
+    if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
+        return (f"no interconnect for a {nodes}-node job: {it.interconnect} at "
+                f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
+    return None, nodes
+
+
+def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> str | None:
+    """Why this region / market of an otherwise fitting shape cannot serve ``d``."""
+    it = o.instance
     if d.providers and it.provider not in d.providers:
         return f"provider {it.provider} not allowed"
     if d.regions and o.region not in d.regions:
@@ -125,21 +136,20 @@ def exclusion_reason(d: Demand, o: Offering, ctx: Context) -> str | None:
             return f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}"
     if o.market is Market.SPOT and not d.interruptible:
         return "spot capacity needs an interruptible (checkpointing) job"
-    nodes = nodes_for(d, it.gpus)
-    if nodes is None:
-        return f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs"
-    if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
-        return (f"no interconnect for a {nodes}-node job: {it.interconnect} at "
-                f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})")
     if o.market is Market.RESERVED and o.reserved_nodes and nodes > o.reserved_nodes:
         return f"reservation {o.reservation} holds {o.reserved_nodes} nodes, demand needs {nodes}"
     if d.min_sla_pct and o.sla_pct < d.min_sla_pct:
         sla = "no SLA" if o.sla_pct == 0 else f"SLA {o.sla_pct}%"
         return f"{sla} is under the minimum {d.min_sla_pct}%"
-    why = _blocked(o, ctx)
-    if why:
-        return why
+    if ctx.blocked:
+        return _blocked(o, ctx)
     return None
+
+
+def exclusion_reason(d: Demand, o: Offering, ctx: Context) -> str | None:
+    """Why ``o`` cannot serve ``d`` (None when it can): the shape first, then region and market."""
+    reason, nodes = instance_reason(d, o.instance)
+    return reason or offering_reason(d, o, nodes, ctx)
 
 
 def _transfer_in(d: Demand, o: Offering, ctx: Context, terms: Terms) -> int:
@@ -173,15 +183,21 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
     terms_of = ctx.terms
     spot = Market.SPOT
 
+    shapes: dict[InstanceType, tuple[str | None, int, float]] = {}
+
     def price_one(o: Offering) -> PricedOffer | Exclusion:
-        reason = exclusion_reason(d, o, ctx)
+        it = o.instance
+        shape = shapes.get(it)
+        if shape is None:
+            reason, nodes = instance_reason(d, it)
+            shape = shapes[it] = (reason, nodes, 0.0 if reason else runtime_hours(d, o, nodes, ctx.gpu_perf))
+        reason, nodes, run_h = shape
+        if reason is None:
+            reason = offering_reason(d, o, nodes, ctx)
         if reason:
             return Exclusion(o, reason)
-        it = o.instance
         provider = it.provider
         terms = terms_of[provider]
-        nodes = nodes_for(d, it.gpus) or 1
-        run_h = runtime_hours(d, o, nodes, ctx.gpu_perf)
         gang_hourly = o.hourly_micros * nodes
         compute = int(gang_hourly * run_h)
         startup_h = terms.startup_s / 3600.0
