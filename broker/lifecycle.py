@@ -13,6 +13,7 @@ any point can be restarted and the reconciler finishes the job without launching
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -131,6 +132,7 @@ class Lifecycle:
         self.clock = clock
         self.sleep = sleep
         self.inflight: set[str] = set()  # leases this process is launching right now
+        self._inflight_lock = threading.Lock()
 
     # -- creation --------------------------------------------------------------------------------
     def target_from_quote(self, quote_id: str, rank: int) -> tuple[Target, Demand | None, list[Target]]:
@@ -216,9 +218,10 @@ class Lifecycle:
     # -- provisioning ----------------------------------------------------------------------------
     def provision(self, lease: LeaseRecord) -> LeaseRecord:
         """Launch the lease's instances, failing over across offers on capacity/quota errors."""
-        if lease.lease_id in self.inflight:
-            return lease  # this process is launching it already
-        self.inflight.add(lease.lease_id)
+        with self._inflight_lock:
+            if lease.lease_id in self.inflight:
+                return lease  # this process is launching it already
+            self.inflight.add(lease.lease_id)
         try:
             return self._provision(lease)
         except StaleLease:
@@ -395,16 +398,14 @@ class Lifecycle:
     def launch(self, **kwargs: Any) -> LeaseRecord:
         """Create and provision; a repeated key returns the same lease (waiting for a launch of it
         that this process is running, resuming one that nobody started)."""
-        lease, created = self.create(**kwargs)
-        if created:
-            return self.provision(lease)
+        lease, _ = self.create(**kwargs)
+        if lease.state == "requested":
+            lease = self.provision(lease)
         deadline = time.monotonic() + self.settings.provision_timeout_s
         while lease.lease_id in self.inflight and lease.state in ("requested", "provisioning") \
                 and time.monotonic() < deadline:
-            self.store.wait_for_change(0.5)
+            self.store.wait_for_change(0.5)  # another thread of this process is launching it
             lease = self.get(lease.lease_id)
-        if lease.state == "requested" and lease.lease_id not in self.inflight:
-            return self.provision(lease)
         return lease
 
     # -- hand-off and release --------------------------------------------------------------------

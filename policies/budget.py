@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from providers.base import MICROS
 
@@ -33,3 +34,26 @@ def over_budget(tenant: str, caps: Caps, live_rate_micros: int, month_spend_micr
         return (f"budget {tenant}.usd_per_hour = {caps.usd_per_hour_micros / MICROS:g} exceeded "
                 f"({live_rate_micros / MICROS:.2f} $/h running)")
     return None
+
+
+def to_release(tenant: str, caps: Caps, running: Sequence[tuple[str, int]], live_rate_micros: int,
+               month_spend_micros: int) -> dict[str, str]:
+    """Running leases to release now, by id, with the sentence naming the cap they break.
+
+    ``running`` is (lease id, rate in micro-dollars per hour), oldest first. A spent month
+    releases them all; a rate over ``usd_per_hour`` (a cap lowered, two launches that raced)
+    releases the newest until the rest fits.
+    """
+    if caps.usd_per_month_micros is not None and month_spend_micros >= caps.usd_per_month_micros:
+        why = over_budget(tenant, caps, live_rate_micros, month_spend_micros)
+        return {lease_id: why for lease_id, _ in running}
+    out: dict[str, str] = {}
+    if caps.usd_per_hour_micros is not None and live_rate_micros > caps.usd_per_hour_micros:
+        why = over_budget(tenant, caps, live_rate_micros, month_spend_micros)
+        rate = live_rate_micros
+        for lease_id, lease_rate in reversed(running):
+            if rate <= caps.usd_per_hour_micros:
+                break
+            out[lease_id] = why
+            rate -= lease_rate
+    return out
