@@ -21,11 +21,55 @@ class ClientError(Exception):
         return self.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 
+def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = None) -> grpc.Channel:
+    """A channel to a broker: TLS when ``tls_ca`` (or $BROKER_TLS_CA) names a CA file, and a bearer
+    token from ``token`` (or $BROKER_TOKEN) on every call."""
+    import os
+
+    token = token if token is not None else os.environ.get("BROKER_TOKEN", "")
+    tls_ca = tls_ca if tls_ca is not None else os.environ.get("BROKER_TLS_CA", "")
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        if token:
+            creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+        return grpc.secure_channel(target, creds)
+    channel = grpc.insecure_channel(target)
+    if token:
+        channel = grpc.intercept_channel(channel, _BearerToken(token))
+    return channel
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds ``authorization: Bearer`` to plaintext calls (grpc only attaches call credentials over TLS)."""
+
+    def __init__(self, token: str) -> None:
+        self.md = ("authorization", f"Bearer {token}")
+
+    def _details(self, d):
+        md = list(d.metadata or []) + [self.md]
+        return d._replace(metadata=md) if hasattr(d, "_replace") else _Details(d, md)
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, d, metadata) -> None:
+        self.method, self.timeout, self.credentials = d.method, d.timeout, d.credentials
+        self.wait_for_ready, self.compression = getattr(d, "wait_for_ready", None), getattr(d, "compression", None)
+        self.metadata = metadata
+
+
 class BrokerClient:
-    def __init__(self, target: str, timeout: float = 600.0) -> None:
+    def __init__(self, target: str, timeout: float = 600.0, *, token: str | None = None,
+                 tls_ca: str | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(target)
+        self.channel = open_channel(target, token=token, tls_ca=tls_ca)
         self.stub = pb_grpc.BrokerStub(self.channel)
 
     def __enter__(self) -> "BrokerClient":

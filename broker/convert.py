@@ -67,7 +67,8 @@ def demand_to_pb(d: Demand) -> pb.Demand:
         gpu_model=d.gpu_model, min_gpu_memory_gb=d.min_gpu_memory_gb, gpus=d.gpus, nodes=d.nodes,
         hours=d.hours, data_in_gb=d.data_in_gb, data_location=d.data_location, data_out_gb=d.data_out_gb,
         interruptible=d.interruptible, checkpoint_minutes=d.checkpoint_minutes, providers=list(d.providers),
-        regions=list(d.regions), residency=list(d.residency), min_sla_pct=d.min_sla_pct, tenant=d.tenant,
+        regions=list(d.regions), residency=list(d.residency), min_sla_pct=d.min_sla_pct,
+        tenant="" if d.tenant == "default" else d.tenant,  # unnamed: the server decides (token or default)
     )
     if d.deadline:
         m.deadline.CopyFrom(ts(d.deadline))

@@ -7,6 +7,7 @@ offer failed UNAVAILABLE listing each attempt.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from collections import OrderedDict
 import threading
 import time
@@ -38,7 +39,10 @@ STATUS = {
 
 class BrokerServicer(pb_grpc.BrokerServicer):
     def __init__(self, service: Service) -> None:
+        from broker.auth import Auth
+
         self.svc = service
+        self.auth = Auth(service.config.section("auth").get("tokens"))
         self._pb_cache: OrderedDict = OrderedDict()
         self._pb_lock = threading.Lock()
 
@@ -60,8 +64,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "demand is required.")
         if request.top < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"top must be zero or more, got {request.top}.")
+        tenant = self.auth.tenant(context, request.demand.tenant)
         try:
-            q = self.svc.quote(convert.demand_from_pb(request.demand), top=request.top)
+            demand = convert.demand_from_pb(request.demand)
+            q = self.svc.quote(replace(demand, tenant=tenant), top=request.top)
         except DemandError as e:
             self._abort(context, e)
         return pb.QuoteResponse(quote=self._quote_pb(q))
@@ -87,6 +93,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
         lc = self.svc.lifecycle
+        tenant = self.auth.tenant(context, request.tenant)
         try:
             target_kind = request.WhichOneof("target")
             demand, alternatives, quote_id, rank = None, [], "", 0
@@ -108,7 +115,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             if request.max_lifetime_s < 0:
                 raise LeaseError("invalid", f"max_lifetime_s must be zero or more, got {request.max_lifetime_s}.")
             lease = lc.launch(
-                idempotency_key=request.idempotency_key, target=target, tenant=request.tenant or "default",
+                idempotency_key=request.idempotency_key, target=target, tenant=tenant,
                 demand=demand, alternatives=alternatives, quote_id=quote_id, offer_rank=rank, job=job,
                 bootstrap=request.bootstrap, max_lifetime_s=request.max_lifetime_s,
             )
@@ -118,18 +125,25 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def GetLease(self, request: pb.GetLeaseRequest, context) -> pb.GetLeaseResponse:
         try:
-            return pb.GetLeaseResponse(lease=self._lease_pb(self.svc.lifecycle.get(request.lease_id)))
+            lease = self.svc.lifecycle.get(request.lease_id)
         except LeaseError as e:
             self._abort(context, e)
+        self.auth.check_lease(context, lease.tenant)
+        return pb.GetLeaseResponse(lease=self._lease_pb(lease))
 
     def ListLeases(self, request: pb.ListLeasesRequest, context) -> pb.ListLeasesResponse:
         states = [convert.STATE_FROM_PB[s] for s in request.states if s in convert.STATE_FROM_PB]
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
-        leases = self.svc.store.list_leases(states=states, tenant=request.tenant, limit=request.limit)
+        tenant = request.tenant
+        if self.auth.enabled:
+            acting = self.auth.tenant(context, request.tenant)
+            tenant = request.tenant if self.auth.is_operator(context) else acting
+        leases = self.svc.store.list_leases(states=states, tenant=tenant, limit=request.limit)
         return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases])
 
     def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
+        self.auth.operator(context)
         store = self.svc.store
         after = store.last_event_id()
         while context.is_active():
@@ -162,6 +176,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return out
 
     def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
+        self._own_lease(context, request.lease_id)
         try:
             lease = self.svc.lifecycle.release(request.lease_id, request.reason or "released by request")
         except LeaseError as e:
@@ -169,20 +184,29 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return pb.ReleaseResponse(lease=self._lease_pb(lease))
 
     def Handoff(self, request: pb.HandoffRequest, context) -> pb.HandoffResponse:
+        self._own_lease(context, request.lease_id)
         try:
             lease = self.svc.lifecycle.handoff(request.lease_id, convert.job_from_pb(request.job))
         except LeaseError as e:
             self._abort(context, e)
         return pb.HandoffResponse(lease=self._lease_pb(lease))
 
+    def _own_lease(self, context, lease_id: str) -> None:
+        if self.auth.enabled:
+            lease = self.svc.store.get_lease(lease_id)
+            if lease is not None:
+                self.auth.check_lease(context, lease.tenant)
+
     def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
         from broker.queue_api import report_queue
 
+        self.auth.operator(context)
         return report_queue(self.svc, request, context)
 
     def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
         import json
 
+        self.auth.operator(context)
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
         since = convert.from_ts(request.since) if request.HasField("since") else 0.0
@@ -196,6 +220,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def Diagnose(self, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
         from broker.queue_api import diagnose
 
+        self.auth.operator(context)
         return diagnose(self.svc, request, context)
 
 
@@ -212,7 +237,10 @@ def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     health_servicer.set("broker.v1.Broker", health_pb2.HealthCheckResponse.SERVING)
     names = (pb.DESCRIPTOR.services_by_name["Broker"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(listen)
+    from broker.auth import server_credentials
+
+    creds = server_credentials(service.config.section("server"))
+    port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     server._broker_health = health_servicer  # type: ignore[attr-defined]

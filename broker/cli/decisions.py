@@ -31,7 +31,9 @@ def decisions(
         exit_usage(f"--limit must be at least 1, got {limit}.")
     target = server or server_option_default()
     try:
-        with grpc.insecure_channel(target) as ch:
+        from broker.client import open_channel
+
+        with open_channel(target) as ch:
             resp = pb_grpc.BrokerStub(ch).ListDecisions(pb.ListDecisionsRequest(limit=limit), timeout=30)
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.UNAVAILABLE:
