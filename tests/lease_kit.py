@@ -71,8 +71,10 @@ def serving(svc: Service) -> Iterator[pb_grpc.BrokerStub]:
     server, port = build_server(svc, "127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.BrokerStub(channel)
+    stub.address = f"127.0.0.1:{port}"
     try:
-        yield pb_grpc.BrokerStub(channel)
+        yield stub
     finally:
         channel.close()
         server.stop(grace=0).wait()
