@@ -643,7 +643,7 @@ def _launch_group(group: Group, settings: SlurmSettings, broker: BrokerApi, scon
         raise SlurmHandoffError(f"five leases for {group.hostlist} have ended under this resume; giving up")
     lg = lg.bind(lease=lease["lease_id"], provider=lease["provider"])
     lg.info("launched", state=lease["state"], region=lease["region"], instance_type=lease["instance_type"],
-            market=lease["market"], key=key, offer=q["offers"][0]["provider"])
+            market=lease["market"], key=key, quote=q["quote_id"])
     try:
         if lease["state"] != "running":
             raise SlurmHandoffError(f"lease {lease['lease_id']} is {lease['state']}: {lease['state_reason']}")

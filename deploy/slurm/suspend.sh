@@ -1,0 +1,14 @@
+#!/bin/sh
+# SuspendProgram: slurmctld runs this with the host list of idle CLOUD nodes to power down
+# (after SuspendTime). It releases their leases: the instances are terminated.
+#
+# slurmctld gives it no PATH and no HOME, closes every file descriptor and discards its output:
+# absolute paths only, stdin from /dev/null, and the broker logs to a file (BROKER_LOG).
+# Install: install -m 0755 deploy/slurm/suspend.sh /etc/slurm/broker-suspend.sh
+# slurm.conf: see slurm.conf.snippet.
+
+BROKER=/opt/broker/bin/broker                 # the broker's console script (a venv's bin/broker)
+BROKER_CONFIG=/etc/broker/broker.toml         # its [slurm] section: shapes, server, scontrol path
+BROKER_LOG=/var/log/broker/slurm.log          # must be writable by SlurmUser
+
+exec "$BROKER" slurm suspend --config "$BROKER_CONFIG" --log "$BROKER_LOG" "$1" </dev/null
