@@ -75,7 +75,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import hostlist
 import structlog
@@ -332,15 +332,22 @@ def _reason(text: str) -> str:
 # the autoscaler side
 @dataclass
 class SlurmSourceWatcher(SlurmWatcher):
-    """The Slurm watcher of the autoscaler. Jobs already allowed onto the burst partition are not
-    pending for the broker any more (they wait for Slurm's cloud nodes), so they are left out."""
+    """The Slurm watcher of the autoscaler. Pending jobs already allowed onto the burst partition
+    wait for Slurm's cloud nodes, not for the broker, and jobs of no on-prem partition (when
+    ``onprem_partitions`` are named) may not burst: both are left out of the pending queue."""
 
     burst_partition: str = "burst"
+    onprem_partitions: tuple[str, ...] = ()
+
+    def wants(self, partitions: str) -> bool:
+        parts = set((partitions or "").split(","))
+        if self.burst_partition in parts:
+            return False
+        return not self.onprem_partitions or bool(parts & set(self.onprem_partitions))
 
     def snapshot(self, now: float | None = None) -> QueueSnapshot:
         snap = super().snapshot(now)
-        burst = self.burst_partition
-        pending = tuple(j for j in snap.pending if burst not in (j.queue or "").split(","))
+        pending = tuple(j for j in snap.pending if self.wants(j.queue))
         if len(pending) == len(snap.pending):
             return snap
         return dataclasses.replace(snap, pending=pending)
@@ -373,10 +380,9 @@ class SlurmBurstTarget:
                 parts = [p for p in job.partition.split(",") if p]
                 if s.burst_partition in parts:
                     continue
-                outside = [p for p in parts if s.onprem_partitions and p not in s.onprem_partitions]
-                if outside:
-                    raise SlurmHandoffError(f"partition {','.join(outside)} is not one of the on-prem "
-                                            f"partitions ({','.join(s.onprem_partitions)})")
+                if s.onprem_partitions and not set(parts) & set(s.onprem_partitions):
+                    raise SlurmHandoffError(f"its partition {','.join(parts)} is not an on-prem partition "
+                                            f"({','.join(s.onprem_partitions)})")
                 self.scontrol.set_partitions(jid, parts + [s.burst_partition])
                 log.info("burst_allowed", job=jid, partitions=parts + [s.burst_partition])
             except (SlurmHandoffError, SlurmCommandError, ValueError) as e:
@@ -389,7 +395,8 @@ def slurm_source(cfg: Mapping[str, Any]) -> tuple[str, SlurmSourceWatcher, Slurm
     """(source name, watcher, burst target) for ``[slurm] enabled = true`` (broker.autoscaler)."""
     s = settings_from_config(cfg)
     watcher = SlurmSourceWatcher(squeue=s.squeue, sinfo=s.sinfo, scontrol=s.scontrol, source=s.source,
-                                 env=s.env, timeout=s.command_timeout_s, burst_partition=s.burst_partition)
+                                 env=s.env, timeout=s.command_timeout_s, burst_partition=s.burst_partition,
+                                 onprem_partitions=s.onprem_partitions)
     return s.source, watcher, SlurmBurstTarget(s)
 
 

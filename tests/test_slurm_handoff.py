@@ -5,7 +5,6 @@ written here that records its argv and answers from a JSON file) standing in for
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,7 +228,7 @@ def test_allow_burst_names_each_job_it_could_not_hand_over(fake):
     target = SlurmBurstTarget(settings(fake, onprem_partitions=["gpu"]))
     with pytest.raises(SlurmHandoffError) as e:
         target.allow_burst(["11", "12", "99"])
-    assert "job 11: partition debug is not one of the on-prem partitions (gpu)" in str(e.value)
+    assert "job 11: its partition debug is not an on-prem partition (gpu)" in str(e.value)
     assert "job 99: Slurm does not know it" in str(e.value)
     assert fake.updates() == [["update", "jobid=12", "partition=gpu,burst"]]
     fake.spec["fail_update"] = True
@@ -245,6 +244,19 @@ def test_slurm_source_for_the_autoscaler(fake):
     assert name == "slurm:prod" and watcher.source == "slurm:prod"
     assert watcher.squeue == "/opt/slurm/bin/squeue" and watcher.env["SLURM_CONF"] == "/etc/slurm/x.conf"
     assert hasattr(target, "allow_burst") and watcher.burst_partition == "burst"
+
+
+def test_the_watcher_leaves_out_jobs_that_are_not_the_brokers_to_burst(monkeypatch):
+    from policies.queue import PendingJob, QueueSnapshot
+    from broker.watchers.slurm import SlurmWatcher
+
+    jobs = (PendingJob("1", 1, queue="gpu"), PendingJob("2", 1, queue="gpu,burst"),
+            PendingJob("3", 1, queue="debug"), PendingJob("4", 1, queue="debug,gpu"))
+    monkeypatch.setattr(SlurmWatcher, "snapshot", lambda self, now=None: QueueSnapshot("slurm:x", 0.0, jobs))
+    _, watcher, _ = slurm_source({"onprem_partitions": ["gpu"]})
+    assert [j.job_id for j in watcher.snapshot(0.0).pending] == ["1", "4"]
+    _, watcher, _ = slurm_source({})
+    assert [j.job_id for j in watcher.snapshot(0.0).pending] == ["1", "3", "4"]
 
 
 # ---------------------------------------------------------------------------------------------
