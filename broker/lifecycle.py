@@ -25,7 +25,7 @@ from broker.store import LeaseRecord, StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
-    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope,
+    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError,
 )
 
 log = structlog.get_logger("broker.lifecycle")
@@ -244,20 +244,13 @@ class Lifecycle:
                 scope, why = blocked or (target.provider, refused[target.provider])
                 attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
                                  "instance_type": target.instance_type, "market": target.market.value,
-                                 "code": "blocked", "scope": scope, "message": why})
+                                 "code": "blocked", "scope": scope, "kind": "blocked", "message": why})
                 continue
             tried += 1
-            lease = self._begin_attempt(lease, target, attempts)
-            try:
-                instances = self._launch_with_retries(lease, target)
-            except ProviderError as e:
-                attempts.append(_attempt(target, e))
-                self._block_for(e, target)
-                log.warning("launch_failed", lease=lease.lease_id, provider=target.provider,
-                            region=target.region, code=e.code, scope=str(e.scope))
-                self._discard_attempt(lease, target)
-                if isinstance(e, AuthError):  # the next offer of the same cloud will not do better
-                    refused[target.provider] = f"{e.code or 'auth error'} earlier in this launch"
+            lease, instances, error = self._try_offer(lease, target, attempts)
+            if instances is None:
+                if isinstance(error, AuthError):  # the next offer of the same cloud will not do better
+                    refused[target.provider] = f"{error.code or 'auth error'} earlier in this launch"
                 continue
             try:
                 return self._mark_running(lease, instances, attempts)
@@ -268,6 +261,37 @@ class Lifecycle:
         lease = self._set(lease, state="failed", message=f"every offer failed: {summary}"[:2000],
                           attempts=json.dumps(attempts), ended_at=self.clock())
         raise LeaseError("failed", f"lease {lease.lease_id} could not be launched: {summary}", attempts)
+
+    def _try_offer(self, lease: LeaseRecord, t: Target,
+                   attempts: list) -> tuple[LeaseRecord, list[Instance] | None, ProviderError | None]:
+        """Launch on one offer: (lease, instances, None), or (lease, None, the last error).
+
+        Throttling and 5xx retry the same offer with backoff. Every call is an attempt of its
+        own — persisted first, with its own client token and node names — so a rollback of a
+        failed call still in flight cannot reach the nodes of the next one, while a launch
+        resumed after a crash repeats its attempt exactly (idempotent)."""
+        delay, tries = self.settings.backoff_s, max(1, self.settings.retries)
+        for i in range(tries):
+            if i:
+                log.info("launch_retry", lease=lease.lease_id, provider=t.provider, delay_s=delay)
+                self.sleep(delay)
+                delay *= 2
+            lease = self._begin_attempt(lease, t, attempts)
+            try:
+                instances = self._launch(lease, t)
+            except ProviderError as e:
+                attempts.append(_attempt(t, e))
+                log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
+                            code=e.code, scope=str(e.scope))
+                if e.retryable and i < tries - 1:
+                    continue
+                self._block_for(e, t)
+                self._discard_attempt(lease, t)
+                return lease, None, e
+            if i:  # what a timed-out earlier call made after all is not part of the lease
+                self._discard_attempt(lease, t, keep=instances)
+            return lease, instances, None
+        raise AssertionError("unreachable")
 
     def _alternatives(self, lease: LeaseRecord) -> list[Target]:
         d = json.loads(lease.demand)
@@ -294,15 +318,17 @@ class Lifecycle:
             key = f"{t.provider}/{t.region}/{t.zone}" if e.scope is Scope.ZONE and t.zone else f"{t.provider}/{t.region}"
         self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
 
-    def _discard_attempt(self, lease: LeaseRecord, t: Target) -> None:
-        """After a failed attempt, terminate whatever it left (the providers roll a failed gang
-        launch back themselves; this covers a rollback that failed). Best effort: what survives
-        is an orphan to the reconciler."""
+    def _discard_attempt(self, lease: LeaseRecord, t: Target, keep: Sequence[Instance] = ()) -> None:
+        """Terminate whatever failed attempts left in ``t``'s region (the providers roll a failed
+        gang launch back themselves; this covers a rollback that failed or a call that timed out
+        but went through). Best effort: what survives is an orphan to the reconciler."""
         provider = self.providers.get(t.provider)
         if provider is None:
             return
+        kept = {i.instance_id for i in keep}
         try:
-            left = [i for i in provider.describe(lease.lease_id, t.region) if i.state is not InstanceState.TERMINATED]
+            left = [i for i in provider.describe(lease.lease_id, t.region)
+                    if i.state is not InstanceState.TERMINATED and i.instance_id not in kept]
             if left:
                 log.warning("attempt_leftovers", lease=lease.lease_id, provider=t.provider, region=t.region,
                             instances=[i.instance_id for i in left])
@@ -341,8 +367,7 @@ class Lifecycle:
         if it is None:
             raise InvalidRequestError(f"unknown instance type {lease.instance_type}", provider=lease.provider,
                                       code="UnknownInstanceType", region=lease.region)
-        job = json.loads(lease.job)
-        names = tuple(job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{i}" for i in range(lease.nodes))
+        names = node_names(lease)
         script = self.boot(lease, names[0]) if (self.boot and lease.bootstrap) else ""
         return LaunchSpec(
             lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
@@ -351,36 +376,31 @@ class Lifecycle:
             reservation=lease.reservation,
         )
 
-    def _launch_with_retries(self, lease: LeaseRecord, t: Target) -> list[Instance]:
+    def _launch(self, lease: LeaseRecord, t: Target) -> list[Instance]:
         provider = self.providers.get(t.provider)
         if provider is None:
             raise InvalidRequestError(f"provider {t.provider} is not enabled", provider=t.provider,
                                       code="ProviderDisabled", scope=Scope.CLOUD)
-        spec = self.spec_for(lease)
-        delay = self.settings.backoff_s
-        tries = max(1, self.settings.retries)
-        for i in range(tries):
-            try:
-                instances = provider.launch(spec)
-            except ProviderError as e:
-                if not e.retryable or i == tries - 1:
-                    raise
-                # Throttling and 5xx: the same offer again (same client token: idempotent), later.
-                log.info("launch_retry", lease=lease.lease_id, provider=t.provider, code=e.code, delay_s=delay)
-                self.sleep(delay)
-                delay *= 2
-                continue
-            up = [x for x in instances if alive(x)]
-            if len(up) != spec.count:
-                # A gang is all-or-nothing: give back what came up and fail over as a whole.
-                try:
-                    provider.terminate(instances)
-                except ProviderError as e:
-                    log.warning("terminate_failed", lease=lease.lease_id, provider=t.provider, error=str(e))
-                raise CapacityError(f"only {len(up)} of {spec.count} nodes came up", provider=t.provider,
-                                    code="PartialLaunch", region=t.region, zone=t.zone)
+        return self._checked(provider, self.spec_for(lease), t)
+
+    def _checked(self, provider: Provider, spec: LaunchSpec, t: Target) -> list[Instance]:
+        """``provider.launch``, holding it to its contract: ``spec.count`` live nodes of the
+        asked type and market, or nothing (a gang is all-or-nothing)."""
+        instances = provider.launch(spec)
+        up = [x for x in instances if alive(x)]
+        wrong = [x for x in up if x.instance_type != t.instance_type or x.market is not t.market]
+        if len(up) == spec.count and not wrong:
             return up
-        raise AssertionError("unreachable")
+        try:
+            provider.terminate(instances)
+        except ProviderError as e:  # _discard_attempt and the reconciler try again
+            log.warning("terminate_failed", lease=spec.lease_id, provider=t.provider, error=str(e))
+        if wrong:
+            raise TransientError(f"the launch returned {len(wrong)} node(s) of another shape "
+                                 f"({wrong[0].instance_type}, {wrong[0].market}); terminated them",
+                                 provider=t.provider, code="ShapeMismatch", region=t.region, zone=t.zone)
+        raise CapacityError(f"only {len(up)} of {spec.count} nodes came up", provider=t.provider,
+                            code="PartialLaunch", region=t.region, zone=t.zone)
 
     def _mark_running(self, lease: LeaseRecord, instances: Sequence[Instance], attempts: list) -> LeaseRecord:
         now = self.clock()
@@ -433,6 +453,9 @@ class Lifecycle:
                 return self.finish_drain(lease)
             except StaleLease:
                 continue  # someone else moved it: look again
+            except ProviderError as e:
+                raise LeaseError("unavailable", f"lease {lease_id} is draining but {e}; the reconciler "
+                                 "keeps terminating it, or retry the release.") from e
         raise LeaseError("unavailable", f"lease {lease_id} keeps changing; retry the release.")
 
     def finish_drain(self, lease: LeaseRecord) -> LeaseRecord:
@@ -490,6 +513,14 @@ class Lifecycle:
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
 
 
+def node_names(lease: LeaseRecord) -> tuple[str, ...]:
+    """The nodes' names: the job's (a Slurm hand-off names its cloud nodes), else one set per
+    launch attempt (``<lease>-<attempt>-<i>``)."""
+    job = json.loads(lease.job)
+    return tuple(job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{lease.attempt}-{i}"
+                                                       for i in range(lease.nodes))
+
+
 def _t2d(t: Target) -> dict:
     return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
             "market": t.market.value, "nodes": t.nodes, "hourly_micros": t.hourly_micros,
@@ -509,4 +540,4 @@ def _lease_target(lease: LeaseRecord) -> Target:
 def _attempt(t: Target, e: ProviderError) -> dict:
     return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
             "market": t.market.value, "code": e.code or type(e).__name__, "scope": e.scope_key,
-            "message": e.message[:300]}
+            "kind": type(e).__name__.removesuffix("Error").lower(), "message": e.message[:300]}

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import structlog
 
-from broker.lifecycle import LeaseError, Lifecycle, Target, alive, offering_key
+from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names, offering_key
 from broker.store import LIVE_STATES, LeaseRecord, StaleLease
 from providers.base import Instance, Market, ProviderError, StopReason
 
@@ -298,6 +298,8 @@ def _instance_ids(lease: LeaseRecord) -> set[str]:
 
 
 def _attempt_of(i: Instance, lease: LeaseRecord) -> bool:
-    """Is ``i`` from the lease's current attempt (not a leftover of an earlier failover attempt)?"""
-    return (i.instance_type == lease.instance_type and i.region == lease.region
-            and i.market.value == lease.market and (not lease.zone or not i.zone or i.zone == lease.zone))
+    """Is ``i`` from the lease's current attempt (not a leftover of an earlier one)? Its node
+    name says so (a node not yet named — EC2 names a gang after launching it — is judged by
+    its shape alone)."""
+    return (i.instance_type == lease.instance_type and i.region == lease.region and i.market.value == lease.market
+            and (not i.node_name or i.node_name in node_names(lease)))

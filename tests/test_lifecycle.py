@@ -128,7 +128,7 @@ def test_gang_second_node_fails_then_the_whole_gang_fails_over(clouds, tmp_path)
     with service(tmp_path, clouds) as svc:
         lease = _gang(svc, target(svc, "gcp", "us-central1", "a2-highgpu-1g", count=2),
                       target(svc, "azure", "eastus", "Standard_NC24ads_A100_v4", count=2))
-        clouds.gcp.inject("capacity", match=f"{lease.lease_id}-1")
+        clouds.gcp.inject("capacity", match=f"{lease.lease_id}-1-1")  # attempt 1, node 1
         clouds.gcp.inject("5xx", match="DELETE")  # the provider's own rollback fails once
         lease = svc.lifecycle.provision(lease)
         assert lease.state == "running" and lease.provider == "azure"
@@ -290,7 +290,7 @@ def test_crash_after_the_cloud_call_is_adopted_not_relaunched(clouds, tmp_path, 
         rec = svc.store.get_lease(lease.lease_id)
         assert rec.state == "running" and rec.attempt == 1
         assert sorted(live_by_lease(clouds)[lease.lease_id]) == sorted(launched)
-        assert {i["node_name"] for i in instances_of(rec)} == {f"{lease.lease_id}-0", f"{lease.lease_id}-1"}
+        assert {i["node_name"] for i in instances_of(rec)} == {f"{lease.lease_id}-1-0", f"{lease.lease_id}-1-1"}
         svc.lifecycle.release(lease.lease_id)
     assert live_by_lease(clouds) == {}
 
