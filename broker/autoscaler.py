@@ -92,6 +92,7 @@ class SourceState:
     trigger: TriggerState = field(default_factory=TriggerState)
     history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
     last_hold: str = ""
+    last_failure: str = ""
     burst_jobs: set[str] = field(default_factory=set)
 
 
@@ -165,7 +166,8 @@ class Autoscaler:
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
-            if l.state == "running" and not job.get("job_id") and l.idle_since:
+            # Leases of scheduler-managed nodes (Slurm cloud nodes) are torn down by the scheduler.
+            if l.state == "running" and not job.get("job_id") and not job.get("node_names") and l.idle_since:
                 idle[l.lease_id] = l.idle_since
         return gpus, idle
 
@@ -185,8 +187,10 @@ class Autoscaler:
                 except Exception as e:
                     for i in ids:
                         st.burst_jobs.discard(i)
-                    store.record_decision(new_id("d"), now, "burst_failed", f"{d.reason}; hand-off failed: {e}",
-                                          ids, data={"source": source})
+                    why = f"{d.reason}; hand-off failed: {e}"
+                    if why != st.last_failure:  # a hand-off failing every tick is recorded once
+                        st.last_failure = why
+                        store.record_decision(new_id("d"), now, "burst_failed", why, ids, data={"source": source})
             else:
                 for c in d.jobs:
                     self._launch_for(source, c.job, d, now)
