@@ -79,7 +79,10 @@ class Reconciler:
                 continue
             try:
                 live[lease.lease_id], replacement = self._sync(lease, by_lease.get(lease.lease_id, []), report)
-            except (StaleLease, ProviderError, LeaseError) as e:
+            except StaleLease:  # someone (a Release, a Launch) moved it meanwhile: next pass
+                log.info("sync_superseded", lease=lease.lease_id, provider=lease.provider)
+                continue
+            except (ProviderError, LeaseError) as e:
                 log.warning("sync_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
                 continue
             if replacement is not None:
@@ -94,7 +97,9 @@ class Reconciler:
             try:
                 self._step(lease, report, now, listed=lease.provider in listings,
                            budget_reason=budget_reasons.get(lease.lease_id))
-            except (StaleLease, ProviderError, LeaseError) as e:
+            except StaleLease:
+                log.info("step_superseded", lease=lease.lease_id, provider=lease.provider)
+            except (ProviderError, LeaseError) as e:
                 log.warning("step_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         self.store.prune_quotes(now - 86400)
         return report

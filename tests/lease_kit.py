@@ -236,3 +236,21 @@ def offering(provider: str, region: str, instance_type: str, market: str = "on_d
 def target(svc: Service, provider: str, region: str, instance_type: str, market: str = "on_demand",
            count: int = 1, zone: str = ""):
     return svc.lifecycle.target_explicit(provider, region, zone, instance_type, market, count)
+
+
+def created_by_lease(clouds) -> dict[str, set[tuple[str, str]]]:
+    """Every instance the three fakes ever created since their last reset, by lease tag/label
+    (EC2 keeps terminated instances listed; for GCP and Azure, the accepted creates)."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for i in clouds.aws.instances():
+        out.setdefault(i["tags"].get("broker:lease", ""), set()).add(("aws", i["id"]))
+    for c in clouds.gcp.calls_to("POST", "/instances"):
+        if c.status == 200 and isinstance(c.body, dict):
+            zone = c.path.split("/zones/")[1].split("/")[0]
+            lease = (c.body.get("labels") or {}).get("broker-lease", "")
+            out.setdefault(lease, set()).add(("gcp", f"{zone}/{c.body['name']}"))
+    for c in clouds.azure.calls_matching("PUT", "/virtualMachines/"):
+        if c.status in (200, 201) and isinstance(c.body, dict):
+            lease = (c.body.get("tags") or {}).get("broker:lease", "")
+            out.setdefault(lease, set()).add(("azure", c.path.rsplit("/", 1)[1].lower()))
+    return out
