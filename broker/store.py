@@ -73,6 +73,23 @@ class LeaseRecord(SQLModel, table=True):
     replaces: str = ""  # lease id this one replaces after an interruption
 
 
+class LeaseRow:
+    """A lease row as read: the attributes of :class:`LeaseRecord`, without ORM state.
+
+    Reads are snapshots; every change goes through :meth:`Store.update_lease`, which checks the
+    row's version, so a stale snapshot can never overwrite a newer state.
+    """
+
+    __slots__ = tuple(LeaseRecord.__table__.columns.keys())
+
+    def __init__(self, row) -> None:
+        for name, value in zip(self.__slots__, row):
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"LeaseRow({self.lease_id!r}, {self.state!r}, v{self.version})"
+
+
 class LeaseEventRecord(SQLModel, table=True):
     __tablename__ = "lease_events"
     id: int | None = Field(default=None, primary_key=True)
@@ -270,19 +287,22 @@ class Store:
             return s.get(LeaseRecord, lease_id)
 
     def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
-                    provider: str = "") -> list[LeaseRecord]:
-        q = select(LeaseRecord)
+                    provider: str = "") -> list["LeaseRow"]:
+        """Leases newest first, as plain rows (no ORM state: a reconciler pass reads thousands)."""
+        t = LeaseRecord.__table__
+        q = select(t)
         if states:
-            q = q.where(LeaseRecord.state.in_(list(states)))
+            q = q.where(t.c.state.in_(list(states)))
         if tenant:
-            q = q.where(LeaseRecord.tenant == tenant)
+            q = q.where(t.c.tenant == tenant)
         if provider:
-            q = q.where(LeaseRecord.provider == provider)
-        q = q.order_by(LeaseRecord.created_at.desc())
+            q = q.where(t.c.provider == provider)
+        q = q.order_by(t.c.created_at.desc())
         if limit:
             q = q.limit(limit)
-        with Session(self.engine) as s:
-            return list(s.exec(q).all())
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [LeaseRow(r) for r in rows]
 
     def update_lease(self, lease: LeaseRecord, *, now: float, state: str | None = None,
                      message: str = "", event_kind: str = "", event_data: dict | None = None,
