@@ -314,8 +314,10 @@ class Lifecycle:
             key = offering_key(t.provider, t.region, t.instance_type, t.market.value)
         elif e.region:
             key = e.scope_key
+        elif e.scope is Scope.ZONE and t.zone:
+            key = f"{t.provider}/{t.region}/{t.zone}"
         else:
-            key = f"{t.provider}/{t.region}/{t.zone}" if e.scope is Scope.ZONE and t.zone else f"{t.provider}/{t.region}"
+            key = f"{t.provider}/{t.region}"
         self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
 
     def _discard_attempt(self, lease: LeaseRecord, t: Target, keep: Sequence[Instance] = ()) -> None:

@@ -209,15 +209,17 @@ class Reconciler:
     # -- step: act on the clouds ----------------------------------------------------------------
     def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, LeaseRecord],
                            report: PassReport, now: float) -> None:
-        """Alive tagged instances that no live lease accounts for: a lease that ended (or never
-        existed), or a running lease that does not list them (a launch attempt it moved on from,
-        a duplicate). Those of leases still launching or draining are theirs to settle."""
+        """Tagged instances that no live lease accounts for: of a lease that ended (or never
+        existed), or of a running lease that does not list them (a launch attempt it moved on
+        from, a duplicate). Those of leases still launching or draining are theirs to settle.
+
+        Whatever their state: a listing holds what still exists (a stopped GCP VM, an Azure VM
+        whose creation failed, a deallocated one all keep their disks), and terminating what is
+        already on its way out is harmless."""
         seen = set()
         for name, insts in listings.items():
             orphans = []
             for i in insts:
-                if not alive(i):
-                    continue
                 lease = live.get(i.lease_id)
                 if lease is not None and (lease.state != "running" or i.instance_id in _instance_ids(lease)):
                     continue

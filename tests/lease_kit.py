@@ -195,6 +195,22 @@ def live_by_lease(clouds) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def existing_by_lease(clouds) -> dict[str, list[tuple[str, str]]]:
+    """Every instance that still exists in the three fakes, whatever its state (a stopped GCP VM
+    or an Azure VM whose creation failed keeps its disk): lease id -> [(provider, instance id)]."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for i in clouds.aws.instances():
+        if i["state"] != "terminated":
+            out.setdefault(i["tags"].get("broker:lease", ""), []).append(("aws", i["id"]))
+    for i in clouds.gcp.instances():
+        meta = {m["key"]: m["value"] for m in (i.get("metadata") or {}).get("items", [])}
+        lease = meta.get("broker-lease") or (i.get("labels") or {}).get("broker-lease", "")
+        out.setdefault(lease, []).append(("gcp", i["name"]))
+    for i in clouds.azure.instances():
+        out.setdefault((i.get("tags") or {}).get("broker:lease", ""), []).append(("azure", i["name"]))
+    return out
+
+
 def live_count(clouds) -> int:
     return sum(len(v) for v in live_by_lease(clouds).values())
 

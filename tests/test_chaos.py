@@ -18,7 +18,7 @@ from broker.store import Store
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from tests.clouds.three import ServeProcess, clouds, clouds_server, write_config  # noqa: F401
-from tests.lease_kit import created_by_lease, live_by_lease, offering, wait_until
+from tests.lease_kit import created_by_lease, existing_by_lease, offering, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -128,9 +128,9 @@ def test_kill_9_at_random_leaks_and_duplicates_nothing(clouds, tmp_path):  # noq
             leases = {l.lease_id: l for l in store.list_leases()}
             if any(l.state in UNSETTLED for l in leases.values()):
                 return False
-            live = live_by_lease(clouds)
+            exist = existing_by_lease(clouds)
             running = {k: l for k, l in leases.items() if l.state == "running"}
-            return set(live) <= set(running) and all(len(live.get(k, ())) == l.nodes for k, l in running.items())
+            return set(exist) <= set(running) and all(len(exist.get(k, ())) == l.nodes for k, l in running.items())
 
         wait_until(settled, timeout=90, interval=0.5, what="the reconciler to converge")
         leases = store.list_leases()
@@ -138,7 +138,7 @@ def test_kill_9_at_random_leaks_and_duplicates_nothing(clouds, tmp_path):  # noq
         duplicates = {l.lease_id: len(created.get(l.lease_id, ())) for l in leases
                       if len(created.get(l.lease_id, ())) > l.nodes}
         untagged = created.get("", set())
-        leaks_before_release = sum(len(v) for k, v in live_by_lease(clouds).items()
+        leaks_before_release = sum(len(v) for k, v in existing_by_lease(clouds).items()
                                    if k not in {l.lease_id for l in leases if l.state == "running"})
 
         # -- release everything: nothing remains ------------------------------------------------
@@ -147,8 +147,8 @@ def test_kill_9_at_random_leaks_and_duplicates_nothing(clouds, tmp_path):  # noq
             list(pool.map(lambda l: stub.Release(pb.ReleaseRequest(lease_id=l.lease_id), timeout=120),
                           [l for l in leases if l.state == "running"]))
         wait_until(lambda: not any(l.state in UNSETTLED + ("running",) for l in store.list_leases())
-                   and not live_by_lease(clouds), timeout=60, interval=0.5, what="everything released")
-        leaks_after_release = sum(len(v) for v in live_by_lease(clouds).values())
+                   and not existing_by_lease(clouds), timeout=60, interval=0.5, what="everything released")
+        leaks_after_release = sum(len(v) for v in existing_by_lease(clouds).values())
 
         states = [l.state for l in store.list_leases()]
         log = serve.log.read_text()

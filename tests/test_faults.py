@@ -17,7 +17,9 @@ from broker.convert import demand_to_pb
 from broker.v1 import broker_pb2 as pb
 from policies.demand import Demand
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
-from tests.lease_kit import Watched, duplicates, instances_of, live_by_lease, service, serving
+from tests.lease_kit import (
+    Watched, duplicates, existing_by_lease, instances_of, live_by_lease, service, serving,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -137,4 +139,4 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
         for _ in range(3):
             svc.reconciler.run_pass()
         assert {l.state for l in svc.store.list_leases()} <= {"released", "failed"}
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}

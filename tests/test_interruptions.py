@@ -12,7 +12,9 @@ from broker.lifecycle import offering_key
 from broker.v1 import broker_pb2 as pb
 from policies.demand import Demand
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
-from tests.lease_kit import Watch, instances_of, live_by_lease, offering, service, serving
+from tests.lease_kit import (
+    Watch, existing_by_lease, instances_of, live_by_lease, offering, service, serving,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,7 +77,7 @@ def test_interrupted_spot_lease_requeues_blocks_and_is_replaced(clouds, tmp_path
         svc.reconciler.run_pass()  # nothing more happens on the next pass
         assert len([l for l in svc.store.list_leases() if l.replaces == old.lease_id]) == 1
         stub.Release(pb.ReleaseRequest(lease_id=new.lease_id), timeout=60)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 def test_interrupted_explicit_lease_without_job(clouds, tmp_path):  # noqa: F811
@@ -91,4 +93,4 @@ def test_interrupted_explicit_lease_without_job(clouds, tmp_path):  # noqa: F811
         rec = svc.store.get_lease(lease.lease_id)
         assert rec.state == "released"
         assert "Server.SpotInstanceTermination" in rec.state_reason and "no replacement" in rec.state_reason
-        assert live_by_lease(clouds) == {}  # the surviving node went with it
+        assert existing_by_lease(clouds) == {}  # the surviving node went with it

@@ -16,7 +16,8 @@ from policies.demand import Demand
 from providers.base import Market
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.lease_kit import (
-    Clock, Watch, Watched, events, instances_of, live_by_lease, offering, service, serving, states, target,
+    Clock, Watch, Watched, events, existing_by_lease, instances_of, live_by_lease, offering, service, serving,
+    states, target,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,7 +39,7 @@ def test_transitions_are_recorded_in_order_with_reasons(clouds, tmp_path):  # no
         assert "launching 1 x Standard_NC24ads_A100_v4 (on_demand) in azure" in changes[1].message
         assert changes[3].message == changes[4].message == "done with it"
         assert [e.at for e in evs] == sorted(e.at for e in evs)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 @pytest.mark.parametrize("provider,region,itype", [
@@ -89,7 +90,7 @@ def test_every_transition_is_written_before_its_cloud_call(clouds, tmp_path, pro
         seen.clear()
         svc.lifecycle.release(lease.lease_id)
         assert seen and all(s == ("terminate", "draining", "", "") for s in seen)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 def test_idempotent_launch_same_key_over_grpc(clouds, tmp_path):  # noqa: F811
@@ -113,7 +114,7 @@ def test_idempotent_launch_same_key_over_grpc(clouds, tmp_path):  # noqa: F811
         assert clouds.aws.count("RunInstances") == 1
         assert len(live_by_lease(clouds)[again.lease_id]) == 2
         stub.Release(pb.ReleaseRequest(lease_id=again.lease_id), timeout=60)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 def _gang(svc, first: Target, alt: Target, key: str = "gang"):
@@ -140,7 +141,7 @@ def test_gang_second_node_fails_then_the_whole_gang_fails_over(clouds, tmp_path)
         assert (a["provider"], a["scope"]) == ("gcp", "gcp/us-central1/us-central1-a")
         assert "blocked" not in a["code"] and a["code"]
         svc.lifecycle.release(lease.lease_id)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 def test_gang_cloud_gives_fewer_nodes(clouds, tmp_path):  # noqa: F811
@@ -166,7 +167,7 @@ def test_gang_cloud_gives_fewer_nodes(clouds, tmp_path):  # noqa: F811
         assert a["code"] == "PartialLaunch" and a["scope"].startswith("azure/eastus")
         assert any(k.startswith("azure/eastus") for k in svc.store.active_blocks(svc.clock()))
         svc.lifecycle.release(lease.lease_id)
-        assert live_by_lease(clouds) == {}
+        assert existing_by_lease(clouds) == {}
 
 
 def test_every_offer_failing_reports_each_attempt(clouds, tmp_path):  # noqa: F811
@@ -292,7 +293,7 @@ def test_crash_after_the_cloud_call_is_adopted_not_relaunched(clouds, tmp_path, 
         assert sorted(live_by_lease(clouds)[lease.lease_id]) == sorted(launched)
         assert {i["node_name"] for i in instances_of(rec)} == {f"{lease.lease_id}-1-0", f"{lease.lease_id}-1-1"}
         svc.lifecycle.release(lease.lease_id)
-    assert live_by_lease(clouds) == {}
+    assert existing_by_lease(clouds) == {}
 
 
 def test_crash_before_the_cloud_call_resumes_with_the_same_token(clouds, tmp_path):  # noqa: F811
