@@ -7,8 +7,13 @@ The state machine::
          └─────────────┴────────────┴──▶ failed
 
 Every transition is written to the store (with its time and reason) BEFORE the cloud call it
-leads to, together with the cloud-side idempotency token of the attempt, so a broker killed at
-any point can be restarted and the reconciler finishes the job without launching twice.
+leads to. Each launch call is an attempt of its own, persisted first with its client token
+(``<lease>-<attempt>``) and node names (``<lease>-<attempt>-<i>``): a broker killed at any point
+is restarted, and the reconciler repeats the interrupted attempt exactly (idempotent: the cloud
+returns what that call made) or adopts what it made — it never launches twice. A failed attempt
+is rolled back (the providers do it; :meth:`Lifecycle._discard_attempt` checks), throttling and
+5xx retry the same offer with backoff as fresh attempts, capacity and quota errors block their
+scope and fail over to the next offer, across clouds.
 """
 from __future__ import annotations
 
@@ -329,8 +334,7 @@ class Lifecycle:
             return
         kept = {i.instance_id for i in keep}
         try:
-            left = [i for i in provider.describe(lease.lease_id, t.region)
-                    if i.state is not InstanceState.TERMINATED and i.instance_id not in kept]
+            left = [i for i in provider.describe(lease.lease_id, t.region) if i.instance_id not in kept]
             if left:
                 log.warning("attempt_leftovers", lease=lease.lease_id, provider=t.provider, region=t.region,
                             instances=[i.instance_id for i in left])
