@@ -26,7 +26,7 @@ STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
 EVENT_TO_PB = {
     "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,
     "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
-    "decision": pb.LEASE_EVENT_KIND_DECISION,
+    "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
 }
 EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
 VERDICT_TO_PB = {"healthy": pb.VERDICT_HEALTHY, "resource-bound": pb.VERDICT_RESOURCE_BOUND,

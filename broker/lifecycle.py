@@ -68,7 +68,6 @@ class Settings:
     backoff_s: float = 1.0  # first backoff; doubles
     provision_timeout_s: float = 900.0
     resume_after_s: float = 60.0  # a launch this old with no process working on it is resumed
-    drain_timeout_s: float = 600.0
     idle_timeout_s: float = 0.0  # release a running lease with no job after this long (0 = never)
     max_lifetime_s: float = 0.0  # default lease lifetime (0 = none)
 

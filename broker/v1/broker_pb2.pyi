@@ -35,6 +35,7 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_REQUEUE: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_BUDGET: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_DECISION: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_HANDOFF: _ClassVar[LeaseEventKind]
 
 class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,7 @@ LEASE_EVENT_KIND_INTERRUPTED: LeaseEventKind
 LEASE_EVENT_KIND_REQUEUE: LeaseEventKind
 LEASE_EVENT_KIND_BUDGET: LeaseEventKind
 LEASE_EVENT_KIND_DECISION: LeaseEventKind
+LEASE_EVENT_KIND_HANDOFF: LeaseEventKind
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_HEALTHY: Verdict
 VERDICT_RESOURCE_BOUND: Verdict
