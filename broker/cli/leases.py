@@ -61,12 +61,10 @@ def _dump(obj, fmt: str) -> None:
 
 LAUNCH_HELP = """Launch GPU capacity as a lease.
 
+\b
 Either take offer N of a stored quote (from `broker quote --server ...`):
-
   broker launch --quote-id q-mx6-1f2e --offer 1
-
 or name the capacity explicitly:
-
   broker launch --provider gcp --region us-central1 --instance-type a3-highgpu-8g --market spot --count 2
 
 The lease is persisted before any cloud call; a retry with the same

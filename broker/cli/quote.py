@@ -22,12 +22,10 @@ listed with the reason (spot for a job that does not checkpoint, too little GPU
 memory, no interconnect for a multi-node job, region not allowed, under the
 minimum SLA).
 
+\b
 Examples:
-
   broker quote --gpu H100:8 --hours 24 --data-in-gb 500 --data-out-gb 50
-
   broker quote --gpu A100:16 --nodes 2 --hours 12 --interruptible --checkpoint-minutes 30
-
   broker quote --gpu any:4 --gpu-memory 40 --hours 6 --residency eu --format json
 """
 

@@ -15,10 +15,9 @@ or in the database named by --db / [store] url (PostgreSQL for several replicas)
 Configuration comes from --config (TOML) and BROKER_<SECTION>__<KEY> environment
 variables (e.g. BROKER_RECONCILER__INTERVAL_S=10). SIGTERM stops it gracefully.
 
+\b
 Examples:
-
   broker serve
-
   broker serve --config /etc/broker/broker.toml --db postgresql+psycopg://broker@127.0.0.1/broker
 """
 
