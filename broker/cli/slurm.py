@@ -157,21 +157,7 @@ def suspend_cmd(
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
     log_file: Optional[str] = typer.Option(None, "--log", help=LOG_HELP),
 ) -> None:
-    settings, lg = _setup(config, log_file, "suspend", nodes)
-    from broker.slurm_handoff import expand, suspend
-
-    try:
-        expand(nodes)
-    except ValueError as e:
-        lg.error("bad_hostlist", error=str(e))
-        exit_usage(str(e))
-    try:
-        with _client(server, settings) as client:
-            outcome = suspend(nodes, settings, client)
-    except Exception as e:
-        lg.exception("suspend_crashed", error=str(e))
-        raise typer.Exit(1)
-    _finish(lg, outcome)
+    _release_nodes("suspend", nodes, config, server, log_file)
 
 
 @slurm_app.command("resume-fail", help="ResumeFailProgram: these nodes did not come up within "
@@ -183,19 +169,26 @@ def resume_fail_cmd(
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
     log_file: Optional[str] = typer.Option(None, "--log", help=LOG_HELP),
 ) -> None:
-    settings, lg = _setup(config, log_file, "resume-fail", nodes)
-    from broker.slurm_handoff import expand, resume_fail
+    _release_nodes("resume-fail", nodes, config, server, log_file)
+
+
+def _release_nodes(program: str, nodes: str, config: Optional[str], server: Optional[str],
+                   log_file: Optional[str]) -> None:
+    """suspend / resume-fail: release the leases of these nodes, logging everything."""
+    settings, lg = _setup(config, log_file, program, nodes)
+    from broker import slurm_handoff
 
     try:
-        expand(nodes)
+        slurm_handoff.expand(nodes)
     except ValueError as e:
         lg.error("bad_hostlist", error=str(e))
         exit_usage(str(e))
+    action = slurm_handoff.suspend if program == "suspend" else slurm_handoff.resume_fail
     try:
         with _client(server, settings) as client:
-            outcome = resume_fail(nodes, settings, client)
-    except Exception as e:
-        lg.exception("resume_fail_crashed", error=str(e))
+            outcome = action(nodes, settings, client)
+    except Exception as e:  # never die without a log line: Slurm shows nothing
+        lg.exception(f"{program.replace('-', '_')}_crashed", error=str(e))
         raise typer.Exit(1)
     _finish(lg, outcome)
 
