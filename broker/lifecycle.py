@@ -373,7 +373,7 @@ class Lifecycle:
             raise InvalidRequestError(f"unknown instance type {lease.instance_type}", provider=lease.provider,
                                       code="UnknownInstanceType", region=lease.region)
         names = node_names(lease)
-        script = self.boot(lease, names[0]) if (self.boot and lease.bootstrap) else ""
+        script = self.boot(lease, names) if (self.boot and lease.bootstrap) else ""
         return LaunchSpec(
             lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
             instance=it, market=Market(lease.market), count=lease.nodes, client_token=lease.client_token,

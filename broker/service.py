@@ -88,7 +88,8 @@ class Service:
         return q
 
     # -- boot scripts ----------------------------------------------------------------------------
-    def _boot_script(self, lease, node_name: str) -> str:
+    def _boot_script(self, lease, node_names) -> str:
+        """One script for every node of the lease (each node finds its own name at boot)."""
         import json
 
         from providers.bootstrap import BootContext, render
@@ -97,7 +98,8 @@ class Service:
         settings = dict(self.config.bootstrap)
         templates = settings.pop("templates", {})
         ctx = BootContext(
-            lease_id=lease.lease_id, node_name=node_name, provider=lease.provider, region=lease.region,
+            lease_id=lease.lease_id, node_name=node_names[0], node_names=tuple(node_names),
+            provider=lease.provider, region=lease.region,
             job_id=job.get("job_id", ""), checkpoint_uri=job.get("checkpoint_uri", ""),
             dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
         )

@@ -664,7 +664,9 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": instance_tags},
                 {"ResourceType": "volume", "Tags": tags},
             ],
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            # Instance tags in the metadata service: each node of a gang reads its own Name at boot.
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
+                                "InstanceMetadataTags": "enabled"},
             "InstanceInitiatedShutdownBehavior": "terminate",
         }
         placement: dict[str, str] = {}

@@ -82,6 +82,9 @@ class BootContext:
     dataset_uri: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # Every node of the lease. Clouds launch a gang with one script for all its nodes, so when
+    # there are several, the script asks the cloud's metadata service which one it is.
+    node_names: tuple[str, ...] = ()
 
     def secrets(self) -> list[str]:
         """The secret values this context carries (for :func:`redact`)."""
@@ -218,6 +221,8 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
     }
     for name in ("lease_id", "node_name", "provider", "region", "job_id", "checkpoint_uri", "dataset_uri"):
         values[name] = _quote(getattr(ctx, name))
+    values["node_names"] = " ".join(shlex.quote(n) for n in (tuple(ctx.node_names) or (ctx.node_name,)))
+    values["resolve_node_name"] = _resolve_node_name(ctx)
     values["env_exports"] = "\n".join(f"export {k}={shlex.quote(env[k])}" for k in names) or ":"
     values["env_names"] = " ".join(names)
     values["env_docker_args"] = " ".join(f"-e {k}" for k in names)
@@ -230,6 +235,45 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
     if builtin == "kubernetes" or "node_labels" in settings:
         values["k8s_node_labels"] = _quote(_node_labels(ctx, settings.get("node_labels") or {}))
     return values
+
+
+# How a node learns its own name at boot, per cloud: AWS from its Name tag (instance metadata
+# tags, enabled at launch; the tag is written just after launch, so wait for it), GCP from the
+# instance name, Azure from the VM name. All three are the lease's node names.
+_WHOAMI = {
+    "aws": (
+        't=$(curl -sf -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" '
+        'http://169.254.169.254/latest/api/token)\n'
+        'for _ in $(seq 60); do\n'
+        '    BROKER_NODE_NAME=$(curl -sf -H "X-aws-ec2-metadata-token: $t" '
+        'http://169.254.169.254/latest/meta-data/tags/instance/Name) && break\n'
+        '    sleep 5\n'
+        'done'
+    ),
+    "gcp": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata-Flavor: Google" '
+            'http://metadata.google.internal/computeMetadata/v1/instance/name)'),
+    "azure": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata: true" '
+              '"http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text")'),
+}
+
+
+def _resolve_node_name(ctx: BootContext) -> str:
+    """Shell that sets BROKER_NODE_NAME to this node's own name (a no-op for a one-node lease)."""
+    names = tuple(ctx.node_names)
+    if len(names) <= 1:
+        return ":"
+    whoami = _WHOAMI.get(ctx.provider)
+    if whoami is None:
+        raise BootstrapError(f"a {len(names)}-node lease on {ctx.provider!r} cannot tell its nodes apart at boot")
+    listed = " ".join(shlex.quote(n) for n in names)
+    return (
+        "# The lease's nodes share this script: each asks the cloud which one it is.\n"
+        f"{whoami}\n"
+        f'case " {listed} " in\n'
+        '    *" $BROKER_NODE_NAME "*) export BROKER_NODE_NAME ;;\n'
+        '    *) echo "broker: this node (${BROKER_NODE_NAME:-unknown}) is not one of the lease\'s nodes" >&2; exit 1 ;;\n'
+        "esac"
+    )
 
 
 def _node_labels(ctx: BootContext, extra: Mapping[str, Any]) -> str:

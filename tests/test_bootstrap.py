@@ -175,7 +175,8 @@ def test_kubernetes_joins_with_token_and_ca_hash(tmp_path):
 def test_nested_settings_table_wins_over_flat_keys():
     script = render("slurm", ctx(settings={**SETTINGS, "slurm": {"conf_server": "other:7000",
                                                                     "slurmd_args": ["--extra", "a b"]}}))
-    assert "--conf-server other:7000 -N burst-1 -b --extra 'a b'" in script
+    assert "--conf-server other:7000 -N \"$BROKER_NODE_NAME\" -b --extra 'a b'" in script
+    assert "export BROKER_NODE_NAME=burst-1" in script
 
 
 @pytest.mark.parametrize("template,missing", [(t, k) for t, keys in
@@ -251,3 +252,34 @@ def test_env_exports_are_sorted_and_empty_env_is_a_no_op():
     c = ctx(env={"B": "2", "A": "1"})
     assert "export A=1\nexport B=2\n" in render("container", c)
     assert "\n:\n" in render("container", ctx(env={}))
+
+
+@pytest.mark.parametrize("provider, probe", [
+    ("aws", "meta-data/tags/instance/Name"),
+    ("gcp", "computeMetadata/v1/instance/name"),
+    ("azure", "metadata/instance/compute/name"),
+])
+@pytest.mark.parametrize("template", ["slurm", "kubernetes", "container"])
+def test_a_gang_shares_one_script_and_each_node_finds_its_name(template, provider, probe, tmp_path):
+    import subprocess
+
+    settings = {"conf_server": "ctl:6817", "munge_key": base64.b64encode(b"k" * 32).decode(), "api_server": "10.0.0.1:6443",
+                "token": "abcdef.0123456789abcdef", "ca_cert_hash": "sha256:" + "0" * 64,
+                "image": "ghcr.io/acme/train:1", "command": "python train.py"}
+    one = render(template, BootContext("l-1", "burst-1", provider, "r", settings=settings, node_names=("burst-1",)))
+    two = render(template, BootContext("l-1", "burst-1", provider, "r", settings=settings,
+                                       node_names=("burst-1", "burst-2")))
+    assert probe not in one  # one node: its name is fixed in the script
+    assert probe in two and "burst-2" in two
+    for script in (one, two):
+        path = tmp_path / "boot.sh"
+        path.write_text(script)
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0  # valid bash
+    if template == "slurm":
+        assert '-N "$BROKER_NODE_NAME"' in two
+
+
+def test_a_gang_on_an_unknown_cloud_is_refused():
+    with pytest.raises(BootstrapError, match="cannot tell its nodes apart"):
+        render("container", BootContext("l-1", "n-1", "oracle", "r", settings={"image": "x", "command": "y"},
+                                        node_names=("n-1", "n-2")))

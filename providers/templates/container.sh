@@ -11,6 +11,7 @@ export BROKER_JOB_ID=$job_id
 export BROKER_CHECKPOINT_URI=$checkpoint_uri
 export BROKER_DATASET_URI=$dataset_uri
 $env_exports
+$resolve_node_name
 
 broker_env="-e BROKER_LEASE_ID -e BROKER_NODE_NAME -e BROKER_PROVIDER -e BROKER_REGION"
 broker_env="$$broker_env -e BROKER_JOB_ID -e BROKER_CHECKPOINT_URI -e BROKER_DATASET_URI"

@@ -11,6 +11,7 @@ export BROKER_JOB_ID=$job_id
 export BROKER_CHECKPOINT_URI=$checkpoint_uri
 export BROKER_DATASET_URI=$dataset_uri
 $env_exports
+$resolve_node_name
 
 # Label the node with its lease so the scheduler and the broker can find it.
 kubelet_defaults=$kubelet_defaults_path
@@ -20,4 +21,4 @@ printf 'KUBELET_EXTRA_ARGS=--node-labels=%s\n' $k8s_node_labels > "$$kubelet_def
 kubeadm join $api_server \
     --token $token \
     --discovery-token-ca-cert-hash $ca_cert_hash \
-    --node-name $node_name
+    --node-name "$$BROKER_NODE_NAME"

@@ -12,6 +12,7 @@ export BROKER_JOB_ID=$job_id
 export BROKER_CHECKPOINT_URI=$checkpoint_uri
 export BROKER_DATASET_URI=$dataset_uri
 $env_exports
+$resolve_node_name
 
 # The cluster's munge key: every node of a Slurm cluster shares it.
 key_file=$munge_key_path
@@ -26,4 +27,4 @@ else
 fi
 
 # -b: report this boot as new, so slurmctld accepts the node as resumed.
-exec slurmd --conf-server $conf_server -N $node_name -b $slurmd_args
+exec slurmd --conf-server $conf_server -N "$$BROKER_NODE_NAME" -b $slurmd_args
