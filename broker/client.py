@@ -108,8 +108,8 @@ class BrokerClient:
         req = pb.HandoffRequest(lease_id=lease_id, job=convert.job_to_pb(job))
         return convert.lease_from_pb(self._call(self.stub.Handoff, req, 30).lease)
 
-    def watch(self, lease_id: str = "") -> Iterator[pb.WatchLeasesResponse]:
+    def watch(self, lease_id: str = "", after_event_id: int = 0) -> Iterator[pb.WatchLeasesResponse]:
         try:
-            yield from self.stub.WatchLeases(pb.WatchLeasesRequest(lease_id=lease_id))
+            yield from self.stub.WatchLeases(pb.WatchLeasesRequest(lease_id=lease_id, after_event_id=after_event_id))
         except grpc.RpcError as e:
             raise ClientError(e.code(), e.details() or e.code().name) from None

@@ -145,7 +145,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
         self.auth.operator(context)
         store = self.svc.store
-        after = store.last_event_id()
+        if request.after_event_id < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"after_event_id must be zero or more, got {request.after_event_id}.")
+        after = request.after_event_id or store.last_event_id()
         while context.is_active():
             for ev in store.events_after(after, request.lease_id):
                 after = ev.id
@@ -156,7 +159,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         import json
 
         out = pb.WatchLeasesResponse(kind=convert.EVENT_TO_PB.get(ev.kind, pb.LEASE_EVENT_KIND_UNSPECIFIED),
-                                     message=ev.message)
+                                     message=ev.message, event_id=ev.id)
         out.at.CopyFrom(convert.ts(ev.at))
         data = json.loads(ev.data or "{}")
         if ev.lease_id:

@@ -71,3 +71,17 @@ def test_unknown_lease_is_not_found(server):
     with pytest.raises(grpc.RpcError) as e:
         pb_grpc.BrokerStub(ch).GetLease(pb.GetLeaseRequest(lease_id="l-nope"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_watch_resumes_after_an_event_id(server):
+    ch, svc = server
+    svc.store.add_event("l-x", "budget", "first", 1.0)
+    svc.store.add_event("l-x", "budget", "second", 2.0)
+    stub = pb_grpc.BrokerStub(ch)
+    stream = stub.WatchLeases(pb.WatchLeasesRequest(after_event_id=1), timeout=5)
+    first = next(stream)
+    stream.cancel()
+    assert (first.message, first.event_id) == ("second", 2)
+    with pytest.raises(grpc.RpcError) as e:
+        next(stub.WatchLeases(pb.WatchLeasesRequest(after_event_id=-1), timeout=5))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

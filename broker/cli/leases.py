@@ -210,15 +210,18 @@ def handoff(
                   "autoscaler decisions) as JSON lines until interrupted.\n\n  broker watch")
 def watch(
     lease_id: str = typer.Option("", "--lease", help="Only this lease."),
+    after: int = typer.Option(0, "--after", help="Resume after this event_id (replays what came since)."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     from google.protobuf.json_format import MessageToDict
 
     from broker.client import ClientError
 
+    if after < 0:
+        exit_usage(f"--after must be zero or more, got {after}.")
     try:
         with _client(server) as c:
-            for ev in c.watch(lease_id):
+            for ev in c.watch(lease_id, after):
                 print(json.dumps(MessageToDict(ev, preserving_proto_field_name=True)), flush=True)
     except ClientError as e:
         _fail(e)

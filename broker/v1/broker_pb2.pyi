@@ -356,10 +356,12 @@ class ListLeasesResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class WatchLeasesRequest(_message.Message):
-    __slots__ = ("lease_id",)
+    __slots__ = ("lease_id", "after_event_id")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
-    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+    after_event_id: int
+    def __init__(self, lease_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
 
 class Decision(_message.Message):
     __slots__ = ("decision_id", "at", "action", "reason", "job_ids", "lease_id")
@@ -392,20 +394,22 @@ class ListDecisionsResponse(_message.Message):
     def __init__(self, decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ...) -> None: ...
 
 class WatchLeasesResponse(_message.Message):
-    __slots__ = ("kind", "at", "lease", "message", "job", "decision")
+    __slots__ = ("kind", "at", "lease", "message", "job", "decision", "event_id")
     KIND_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     kind: LeaseEventKind
     at: _timestamp_pb2.Timestamp
     lease: Lease
     message: str
     job: Job
     decision: Decision
-    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., message: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
+    event_id: int
+    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., message: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., event_id: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("lease_id", "reason")
