@@ -12,11 +12,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-from policies.cost import Context, Exclusion, PricedOffer, pricer
+from policies.cost import Context, Exclusion, PricedOffer, instance_reason, pricer
 from policies.demand import Demand
-from providers.base import MICROS, Market, Offering
+from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
 
 QUOTE_TTL_S = 15 * 60
@@ -38,8 +38,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{out}-{secrets.token_hex(4)}"
 
 
-@dataclass(frozen=True, slots=True)
-class RankedOffer:
+class RankedOffer(NamedTuple):
     rank: int
     priced: PricedOffer
 
@@ -114,6 +113,7 @@ class QuoteEngine:
         if self.enabled is not None:
             self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
         self._cache: OrderedDict = OrderedDict()
+        self._shape_groups: dict[str, list] = {}
         self._lock = threading.Lock()
         self._by_gpu = {}
         for o in self._all:
@@ -122,6 +122,17 @@ class QuoteEngine:
     @property
     def gpu_models(self) -> tuple[str, ...]:
         return tuple(sorted(self._by_gpu))
+
+    def shapes(self, d: Demand) -> list[tuple[InstanceType, list[Offering]]]:
+        """The candidate offerings grouped by instance shape (grouping built once, at load)."""
+        key = d.gpu_model or f">={d.min_gpu_memory_gb}"
+        groups = self._shape_groups.get(key)
+        if groups is None:
+            by: dict[int, tuple[InstanceType, list[Offering]]] = {}
+            for o in self.candidates(d):
+                by.setdefault(id(o.instance), (o.instance, []))[1].append(o)
+            groups = self._shape_groups[key] = list(by.values())
+        return groups
 
     def candidates(self, d: Demand) -> list[Offering]:
         if d.gpu_model:
@@ -147,9 +158,14 @@ class QuoteEngine:
             ok: list[PricedOffer] = []
             out: list[Exclusion] = []
             price_one = pricer(d, ctx)
-            for o in self.candidates(d):
-                r = price_one(o)
-                (out if type(r) is Exclusion else ok).append(r)
+            for it, offerings in self.shapes(d):
+                reason, _ = instance_reason(d, it)
+                if reason:  # the shape cannot serve the demand anywhere: skip pricing it
+                    out.extend([Exclusion(o, reason) for o in offerings])
+                    continue
+                for o in offerings:
+                    r = price_one(o)
+                    (out if type(r) is Exclusion else ok).append(r)
             ok.sort(key=_rank_key)
             if top:
                 ok = ok[:top]
