@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import threading
-import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Protocol
 

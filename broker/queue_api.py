@@ -1,7 +1,6 @@
 """ReportQueue and Diagnose: snapshots pushed by any scheduler, and their diagnosis."""
 from __future__ import annotations
 
-import time
 
 import grpc
 from google.protobuf.json_format import MessageToDict

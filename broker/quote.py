@@ -57,9 +57,6 @@ class Quote:
     offers: tuple[RankedOffer, ...]
     excluded: tuple[Exclusion, ...]
 
-    def offer(self, rank: int) -> RankedOffer | None:
-        return self.offers[rank - 1] if 1 <= rank <= len(self.offers) else None
-
 
 @dataclass(frozen=True, slots=True)
 class Reservation:

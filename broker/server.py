@@ -6,11 +6,11 @@ offer failed UNAVAILABLE listing each attempt.
 """
 from __future__ import annotations
 
+import json
 import signal
-from dataclasses import replace
-from collections import OrderedDict
 import threading
-import time
+from collections import OrderedDict
+from dataclasses import replace
 from concurrent import futures
 from typing import Iterator
 
@@ -156,8 +156,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             store.wait_for_change(1.0)
 
     def _event_pb(self, ev) -> pb.WatchLeasesResponse:
-        import json
-
         out = pb.WatchLeasesResponse(kind=convert.EVENT_TO_PB.get(ev.kind, pb.LEASE_EVENT_KIND_UNSPECIFIED),
                                      message=ev.message, event_id=ev.id)
         out.at.CopyFrom(convert.ts(ev.at))
@@ -207,8 +205,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return report_queue(self.svc, request, context)
 
     def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
-        import json
-
         self.auth.operator(context)
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
@@ -229,10 +225,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
-    interceptors = [service.metrics.interceptor()] if service.metrics is not None else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
                                                     thread_name_prefix="rpc"),
-                         interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+                         interceptors=[service.metrics.interceptor()], options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -257,7 +252,7 @@ def serve(service: Service, listen: str, ready: threading.Event | None = None,
     server.start()
     service.start_background()
     metrics_listen = service.config.section("telemetry").get("metrics_listen", "")
-    if metrics_listen and service.metrics is not None:
+    if metrics_listen:
         log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
     log.info("serving", listen=listen, port=port, db=service.config.db_url.split("@")[-1],
              providers=sorted(service.providers))

@@ -10,7 +10,8 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from broker.config import Config
-from broker.quote import Quote, engine_for, quote_engine_from_config  # noqa: F401 (re-exported)
+from broker.quote import Quote, engine_for
+from broker.views import demand_to_dict, iso
 from policies.demand import Demand
 
 log = structlog.get_logger("broker.service")
@@ -69,12 +70,12 @@ class Service:
         key = id(q.offers)
         cached = self._launch_cache.get(key)
         if cached is None or cached[0] is not q.offers:
-            cached = (q.offers, json.dumps(_demand_dict(demand)),
+            cached = (q.offers, json.dumps(demand_to_dict(demand)),
                       json.dumps(launch_targets(q, max(top, LAUNCHABLE_OFFERS))))
             self._launch_cache[key] = cached
             if len(self._launch_cache) > 1024:
                 self._launch_cache.pop(next(iter(self._launch_cache)))
-        body = f'{{"demand": {cached[1]}, "valid_until": "{_iso(q.valid_until)}", "launch": {cached[2]}}}'
+        body = f'{{"demand": {cached[1]}, "valid_until": "{iso(q.valid_until)}", "launch": {cached[2]}}}'
         self.store.save_quote(q.quote_id, q.created_at, q.valid_until, body)
         if top and top < len(q.offers):
             # Keep the identity of a cached result's slice, so the layers above can cache by it.
@@ -90,8 +91,6 @@ class Service:
     # -- boot scripts ----------------------------------------------------------------------------
     def _boot_script(self, lease, node_names) -> str:
         """One script for every node of the lease (each node finds its own name at boot)."""
-        import json
-
         from providers.bootstrap import BootContext, render
 
         job = json.loads(lease.job)
@@ -148,14 +147,3 @@ class Service:
         self.metrics.stop()
         self.store.close()
 
-
-def _demand_dict(d: Demand) -> dict:
-    from broker.views import demand_to_dict
-
-    return demand_to_dict(d)
-
-
-def _iso(ts: float) -> str:
-    from broker.views import iso
-
-    return iso(ts) or ""

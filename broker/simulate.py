@@ -29,7 +29,6 @@ import csv
 import hashlib
 import heapq
 import math
-import random
 import struct
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -39,7 +38,7 @@ from typing import Callable, Iterable, Sequence
 from policies.cost import Context, Exclusion, PricedOffer, price
 from policies.demand import Demand
 from policies.queue import PendingJob
-from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
+from policies.selection import Candidate
 from policies import spot as spot_rule
 from policies.triggers import (
     BURST, Signals, TriggerConfig, TriggerState, allocation_verdict, evaluate,

@@ -151,7 +151,6 @@ class Store:
             self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
         self._create_schema()
         self._changed = threading.Condition()
-        self._seq = 0
         self._recent: OrderedDict[str, tuple] = OrderedDict()
         self._recent_lock = threading.Lock()
         self._pending: queue.Queue = queue.Queue()
@@ -182,7 +181,6 @@ class Store:
     # -- change notification (WatchLeases in this process; other replicas poll) ---------------
     def _notify(self) -> None:
         with self._changed:
-            self._seq += 1
             self._changed.notify_all()
 
     def wait_for_change(self, timeout: float) -> None:
@@ -424,6 +422,3 @@ class Store:
             r = s.exec(q.order_by(SnapshotRecord.taken_at.desc())).first()
             return None if r is None else json.loads(r.body)
 
-
-def now() -> float:
-    return time.time()

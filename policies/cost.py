@@ -145,12 +145,6 @@ def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> str | N
     return None
 
 
-def exclusion_reason(d: Demand, o: Offering, ctx: Context) -> str | None:
-    """Why ``o`` cannot serve ``d`` (None when it can): the shape first, then region and market."""
-    reason, nodes = instance_reason(d, o.instance)
-    return reason or offering_reason(d, o, nodes, ctx)
-
-
 def _transfer_in(d: Demand, o: Offering, ctx: Context, terms: Terms) -> int:
     gb = d.data_in_gb
     if gb <= 0:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Mapping
 
-import grpc
 
 from broker import config as cfgmod
 from broker.server import build_server

@@ -1,7 +1,6 @@
 """Issue scenario: `broker serve` pointed at the three mocked clouds; launch, inspect, release."""
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest

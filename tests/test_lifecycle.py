@@ -13,7 +13,6 @@ import pytest
 from broker.lifecycle import LeaseError, Target
 from broker.v1 import broker_pb2 as pb
 from policies.demand import Demand
-from providers.base import Market
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.lease_kit import (
     Clock, Watch, Watched, events, existing_by_lease, instances_of, live_by_lease, offering, service, serving,

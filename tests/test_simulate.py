@@ -1,7 +1,5 @@
 """Trace replay: loading, on-prem FIFO with backfill, bursting, spot, lower bound, the CLI."""
 import json
-import math
-import os
 from pathlib import Path
 
 import pytest

@@ -29,11 +29,9 @@ def _fail(e) -> None:
 
 def _print_leases(leases: list[dict], fmt: str) -> None:
     if fmt == "json":
-        json.dump(leases if len(leases) != 1 or not getattr(_print_leases, "single", False) else leases[0],
-                  sys.stdout, indent=2, default=str)
+        json.dump(leases, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table()

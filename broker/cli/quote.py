@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, exit_error, exit_usage, server_option_default
+from broker.cli.app import app, exit_error, exit_usage
 
 HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
 
@@ -74,7 +74,6 @@ def _reason_kind(reason: str) -> str:
 def _table(doc: dict, top_excluded: int = 8) -> None:
     from collections import Counter
 
-    from rich.console import Console
     from rich.table import Table
 
     from broker.cli.app import console as make_console
