@@ -45,11 +45,15 @@ class Budgets:
         to = lambda v: None if v is None else int(v * MICROS)  # noqa: E731
         return Caps(to(b.usd_per_hour), to(b.usd_per_month))
 
+    def _leases(self, tenant: str, now: float):
+        """The leases that can count against a cap now: live, or ended this month."""
+        return self.store.list_leases(tenant=tenant, active_since=month_start(now))
+
     def usage(self, tenant: str, now: float, leases: list[LeaseRecord] | None = None) -> tuple[int, int]:
         """(live rate micros/h, month spend micros) for ``tenant``."""
         since = month_start(now)
         rate = spend = 0
-        for l in self.store.list_leases(tenant=tenant) if leases is None else leases:
+        for l in self._leases(tenant, now) if leases is None else leases:
             if l.state in LIVE_STATES:
                 rate += l.hourly_micros * l.nodes
             if (l.ended_at or now) >= since:
@@ -72,7 +76,7 @@ class Budgets:
         caps = self.caps(tenant)
         if caps is None:
             return {}
-        leases = self.store.list_leases(tenant=tenant)
+        leases = self._leases(tenant, now)
         rate, spend = self.usage(tenant, now, leases)
         running = sorted((l for l in leases if l.state == "running"), key=lambda l: (l.created_at, l.lease_id))
         return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)

@@ -199,9 +199,9 @@ class Lifecycle:
         if not idempotency_key:
             raise LeaseError("invalid", "idempotency_key is required.")
         now = self.clock()
-        existing = [l for l in self.store.list_leases(tenant=tenant) if l.idempotency_key == idempotency_key]
-        if existing:
-            return existing[0], False
+        existing = self.store.lease_by_key(tenant, idempotency_key)
+        if existing is not None:
+            return existing, False
         if self.budgets is not None:
             self.budgets.check_launch(tenant, target.hourly_micros * target.nodes, now)
         lease_id = new_id("l")

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import UniqueConstraint, event, func, insert, text, update
+from sqlalchemy import UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -246,11 +246,9 @@ class Store:
             return None if r is None else {**json.loads(r.body), "_valid_until_ts": r.valid_until}
 
     def prune_quotes(self, before: float) -> int:
-        with Session(self.engine) as s:
-            n = s.exec(select(func.count()).select_from(QuoteRecord).where(QuoteRecord.valid_until < before)).one()
-            s.exec(text("DELETE FROM quotes WHERE valid_until < :t").bindparams(t=before))
-            s.commit()
-            return int(n)
+        """Delete quotes that expired before ``before``; returns how many."""
+        with self.engine.begin() as conn:
+            return conn.execute(delete(QuoteRecord.__table__).where(QuoteRecord.__table__.c.valid_until < before)).rowcount
 
     # -- leases ----------------------------------------------------------------------------------
     def create_lease(self, lease: LeaseRecord, message: str = "lease requested") -> tuple[LeaseRecord, bool]:
@@ -259,8 +257,7 @@ class Store:
         Returns (lease, created): on a repeated key, the existing lease and False.
         """
         with Session(self.engine) as s:
-            existing = s.exec(select(LeaseRecord).where(
-                LeaseRecord.tenant == lease.tenant, LeaseRecord.idempotency_key == lease.idempotency_key)).first()
+            existing = self._by_key(s, lease.tenant, lease.idempotency_key)
             if existing is not None:
                 return existing, False
             s.add(lease)
@@ -270,9 +267,7 @@ class Store:
                 s.commit()
             except IntegrityError:
                 s.rollback()
-                existing = s.exec(select(LeaseRecord).where(
-                    LeaseRecord.tenant == lease.tenant,
-                    LeaseRecord.idempotency_key == lease.idempotency_key)).first()
+                existing = self._by_key(s, lease.tenant, lease.idempotency_key)
                 if existing is None:
                     raise
                 return existing, False
@@ -280,21 +275,34 @@ class Store:
         self._notify()
         return lease, True
 
+    @staticmethod
+    def _by_key(s: Session, tenant: str, key: str) -> LeaseRecord | None:
+        return s.exec(select(LeaseRecord).where(
+            LeaseRecord.tenant == tenant, LeaseRecord.idempotency_key == key)).first()
+
+    def lease_by_key(self, tenant: str, key: str) -> LeaseRecord | None:
+        """The tenant's lease with this idempotency key (one indexed lookup)."""
+        with Session(self.engine) as s:
+            return self._by_key(s, tenant, key)
+
     def get_lease(self, lease_id: str) -> LeaseRecord | None:
         with Session(self.engine) as s:
             return s.get(LeaseRecord, lease_id)
 
     def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
-                    provider: str = "") -> list["LeaseRow"]:
-        """Leases newest first, as plain rows (no ORM state: a reconciler pass reads thousands)."""
+                    active_since: float | None = None) -> list["LeaseRow"]:
+        """Leases newest first, as plain rows (no ORM state: a reconciler pass reads thousands).
+
+        ``active_since``: only leases that are live, have not ended, or ended at or after it.
+        """
         t = LeaseRecord.__table__
         q = select(t)
         if states:
             q = q.where(t.c.state.in_(list(states)))
         if tenant:
             q = q.where(t.c.tenant == tenant)
-        if provider:
-            q = q.where(t.c.provider == provider)
+        if active_since is not None:
+            q = q.where(t.c.state.in_(LIVE_STATES) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
         q = q.order_by(t.c.created_at.desc())
         if limit:
             q = q.limit(limit)
