@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterable, NamedTuple
+from typing import Hashable, Iterable, NamedTuple
 
 from policies.cost import Context, Exclusion, PricedOffer, instance_reason, pricer
 from policies.demand import Demand
@@ -112,16 +112,19 @@ class QuoteEngine:
         self._cache: OrderedDict = OrderedDict()
         self._shape_groups: dict[str, list] = {}
         self._lock = threading.Lock()
-        self._by_gpu = {}
-        for o in self._all:
-            self._by_gpu.setdefault(o.instance.gpu.upper(), []).append(o)
+        self._by_gpu = self.catalog.by_gpu  # the catalog's index, narrowed to enabled providers
+        if self.enabled is not None:
+            narrowed = {g: tuple(o for o in offs if o.instance.provider in self.enabled)
+                        for g, offs in self._by_gpu.items()}
+            self._by_gpu = {g: offs for g, offs in narrowed.items() if offs}
 
     @property
     def gpu_models(self) -> tuple[str, ...]:
         return tuple(sorted(self._by_gpu))
 
     def shapes(self, d: Demand) -> list[tuple[InstanceType, list[Offering]]]:
-        """The candidate offerings grouped by instance shape (grouping built once, at load)."""
+        """The candidate offerings grouped by instance shape (built on first use per GPU model or
+        memory floor, then reused)."""
         key = d.gpu_model or f">={d.min_gpu_memory_gb}"
         groups = self._shape_groups.get(key)
         if groups is None:
@@ -131,9 +134,9 @@ class QuoteEngine:
             groups = self._shape_groups[key] = list(by.values())
         return groups
 
-    def candidates(self, d: Demand) -> list[Offering]:
+    def candidates(self, d: Demand) -> tuple[Offering, ...] | list[Offering]:
         if d.gpu_model:
-            return self._by_gpu.get(d.gpu_model, [])
+            return self._by_gpu.get(d.gpu_model, ())
         return [o for o in self._all if o.instance.gpu_memory_gb >= d.min_gpu_memory_gb]
 
     def validate(self, d: Demand) -> Demand:
@@ -187,6 +190,34 @@ class QuoteEngine:
             self._cache[key] = value
             while len(self._cache) > self.CACHE_SIZE:
                 self._cache.popitem(last=False)
+
+
+class DerivedCache:
+    """Values derived from a shared quote result, keyed by that result's identity.
+
+    The engine hands out the same ``offers`` tuple for a repeated demand; what the layers above
+    derive from it (a protobuf, the stored launch details, a top-N slice) is then made once.
+    Bounded, oldest out first; safe to use from every RPC thread.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sources: tuple, make, extra: Hashable = ()):
+        """``make()``'s value for these ``sources`` (compared by identity) and ``extra``."""
+        key = (tuple(id(s) for s in sources), extra)
+        with self._lock:
+            hit = self._items.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            return hit[1]
+        value = make()
+        with self._lock:
+            self._items[key] = (sources, value)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
 
 
 def engine_for(config) -> QuoteEngine:

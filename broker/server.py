@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections import OrderedDict
 from dataclasses import replace
 from concurrent import futures
 from typing import Iterator
@@ -21,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from broker import convert
 from broker.lifecycle import LeaseError, lease_view
+from broker.quote import DerivedCache
 from broker.service import Service
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
@@ -43,8 +43,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
         self.svc = service
         self.auth = Auth(service.config.section("auth").get("tokens"))
-        self._pb_cache: OrderedDict = OrderedDict()
-        self._pb_lock = threading.Lock()
+        self._pb_cache = DerivedCache()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease_pb(self, lease) -> pb.Lease:
@@ -75,18 +74,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def _quote_pb(self, q) -> pb.Quote:
         """Repeated demands share their priced offers (the engine caches them): convert each
         such result to protobuf once, and stamp only the id and validity per response."""
-        key = (id(q.offers), id(q.excluded))
-        with self._pb_lock:
-            hit = self._pb_cache.get(key)
-        if hit is None or hit[0] is not q.offers or hit[1] is not q.excluded:
-            template = convert.quote_to_pb(q)
-            with self._pb_lock:
-                self._pb_cache[key] = (q.offers, q.excluded, template)
-                while len(self._pb_cache) > 1024:
-                    self._pb_cache.popitem(last=False)
-            return template
+        template = self._pb_cache.get((q.offers, q.excluded), lambda: convert.quote_to_pb(q))
         m = pb.Quote()
-        m.CopyFrom(hit[2])
+        m.CopyFrom(template)
         m.quote_id = q.quote_id
         m.valid_until.CopyFrom(convert.ts(q.valid_until))
         return m

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from broker.config import Config
-from broker.quote import Quote, engine_for
+from broker.quote import DerivedCache, Quote, engine_for
 from broker.views import demand_to_dict, iso
 from policies.demand import Demand
 
@@ -56,8 +56,7 @@ class Service:
         from broker.telemetry import Metrics
 
         self.metrics = Metrics(self.store, self.engine.catalog)
-        self._launch_cache: dict[int, tuple] = {}  # launchable offers of cached quote results
-        self._slices: dict[tuple[int, int], tuple] = {}
+        self._derived = DerivedCache()  # launch details and top-N slices of cached quote results
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -67,25 +66,16 @@ class Service:
         demand = self.engine.validate(demand)
         now = self.clock()
         q = self.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
-        key = id(q.offers)
-        cached = self._launch_cache.get(key)
-        if cached is None or cached[0] is not q.offers:
-            cached = (q.offers, json.dumps(demand_to_dict(demand)),
-                      json.dumps(launch_targets(q, max(top, LAUNCHABLE_OFFERS))))
-            self._launch_cache[key] = cached
-            if len(self._launch_cache) > 1024:
-                self._launch_cache.pop(next(iter(self._launch_cache)))
-        body = f'{{"demand": {cached[1]}, "valid_until": "{iso(q.valid_until)}", "launch": {cached[2]}}}'
+        limit = max(top, LAUNCHABLE_OFFERS)
+        demand_json, launch_json = self._derived.get(
+            (q.offers,), lambda: (json.dumps(demand_to_dict(demand)), json.dumps(launch_targets(q, limit))),
+            extra=("launch", limit))
+        body = f'{{"demand": {demand_json}, "valid_until": "{iso(q.valid_until)}", "launch": {launch_json}}}'
         self.store.save_quote(q.quote_id, q.created_at, q.valid_until, body)
         if top and top < len(q.offers):
-            # Keep the identity of a cached result's slice, so the layers above can cache by it.
-            sk = (id(q.offers), top)
-            sliced = self._slices.get(sk)
-            if sliced is None or sliced[0] is not q.offers:
-                sliced = self._slices[sk] = (q.offers, q.offers[:top])
-                if len(self._slices) > 1024:
-                    self._slices.pop(next(iter(self._slices)))
-            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced[1], q.excluded)
+            # The same slice object for the same result, so the layers above can cache by it.
+            sliced = self._derived.get((q.offers,), lambda: q.offers[:top], extra=("top", top))
+            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced, q.excluded)
         return q
 
     # -- boot scripts ----------------------------------------------------------------------------

@@ -85,3 +85,15 @@ def test_watch_resumes_after_an_event_id(server):
     with pytest.raises(grpc.RpcError) as e:
         next(stub.WatchLeases(pb.WatchLeasesRequest(after_event_id=-1), timeout=5))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_every_offer_shown_stays_launchable_when_a_demand_repeats(tmp_path):
+    from policies.demand import Demand
+
+    with running_server(tmp_path) as (_, svc):
+        d = Demand(gpus=8, hours=4, gpu_model="H100", interruptible=True)
+        svc.quote(d, top=3)  # the same demand again below, asking for more offers
+        q = svc.quote(d, top=30)
+        assert len(q.offers) == 30
+        launch = svc.store.get_quote(q.quote_id)["launch"]
+        assert [t["rank"] for t in launch] == list(range(1, 31))
