@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, exit_usage
+from broker.cli.app import app, check_format, exit_usage, print_json
 
-_FORMATS = ("table", "json")
 
 
 def _utilization_arg(text: str) -> float:
@@ -53,8 +52,7 @@ def advise_cmd(
     from policies.tco import OnPrem, TcoError, advise, cheapest_prices, sacct_usage
     from providers.catalog import CatalogError, bundled, load
 
-    if fmt not in _FORMATS:
-        exit_usage(f"--format must be one of {', '.join(_FORMATS)}, got {fmt!r}.")
+    check_format(fmt)
     sources = [s for s in (utilization, from_simulate, sacct) if s is not None]
     if len(sources) != 1:
         exit_usage("give the utilisation exactly one way: --utilization, --from-simulate or --sacct.")
@@ -125,7 +123,7 @@ def advise_cmd(
     out = {"gpus": gpus, "gpu_model": gpu_model.upper(), "utilization_source": source,
            "catalog_as_of": catalog.as_of, **adv.to_dict()}
     if fmt == "json":
-        typer.echo(json.dumps(out, indent=2))
+        print_json(out)
         return
     from rich.console import Console
     from rich.table import Table

@@ -44,3 +44,20 @@ def console():
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 200)
+
+
+FORMATS = ("table", "json")
+
+
+def check_format(fmt: str) -> str:
+    """``--format`` is table or json; anything else is bad input."""
+    if fmt not in FORMATS:
+        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    return fmt
+
+
+def print_json(obj) -> None:
+    """A command's --format json output: indented JSON and a newline on stdout."""
+    import json
+
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")

@@ -1,13 +1,12 @@
 """`broker decisions`: what the autoscaler decided, and why (including "did not burst, because …")."""
 from __future__ import annotations
 
-import json
-import sys
 from typing import Optional
 
 import typer
 
-from broker.cli.app import app, console, exit_error, exit_usage, server_option_default
+from broker.cli.app import (app, check_format, console, exit_error, exit_usage, print_json,
+                            server_option_default)
 
 
 @app.command(help="List the autoscaler's decisions, newest first: every burst, scale-in and "
@@ -25,8 +24,7 @@ def decisions(
     from broker.v1 import broker_pb2_grpc as pb_grpc
     from broker.views import iso
 
-    if fmt not in ("table", "json"):
-        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    check_format(fmt)
     if limit <= 0:
         exit_usage(f"--limit must be at least 1, got {limit}.")
     target = server or server_option_default()
@@ -42,8 +40,7 @@ def decisions(
     rows = [{"decision_id": d.decision_id, "at": iso(convert.from_ts(d.at)), "action": d.action,
              "reason": d.reason, "job_ids": list(d.job_ids), "lease_id": d.lease_id} for d in resp.decisions]
     if fmt == "json":
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(rows)
         return
     from rich.table import Table
 

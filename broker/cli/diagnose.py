@@ -6,13 +6,12 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from broker.cli.app import app, exit_error, exit_usage
+from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
 
 if TYPE_CHECKING:  # heavy-ish imports stay inside the command
     from policies.diagnose import Diagnosis
     from policies.queue import QueueSnapshot
 
-_FORMATS = ("table", "json")
 
 
 def _read(path: Path, what: str) -> str:
@@ -190,11 +189,9 @@ def diagnose_command(
     """Diagnose a queue: resource-bound, scheduling-bound, mixed or healthy, with causes and
     actions. Reads live Slurm by default, or files (--squeue/--sinfo, --snapshot)."""
     import dataclasses
-    import json
     import time
 
-    if output not in _FORMATS:
-        exit_usage(f"--format must be table or json, not {output!r}.")
+    check_format(output)
     if snapshot is not None and (squeue is not None or sinfo is not None):
         exit_usage("--snapshot cannot be combined with --squeue/--sinfo.")
     if (squeue is None) != (sinfo is None):
@@ -225,7 +222,7 @@ def diagnose_command(
         doc = {"source": snap.source, "taken_at": snap.taken_at, **diag.to_dict()}
         if snap.extra.get("warnings"):
             doc["warnings"] = list(snap.extra["warnings"])
-        typer.echo(json.dumps(doc, indent=2))
+        print_json(doc)
     else:
         for w in snap.extra.get("warnings") or []:
             typer.echo(f"warning: {w}", err=True)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from typing import Optional
 
 import typer
 
-from broker.cli.app import app, console, exit_error, exit_usage, server_option_default
+from broker.cli.app import (app, check_format, console, exit_error, exit_usage, print_json,
+                            server_option_default)
 
 SERVER_HELP = "Broker address host:port (env BROKER_SERVER, default 127.0.0.1:50051)."
 
@@ -29,8 +29,7 @@ def _fail(e) -> None:
 
 def _print_leases(leases: list[dict], fmt: str) -> None:
     if fmt == "json":
-        json.dump(leases, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        print_json(leases)
         return
     from rich.table import Table
 
@@ -49,8 +48,7 @@ def _print_leases(leases: list[dict], fmt: str) -> None:
 
 def _dump(obj, fmt: str) -> None:
     if fmt == "json":
-        json.dump(obj, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        print_json(obj)
     else:
         _print_leases([obj], "table")
         for i in obj["instances"]:
@@ -94,8 +92,7 @@ def launch(
     from broker.convert import MARKET_TO_PB
     from broker.v1 import broker_pb2 as pb
 
-    if fmt not in ("table", "json"):
-        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    check_format(fmt)
     req = pb.LaunchRequest(idempotency_key=idempotency_key or f"cli-{uuid.uuid4()}", tenant=tenant,
                            bootstrap=bootstrap, max_lifetime_s=max_lifetime)
     if job_id:
@@ -129,6 +126,7 @@ def release(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
+    check_format(fmt)
     from broker.client import ClientError
 
     try:
@@ -145,6 +143,7 @@ def lease(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
+    check_format(fmt)
     from broker.client import ClientError
 
     try:
@@ -170,8 +169,7 @@ def leases(
     for s in state or []:
         if s not in STATE_TO_PB:
             exit_usage(f"--state must be one of {', '.join(STATE_TO_PB)}, got {s!r}.")
-    if fmt not in ("table", "json"):
-        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    check_format(fmt)
     try:
         with _client(server) as c:
             out = c.list_leases(state or [], tenant, limit)
@@ -192,6 +190,7 @@ def handoff(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
+    check_format(fmt)
     from broker.client import ClientError
 
     job = {"job_id": job_id, "owner": owner, "queue": queue, "checkpoint_uri": checkpoint_uri,

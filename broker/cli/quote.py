@@ -1,13 +1,11 @@
 """`broker quote`: price a GPU demand across every cloud, region and market."""
 from __future__ import annotations
 
-import json
-import sys
 from typing import Optional
 
 import typer
 
-from broker.cli.app import app, exit_error, exit_usage
+from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
 
 HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
 
@@ -136,8 +134,7 @@ def quote(
 
     from policies.demand import Demand, DemandError
 
-    if fmt not in ("table", "json"):
-        exit_usage(f"--format must be table or json, got {fmt!r}.")
+    check_format(fmt)
     if top < 0:
         exit_usage(f"--top must be zero or more, got {top}.")
     for name, v in (("--hours", hours), ("--data-in-gb", data_in_gb), ("--data-out-gb", data_out_gb),
@@ -179,7 +176,6 @@ def quote(
 
         doc = quote_to_dict(engine.quote(demand, now=now, top=top))
     if fmt == "json":
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(doc)
     else:
         _table(doc)

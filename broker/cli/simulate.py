@@ -1,16 +1,14 @@
 """`broker simulate`: replay a job trace under burst policies and compare cost and waits."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from broker.cli.app import app, exit_usage
+from broker.cli.app import FORMATS, app, exit_usage, print_json
 
-_FORMATS = ("table", "json")
 _POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker")
 
 
@@ -38,8 +36,8 @@ def simulate_cmd(
                                         "cumulative cloud spend over time, one line per policy."),
 ) -> None:
     """Replay a trace: on-prem FIFO with backfill, bursting by each policy; cost and waits."""
-    if fmt not in _FORMATS:
-        exit_usage(f"--format must be one of {', '.join(_FORMATS)}, got {fmt!r}.")
+    if fmt not in FORMATS:
+        exit_usage(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
     names = list(dict.fromkeys(policy or _POLICIES))
     bad = [n for n in names if n not in _POLICIES]
     if bad:
@@ -117,7 +115,7 @@ def simulate_cmd(
         "policies": {n: r.to_dict() for n, r in results.items()},
     }
     if fmt == "json":
-        typer.echo(json.dumps(doc, indent=2))
+        print_json(doc)
         return
     _print_table(doc)
 
