@@ -1,7 +1,6 @@
 """ReportQueue and Diagnose: snapshots pushed by any scheduler, and their diagnosis."""
 from __future__ import annotations
 
-
 import grpc
 from google.protobuf.json_format import MessageToDict
 
@@ -25,10 +24,9 @@ def snapshot_from_pb(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
             for f in INT64_FIELDS:
                 if f in item:
                     item[f] = int(item[f])
-    if "pending" in doc:
-        for j in doc["pending"]:
-            if j.get("gpus", 0) <= 0:
-                raise ValueError(f"pending[{doc['pending'].index(j)}].gpus must be at least 1")
+    for i, j in enumerate(doc.get("pending", [])):
+        if j.get("gpus", 0) <= 0:
+            raise ValueError(f"pending[{i}].gpus must be at least 1")
     for n in doc.get("nodes", []):
         n.setdefault("state", "")
     return snapshot_from_dict(doc)
