@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Protocol
 
 import structlog
@@ -139,12 +139,11 @@ class Autoscaler:
             st.burst_jobs.intersection_update({j.job_id for j in snap.pending} | {r.job_id for r in snap.running})
             in_flight, idle = self._cloud_state(source, now)
             fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs]
-            snap_for_trigger = QueueSnapshot(snap.source, snap.taken_at, tuple(fresh), snap.nodes,
-                                             snap.gpu_samples, snap.running)
+            snap_for_trigger = replace(snap, pending=tuple(fresh))  # jobs already sent out don't count
             signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
             cands = candidates_from_snapshot(snap_for_trigger)
             decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict)
-            self._act(source, snap, decision, st, now)
+            self._act(source, decision, st, now)
         return diag, decision
 
     def diagnose(self, snap: QueueSnapshot, st: SourceState | None = None, now: float | None = None) -> Diagnosis:
@@ -170,7 +169,7 @@ class Autoscaler:
         return gpus, idle
 
     # -- acting ----------------------------------------------------------------------------------
-    def _act(self, source: str, snap: QueueSnapshot, d: Decision, st: SourceState, now: float) -> None:
+    def _act(self, source: str, d: Decision, st: SourceState, now: float) -> None:
         store = self.svc.store
         if d.action == BURST:
             target = self.targets.get(source)
