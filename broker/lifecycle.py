@@ -30,7 +30,7 @@ from broker.store import LeaseRecord, StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
-    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError,
+    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError, offering_key, scope_keys,
 )
 
 log = structlog.get_logger("broker.lifecycle")
@@ -113,10 +113,6 @@ def instance_dict(i: Instance) -> dict[str, Any]:
 
 def alive(i: Instance) -> bool:
     return i.state in (InstanceState.PENDING, InstanceState.RUNNING)
-
-
-def offering_key(provider: str, region: str, instance_type: str, market: str) -> str:
-    return f"{provider}/{region}/{instance_type}/{market}"
 
 
 class Lifecycle:
@@ -304,8 +300,7 @@ class Lifecycle:
     def _blocked_reason(self, t: Target) -> tuple[str, str] | None:
         """(blocked scope, why) when an earlier failure or interruption rules ``t`` out for now."""
         blocks = self.store.active_blocks(self.clock())
-        for key in (t.provider, f"{t.provider}/{t.region}", f"{t.provider}/{t.region}/{t.zone}",
-                    offering_key(t.provider, t.region, t.instance_type, t.market.value)):
+        for key in scope_keys(t.provider, t.region, t.instance_type, t.market.value, t.zone):
             if key in blocks:
                 return key, f"blocked: {blocks[key]}"
         return None

@@ -25,9 +25,9 @@ from typing import Callable, Mapping
 
 import structlog
 
-from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names, offering_key
+from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names
 from broker.store import LIVE_STATES, LeaseRecord, StaleLease
-from providers.base import Instance, Market, ProviderError, StopReason
+from providers.base import Instance, Market, ProviderError, StopReason, offering_key
 
 log = structlog.get_logger("broker.reconciler")
 

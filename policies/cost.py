@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from providers.base import InstanceType, Market, Offering
+from providers.base import InstanceType, Market, Offering, scope_keys
 from providers.catalog import Region, Terms
 
 from policies.demand import Demand
@@ -99,8 +99,7 @@ def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]
 def _blocked(o: Offering, ctx: Context) -> str | None:
     if not ctx.blocked:
         return None
-    p, r = o.instance.provider, o.region
-    for key in (p, f"{p}/{r}", f"{p}/{r}/{o.instance.name}/{o.market.value}"):
+    for key in scope_keys(o.instance.provider, o.region, o.instance.name, o.market.value):
         if key in ctx.blocked:
             return ctx.blocked[key]
     return None

@@ -183,6 +183,20 @@ class ProviderError(Exception):
         return f"{self.provider} {self.code or type(self).__name__} ({self.scope} {where}): {self.message}"
 
 
+def offering_key(provider: str, region: str, instance_type: str, market: str) -> str:
+    """The block key of one offering: ``aws/us-east-1/p5.48xlarge/spot``."""
+    return f"{provider}/{region}/{instance_type}/{market}"
+
+
+def scope_keys(provider: str, region: str, instance_type: str, market: str, zone: str = "") -> tuple[str, ...]:
+    """Every block key that rules this offering out, widest first: the cloud, the region, the
+    zone (when one is named), the offering itself — the keys :attr:`ProviderError.scope_key`
+    and :func:`offering_key` write."""
+    region_key = f"{provider}/{region}"
+    zone_key = (f"{region_key}/{zone}",) if zone else ()
+    return (provider, region_key, *zone_key, offering_key(provider, region, instance_type, market))
+
+
 class CapacityError(ProviderError):
     """No capacity for this shape here now (zone or region scoped)."""
 

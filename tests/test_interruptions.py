@@ -8,7 +8,7 @@ import json
 import pytest
 
 from broker.convert import demand_to_pb
-from broker.lifecycle import offering_key
+from providers.base import offering_key
 from broker.v1 import broker_pb2 as pb
 from policies.demand import Demand
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
