@@ -20,6 +20,13 @@ inert word), so a template never quotes a variable itself. The variables are:
   ``checkpoint_uri``, ``dataset_uri``;
 - ``env_exports``: one ``export KEY=VALUE`` line per entry of ``env`` (sorted, quoted);
   ``env_names``: the keys, space-separated; ``env_docker_args``: ``-e KEY`` for each key;
+- ``node_names``: every node of the lease; ``resolve_node_name``: shell that sets
+  ``BROKER_NODE_NAME`` to this node's own name from the cloud's metadata service (a no-op for a
+  one-node lease, whose name is known);
+- ``broker_environment``: the block every built-in template starts with — ``export`` of
+  ``BROKER_LEASE_ID``, ``BROKER_NODE_NAME``, ``BROKER_PROVIDER``, ``BROKER_REGION``,
+  ``BROKER_JOB_ID``, ``BROKER_CHECKPOINT_URI``, ``BROKER_DATASET_URI``, then ``env_exports``
+  and ``resolve_node_name``;
 - every key of ``settings`` (flat keys, plus the keys of a nested table named like the built-in
   template, which win), and the derived values ``command_args`` (container command as argv
   words), ``callback_body_prefix`` (JSON body up to the exit code) and ``k8s_node_labels``.
@@ -55,6 +62,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "container": {"callback_url": "", "marker_path": "/var/lib/broker/job-done", "workdir": ""},
 }
 SECRET_KEYS = ("munge_key", "token")
+_CONTEXT_FIELDS = ("lease_id", "node_name", "provider", "region", "job_id", "checkpoint_uri", "dataset_uri")
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?\Z")
@@ -219,11 +227,14 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
     values: dict[str, str] = {
         k: _quote(v) for k, v in settings.items() if isinstance(k, str) and not isinstance(v, Mapping)
     }
-    for name in ("lease_id", "node_name", "provider", "region", "job_id", "checkpoint_uri", "dataset_uri"):
+    for name in _CONTEXT_FIELDS:
         values[name] = _quote(getattr(ctx, name))
     values["node_names"] = " ".join(shlex.quote(n) for n in (tuple(ctx.node_names) or (ctx.node_name,)))
     values["resolve_node_name"] = _resolve_node_name(ctx)
     values["env_exports"] = "\n".join(f"export {k}={shlex.quote(env[k])}" for k in names) or ":"
+    values["broker_environment"] = "\n".join(
+        [f"export BROKER_{name.upper()}={values[name]}" for name in _CONTEXT_FIELDS]
+        + [values["env_exports"], values["resolve_node_name"]])
     values["env_names"] = " ".join(names)
     values["env_docker_args"] = " ".join(f"-e {k}" for k in names)
     if builtin == "container" or "command" in settings:

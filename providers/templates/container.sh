@@ -3,15 +3,7 @@
 set -uo pipefail
 umask 077
 
-export BROKER_LEASE_ID=$lease_id
-export BROKER_NODE_NAME=$node_name
-export BROKER_PROVIDER=$provider
-export BROKER_REGION=$region
-export BROKER_JOB_ID=$job_id
-export BROKER_CHECKPOINT_URI=$checkpoint_uri
-export BROKER_DATASET_URI=$dataset_uri
-$env_exports
-$resolve_node_name
+$broker_environment
 
 broker_env="-e BROKER_LEASE_ID -e BROKER_NODE_NAME -e BROKER_PROVIDER -e BROKER_REGION"
 broker_env="$$broker_env -e BROKER_JOB_ID -e BROKER_CHECKPOINT_URI -e BROKER_DATASET_URI"

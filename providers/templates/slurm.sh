@@ -4,15 +4,7 @@
 set -euo pipefail
 umask 077
 
-export BROKER_LEASE_ID=$lease_id
-export BROKER_NODE_NAME=$node_name
-export BROKER_PROVIDER=$provider
-export BROKER_REGION=$region
-export BROKER_JOB_ID=$job_id
-export BROKER_CHECKPOINT_URI=$checkpoint_uri
-export BROKER_DATASET_URI=$dataset_uri
-$env_exports
-$resolve_node_name
+$broker_environment
 
 # The cluster's munge key: every node of a Slurm cluster shares it.
 key_file=$munge_key_path
