@@ -6,7 +6,7 @@ from typing import Mapping
 
 from broker.config import Budget
 from broker.store import LIVE_STATES, LeaseRecord, Store
-from policies.budget import Caps, launch_refusal, over_budget, to_release
+from policies.budget import Caps, launch_refusal, to_release
 from providers.base import MICROS
 
 
@@ -80,10 +80,3 @@ class Budgets:
         rate, spend = self.usage(tenant, now, leases)
         running = sorted((l for l in leases if l.state == "running"), key=lambda l: (l.created_at, l.lease_id))
         return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)
-
-    def exhausted(self, tenant: str, now: float) -> str | None:
-        caps = self.caps(tenant)
-        if caps is None:
-            return None
-        rate, spend = self.usage(tenant, now)
-        return over_budget(tenant, caps, rate, spend)

@@ -28,10 +28,8 @@ EVENT_TO_PB = {
     "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
     "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
 }
-EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
 VERDICT_TO_PB = {"healthy": pb.VERDICT_HEALTHY, "resource-bound": pb.VERDICT_RESOURCE_BOUND,
                  "scheduling-bound": pb.VERDICT_SCHEDULING_BOUND, "mixed": pb.VERDICT_MIXED}
-VERDICT_FROM_PB = {v: k for k, v in VERDICT_TO_PB.items()}
 
 
 def ts(seconds: float | None) -> Timestamp | None:

@@ -546,7 +546,6 @@ class _Sim:
         self.node_jobs: list[list] = [[] for _ in range(self.nodes)]  # (end, gpus, job)
         self.classes: dict[int, deque] = {}
         self.pending_gpus = 0
-        self.pending_work = 0.0  # GPU-seconds queued on-prem
         self.class_gpus: dict[int, int] = {}  # pending GPUs per job size
         self.busy_gpu_s = 0.0
         self.released = 0.0  # exponentially decayed GPUs released (see release_rate)
@@ -570,14 +569,12 @@ class _Sim:
         self.interruptions = 0
         self.jobs_burst = 0
         self.unserved = 0
-        self.finished = 0
         # series
         self.series = {"t_h": [], "pending_jobs": [], "pending_gpus": [], "cloud_gpus_spot": [],
                        "cloud_gpus_on_demand": [], "cloud_cost_usd": []}
         self.next_sample = 0.0
         self.pending_jobs = 0
         self.last_time = 0.0
-        self.sel_cfg = policy.trigger.selection
         self.ratio = policy.trigger.wait_runtime_ratio
 
     # -- events ---------------------------------------------------------------------------
@@ -720,7 +717,6 @@ class _Sim:
         self.wait[i] = t - j.submit_s
         self.pending_gpus -= g
         self.pending_jobs -= 1
-        self.pending_work -= g * j.duration_s
         self.class_gpus[g] -= g
         self.push(end, _E_ONPREM_END, i)
         return True
@@ -860,7 +856,6 @@ class _Sim:
         self.released = self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) + j.gpus
         self.released_at = t
         self.state[i] = _DONE
-        self.finished += 1
         self.resv = None
         self.schedule(t)
 
@@ -883,7 +878,6 @@ class _Sim:
             if c <= g:
                 ahead += v
         cg[g] = cg.get(g, 0) + g
-        self.pending_work += g * j.duration_s
         q.append(i)
         if self.free_total >= g:
             self.schedule(t)
@@ -1067,7 +1061,6 @@ class _Sim:
         self.class_gpus[j.gpus] -= j.gpus
         self.pending_gpus -= j.gpus
         self.pending_jobs -= 1
-        self.pending_work -= j.gpus * j.duration_s
         self.jobs_burst += 1
         self.burst_at[i] = t
         self.wait[i] = -1.0
@@ -1137,7 +1130,6 @@ class _Sim:
                                  0 if a.finishes else p.nodes)
         if a.finishes:
             self.state[i] = _DONE
-            self.finished += 1
             return
         # Preempted: keep the checkpointed progress, decide where to go on.
         self.interruptions += 1

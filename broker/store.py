@@ -18,9 +18,7 @@ from sqlalchemy import UniqueConstraint, delete, event, func, insert, text, upda
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-LEASE_STATES = ("requested", "provisioning", "running", "draining", "released", "failed")
 LIVE_STATES = ("requested", "provisioning", "running", "draining")
-TERMINAL_STATES = ("released", "failed")
 
 
 class StaleLease(RuntimeError):

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field, replace
 
 from providers.base import PROVIDERS
 
-GEOS = ("us", "eu", "asia", "ca", "sa", "au", "me")
-
 
 class DemandError(ValueError):
     """A demand field is invalid. ``field`` names it; the message is one sentence."""
