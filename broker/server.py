@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker import convert
+from broker.errors import BrokerError
 from broker.lifecycle import LeaseError, lease_view
 from broker.quote import DerivedCache
 from broker.service import Service
@@ -51,6 +52,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @staticmethod
     def _abort(context: grpc.ServicerContext, e: Exception):
+        from broker.errors import BrokerError, outcome
+
+        if isinstance(e, BrokerError):
+            context.abort(outcome(e).status, str(e))
         if isinstance(e, DemandError):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"demand.{e.field}: {e}")
         if isinstance(e, LeaseError):
@@ -97,6 +102,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             else:
                 raise LeaseError("invalid", "launch needs quote_offer or offering.")
             job = convert.job_from_pb(request.job) if request.HasField("job") else {}
+            self.svc.boot_template(request.bootstrap)
             if request.node_names:
                 names = list(request.node_names)
                 if len(names) != target.nodes or len(set(names)) != len(names):
@@ -109,7 +115,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 demand=demand, alternatives=alternatives, quote_id=quote_id, offer_rank=rank, job=job,
                 bootstrap=request.bootstrap, max_lifetime_s=request.max_lifetime_s,
             )
-        except (LeaseError, DemandError) as e:
+        except (LeaseError, DemandError, BrokerError) as e:
             self._abort(context, e)
         return pb.LaunchResponse(lease=self._lease_pb(lease))
 

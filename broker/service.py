@@ -79,9 +79,22 @@ class Service:
         return q
 
     # -- boot scripts ----------------------------------------------------------------------------
+    def boot_template(self, name: str) -> str:
+        """``name`` if a client may ask for it (empty, a built-in, or an operator-configured
+        template); InvalidArgument naming ``bootstrap`` otherwise. Paths live in the config only."""
+        from broker.errors import InvalidArgument
+        from providers.bootstrap import BootstrapError, resolve
+
+        if name:
+            try:
+                resolve(name, self.config.bootstrap.get("templates"))
+            except BootstrapError as e:
+                raise InvalidArgument(f"bootstrap: {e}.", field="bootstrap") from None
+        return name
+
     def _boot_script(self, lease, node_names) -> str:
         """One script for every node of the lease (each node finds its own name at boot)."""
-        from providers.bootstrap import BootContext, render
+        from providers.bootstrap import BootContext, render, resolve
 
         job = json.loads(lease.job)
         settings = dict(self.config.bootstrap)
@@ -92,7 +105,7 @@ class Service:
             job_id=job.get("job_id", ""), checkpoint_uri=job.get("checkpoint_uri", ""),
             dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
         )
-        return render(templates.get(lease.bootstrap, lease.bootstrap), ctx)
+        return render(resolve(lease.bootstrap, templates), ctx)
 
     # -- background loops ------------------------------------------------------------------------
     def start_background(self) -> None:

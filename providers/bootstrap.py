@@ -10,7 +10,10 @@ Three templates are built in (``providers/templates/*.sh``):
   ``marker_path`` and, when ``callback_url`` is set, POST it there as JSON
   (``{"lease_id", "node_name", "job_id", "exit_code"}``).
 
-Any other template name is read as the path of an operator-supplied file. Templates use
+An operator adds templates by name in ``[bootstrap.templates]`` (``name = "/path/to/file.sh"`` or
+a built-in's name); :func:`resolve` turns the name a client sends into what :func:`render` reads.
+A client names templates only: a name that is neither built in nor configured is refused, so
+no request ever makes the server read a file of its choosing. Templates use
 :class:`string.Template` syntax: ``$name`` or ``${name}``, and ``$$`` for a literal dollar sign.
 Substitution is strict: a variable without a value is an error naming it. Every value is
 substituted already shell-quoted (a value holding spaces, quotes or ``$(...)`` arrives as one
@@ -113,8 +116,22 @@ class _ShellTemplate(string.Template):
     flags = re.IGNORECASE | re.ASCII
 
 
+def resolve(name: str, templates: Mapping[str, Any] | None = None) -> str:
+    """What :func:`render` reads for the template a client named: a built-in, or the file the
+    operator configured under that name. Never a path from the client."""
+    configured = dict(templates or {})
+    if name in configured and isinstance(configured[name], str) and configured[name]:
+        return configured[name]
+    if name in BUILTINS:
+        return name
+    known = ", ".join(sorted(set(BUILTINS) | {k for k, v in configured.items() if isinstance(v, str) and v}))
+    shown = name if len(name) <= 64 else name[:61] + "..."
+    raise BootstrapError(f"boot template {shown!r} is not configured; use one of: {known}")
+
+
 def template_source(template: str) -> tuple[str, str]:
-    """``(label, text)`` of a built-in template name or an operator template path."""
+    """``(label, text)`` of a built-in template name or an operator template path (from the
+    configuration only: see :func:`resolve`)."""
     if template in BUILTINS:
         text = resources.files("providers").joinpath("templates", f"{template}.sh").read_text("utf-8")
         return template, text
