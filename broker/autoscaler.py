@@ -260,7 +260,7 @@ def attach(service) -> Autoscaler | None:
     targets: dict[str, BurstTarget] = {}
     slurm_cfg = dict(service.config.slurm)
     if slurm_cfg.get("enabled", False):
-        from broker.slurm_handoff import slurm_source
+        from broker.slurm.watcher import slurm_source
 
         name, watcher, target = slurm_source(slurm_cfg)
         watchers[name] = watcher

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from broker.cli import app
-from broker.watchers.slurm import parse_sinfo, parse_squeue
+from broker.slurm.parse import parse_sinfo, parse_squeue
 from broker.watchers.snapshot_json import dumps
 from policies.diagnose import Cause, DiagnoseConfig, Diagnosis, diagnose, reason_kind
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot, RunningJob

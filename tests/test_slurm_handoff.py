@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from broker.config import ConfigError
-from broker.slurm_handoff import (
-    Group, ResumeFileError, Scontrol, SlurmBurstTarget, SlurmHandoffError, demand_for, group_nodes,
-    idempotency_key, nodes_from_key, parse_resume_file, read_resume_file, resume, resume_fail,
-    settings_from_config, slurm_source, split_by_shape, suspend,
-)
-from broker.watchers.slurm import SlurmJob
+from broker.slurm.commands import Scontrol
+from broker.slurm.groups import (Group, ResumeFileError, SlurmHandoffError, demand_for, group_nodes,
+                                 idempotency_key, nodes_from_key, parse_resume_file,
+                                 read_resume_file, split_by_shape)
+from broker.slurm.programs import resume, resume_fail, suspend
+from broker.slurm.records import SlurmJob
+from broker.slurm.settings import settings_from_config
+from broker.slurm.watcher import SlurmBurstTarget, slurm_source
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.conftest import ROOT
 from tests.grpc_server import running_server
@@ -248,7 +250,7 @@ def test_slurm_source_for_the_autoscaler(fake):
 
 def test_the_watcher_leaves_out_jobs_that_are_not_the_brokers_to_burst(monkeypatch):
     from policies.queue import PendingJob, QueueSnapshot
-    from broker.watchers.slurm import SlurmWatcher
+    from broker.slurm.watcher import SlurmWatcher
 
     jobs = (PendingJob("1", 1, queue="gpu"), PendingJob("2", 1, queue="gpu,burst"),
             PendingJob("3", 1, queue="debug"), PendingJob("4", 1, queue="debug,gpu"))

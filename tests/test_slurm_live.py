@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from broker.cli import app
-from broker.watchers.slurm import SlurmWatcher
+from broker.slurm.watcher import SlurmWatcher
 from tests.slurm.cluster import BIN, SlurmCluster
 from tests.slurm.fixtures import slurm_cluster  # noqa: F401  (the session fixture)
 

@@ -16,11 +16,12 @@ import pytest
 
 from broker.watchers import ParseError
 from broker.watchers.nvidia_smi import count_gpu_rows, parse_nvidia_smi_csv
-from broker.watchers.slurm import (SlurmCommandError, SlurmWatcher, node_state, parse_duration,
-                                   parse_gpu_tres, parse_job_hints, parse_node_gres,
-                                   parse_scontrol_fields, parse_scontrol_job, parse_sinfo,
-                                   parse_sinfo_json, parse_sinfo_text, parse_squeue,
-                                   parse_squeue_json, parse_squeue_text)
+from broker.slurm.commands import SlurmCommandError
+from broker.slurm.parse import (node_state, parse_scontrol_fields, parse_scontrol_job, parse_sinfo,
+                                parse_sinfo_json, parse_sinfo_text, parse_squeue, parse_squeue_json,
+                                parse_squeue_text)
+from broker.slurm.records import parse_duration, parse_gpu_tres, parse_job_hints, parse_node_gres
+from broker.slurm.watcher import SlurmWatcher
 from broker.watchers.snapshot_json import dumps, load_snapshot, loads, snapshot_from_dict
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot, RunningJob
 
@@ -109,7 +110,7 @@ def test_squeue_extra_warnings_and_gangs():
 
 
 def test_running_job_hints_time_limit_and_runtime_estimate():
-    from broker.watchers.slurm import parse_squeue_jobs_json
+    from broker.slurm.parse import parse_squeue_jobs_json
 
     jobs = {j.job_id: j for j in parse_squeue_jobs_json(text("squeue.json"))}
     assert jobs[ROLES["train"]].time_limit_s == 7200
@@ -175,7 +176,7 @@ def test_scontrol_oneliner_and_multiline_agree():
 
 
 def test_scontrol_agrees_with_squeue_on_pending_gpus():
-    from broker.watchers.slurm import jobs_to_queue
+    from broker.slurm.records import jobs_to_queue
 
     ps, rs, _ = jobs_to_queue(parse_scontrol_job(text("scontrol_job.txt")), NOW)
     pj, rj = parse_squeue_json(text("squeue.json"), NOW)

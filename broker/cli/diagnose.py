@@ -92,8 +92,9 @@ def _snapshot(*, squeue: Optional[Path], sinfo: Optional[Path], snapshot: Option
             return loads(text)
         except ParseError as exc:
             exit_usage(f"{exc.with_source(str(snapshot))}.")
-    from broker.watchers.slurm import (SlurmCommandError, SlurmWatcher, parse_sinfo,
-                                       parse_squeue)
+    from broker.slurm.commands import SlurmCommandError
+    from broker.slurm.parse import parse_sinfo, parse_squeue
+    from broker.slurm.watcher import SlurmWatcher
     from policies.queue import QueueSnapshot
 
     if squeue is not None and sinfo is not None:
@@ -164,7 +165,7 @@ def _print_table(diag: "Diagnosis", snap: "QueueSnapshot") -> None:
 def diagnose_command(
     squeue: Optional[Path] = typer.Option(
         None, "--squeue", help="squeue output file: `squeue --json` or the watcher's text format "
-        "(broker.watchers.slurm.SQUEUE_FORMAT); needs --sinfo."),
+        "(broker.slurm.records.SQUEUE_FORMAT); needs --sinfo."),
     sinfo: Optional[Path] = typer.Option(
         None, "--sinfo", help="sinfo output file: `sinfo --json` or `sinfo -N` in the watcher's "
         "text format (SINFO_FORMAT); needs --squeue."),

@@ -37,7 +37,8 @@ def _setup(config: Optional[str], log_file: Optional[str], command: str, hostlis
     import structlog
 
     from broker import config as cfgmod
-    from broker.slurm_handoff import SlurmSettings, configure_file_logging, settings_from_config
+    from broker.slurm.programs import configure_file_logging
+    from broker.slurm.settings import SlurmSettings, settings_from_config
 
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -110,8 +111,9 @@ def resume_cmd(
         except OSError as e:
             read_error = f"cannot read the resume file {resume_file}: {e.strerror or e}"
     settings, lg = _setup(config, log_file, "resume", nodes)
-    from broker.slurm_handoff import (Outcome, ResumeFileError, Scontrol, _reason, expand,
-                                      parse_resume_file, resume)
+    from broker.slurm.commands import Scontrol
+    from broker.slurm.groups import ResumeFileError, expand, parse_resume_file
+    from broker.slurm.programs import Outcome, node_reason, resume
 
     try:
         expand(nodes)
@@ -133,7 +135,7 @@ def resume_cmd(
         lg.error("resume_file_error", error=str(e))
         try:
             Scontrol(settings.scontrol, settings.env, settings.command_timeout_s).mark_down(
-                expand(nodes), _reason(str(e)))
+                expand(nodes), node_reason(str(e)))
             lg.info("nodes_down", nodes=nodes)
         except Exception as e2:
             lg.error("mark_down_failed", error=str(e2))
@@ -176,14 +178,15 @@ def _release_nodes(program: str, nodes: str, config: Optional[str], server: Opti
                    log_file: Optional[str]) -> None:
     """suspend / resume-fail: release the leases of these nodes, logging everything."""
     settings, lg = _setup(config, log_file, program, nodes)
-    from broker import slurm_handoff
+    from broker.slurm import programs
+    from broker.slurm.groups import expand
 
     try:
-        slurm_handoff.expand(nodes)
+        expand(nodes)
     except ValueError as e:
         lg.error("bad_hostlist", error=str(e))
         exit_usage(str(e))
-    action = slurm_handoff.suspend if program == "suspend" else slurm_handoff.resume_fail
+    action = programs.suspend if program == "suspend" else programs.resume_fail
     try:
         with _client(server, settings) as client:
             outcome = action(nodes, settings, client)
@@ -202,7 +205,8 @@ def allow_burst_cmd(
     log_file: Optional[str] = typer.Option(None, "--log", help=LOG_HELP),
 ) -> None:
     settings, lg = _setup(config, log_file, "allow-burst", ",".join(job_ids))
-    from broker.slurm_handoff import SlurmBurstTarget, SlurmHandoffError
+    from broker.slurm.groups import SlurmHandoffError
+    from broker.slurm.watcher import SlurmBurstTarget
 
     try:
         SlurmBurstTarget(settings).allow_burst(job_ids)

@@ -1,7 +1,7 @@
 """Scheduler watchers: turn a scheduler's own output into a :class:`policies.queue.QueueSnapshot`.
 
-- :mod:`broker.watchers.slurm` — ``squeue``/``sinfo`` (``--json`` or a fixed text format) and
-  ``scontrol show job`` parsers, and :class:`~broker.watchers.slurm.SlurmWatcher`, which runs them.
+- Slurm's ``squeue``/``sinfo``/``scontrol`` parsers and watcher live with the rest of the Slurm
+  hand-off in :mod:`broker.slurm` (:mod:`broker.slurm.parse`, :mod:`broker.slurm.watcher`).
 - :mod:`broker.watchers.nvidia_smi` — ``nvidia-smi --query-gpu`` CSV → GPU utilisation samples.
 - :mod:`broker.watchers.snapshot_json` — a QueueSnapshot as a JSON document and back.
 

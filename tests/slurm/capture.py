@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.watchers.slurm import SINFO_FORMAT, SQUEUE_FORMAT, SQUEUE_STATES
+from broker.slurm.records import SINFO_FORMAT, SQUEUE_FORMAT, SQUEUE_STATES
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.fixtures import make_cluster
 
