@@ -1,28 +1,68 @@
-"""structlog set-up: one JSON event per line on stderr, with timestamps and levels."""
+"""structlog set-up: one JSON event per line on stderr, with timestamps and levels.
+
+Everything a process writes to its log goes through one handler and one renderer: the broker's
+structlog events, and every stdlib ``logging`` record of the libraries underneath (grpcio's
+"Exception calling application", the Azure SDK's retries, ``warnings``), tracebacks included, as
+are exceptions that escape a thread. So a traceback is a field (``exception``) of one JSON line,
+never raw lines in the stream. Third-party loggers speak from ``warning`` up; the broker's own
+loggers at the configured level.
+"""
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+from typing import TextIO
 
 import structlog
 
+OWN_LOGGERS = ("broker", "providers", "policies")
 
-def configure(level: str = "info", json_logs: bool = True) -> None:
+
+def configure(level: str = "info", json_logs: bool = True, stream: TextIO | None = None) -> None:
     lvl = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(level=max(lvl, logging.WARNING), stream=sys.stderr, format="%(message)s")
-    processors = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.format_exc_info,
-    ]
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
     structlog.configure(
-        processors=[*processors, renderer],
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, timestamper,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name,
+                           structlog.stdlib.ExtraAdder(), timestamper],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(lvl, logging.WARNING))
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(lvl)
+    logging.captureWarnings(True)
+    threading.excepthook = _thread_exception
+    sys.excepthook = _uncaught
+
+
+def _thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("broker.thread").error("thread_died", extra={"thread_name": name},
+                                             exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+
+def _uncaught(exc_type, exc, tb) -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
+        return
+    logging.getLogger("broker").critical("uncaught_exception", exc_info=(exc_type, exc, tb))
 
 
 # ---------------------------------------------------------------------------------------------
