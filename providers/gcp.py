@@ -215,7 +215,7 @@ class GcpSettings:
     operation_timeout_s: float = 900.0
 
 
-_KNOWN_KEYS = {"enabled", "project", "regions", "zones", "api_endpoint", "credentials", "network",
+_KNOWN_KEYS = {"enabled", "project", "regions", "zones", "api_endpoint", "billing_api_endpoint", "credentials", "network",
                "subnetwork", "image", "boot_disk_gb", "boot_disk_type", "service_account", "external_ip",
                "compact_placement", "timeout_s", "operation_timeout_s"}
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import random
 import re
@@ -114,6 +115,9 @@ class AwsCloud:
         self._tokens: dict[tuple[str, str], tuple[tuple, str, list, bytes]] = {}
         self._token_locks: dict[tuple[str, str], threading.Lock] = {}
         self._saved_env: dict[str, str | None] = {}
+        from tests.clouds.aws_market import AwsMarket
+
+        self.market = AwsMarket()  # pricing, service quotas, spot history and scores (moto lacks them)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -178,6 +182,7 @@ class AwsCloud:
             self._groups.clear()
             self._reservations.clear()
             self._tokens.clear()
+        self.market.reset()
 
     def __enter__(self) -> "AwsCloud":
         return self.start()
@@ -448,6 +453,19 @@ class _Front:
         body = environ["wsgi.input"].read(size) if size else b""
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
+        if self.cloud.market.handles_json(environ):
+            call = Call(environ.get("HTTP_X_AMZ_TARGET", ""), self.cloud.market.region_of(environ), {})
+            self.cloud._record(call)
+            fault = self.cloud._take_fault(call.action)
+            if fault is not None and fault.kind not in ("slow", "reset"):
+                call.fault = fault.kind
+                code = fault.code or {"throttle": "ThrottlingException", "auth": "AccessDeniedException",
+                                      "5xx": "ServiceUnavailableException"}.get(fault.kind, "InternalFailure")
+                status = {"throttle": 400, "auth": 400, "invalid": 400}.get(fault.kind, 503)
+                return self._answer(call, start_response, status,
+                                    [("Content-Type", "application/x-amz-json-1.1")],
+                                    json.dumps({"__type": code, "Message": code}).encode())
+            return self._answer(call, start_response, *self.cloud.market.json_call(environ, body))
         params = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
         if environ.get("QUERY_STRING"):
             params.update(parse_qsl(environ["QUERY_STRING"], keep_blank_values=True))
@@ -549,6 +567,8 @@ class _Front:
             return 200, xml, _xml(action, f"<capacityReservationSet>{items}</capacityReservationSet>")
         if action == "RunInstances":
             return self._run_instances(region, p, environ)
+        if cloud.market.handles_query(action, region):
+            return cloud.market.query_call(action, region, p)
         return self._moto(environ)
 
     def _group_xml(self, g: dict[str, Any]) -> str:

@@ -49,6 +49,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.clouds.gcp_market import MARKET_ROUTES, GcpMarketMixin
+
 LINK = "https://www.googleapis.com/compute/v1"
 CATALOG = Path(__file__).resolve().parents[2] / "providers" / "data" / "instances.csv"
 
@@ -332,7 +334,7 @@ class _Op:
         return out
 
 
-class FakeGcpCompute:
+class FakeGcpCompute(GcpMarketMixin):
     """A threaded Compute REST server on 127.0.0.1 (an ephemeral port unless ``port`` is given)."""
 
     def __init__(self, project: str = "test-project", *, port: int = 0, page_size: int = 500,
@@ -393,6 +395,7 @@ class FakeGcpCompute:
             self.calls: list[Call] = []
             self._seq = 0
             self._ip = 1
+            self._reset_market()
 
     # -- test controls -------------------------------------------------------------------------
 
@@ -413,9 +416,12 @@ class FakeGcpCompute:
         with self._lock:
             self._rate = (p, tuple(kinds), random.Random(seed)) if p > 0 else None
 
-    def add_reservation(self, zone: str, name: str, machine_type: str, count: int) -> None:
+    def add_reservation(self, zone: str, name: str, machine_type: str, count: int,
+                        accelerator: str = "", accelerator_count: int = 0) -> None:
         with self._lock:
-            self._reservations[(zone, name)] = {"machineType": machine_type, "count": count}
+            self._reservations[(zone, name)] = {"machineType": machine_type, "count": count,
+                                                "accelerator": accelerator,
+                                                "accelerator_count": accelerator_count}
 
     def seed_instance(self, zone: str, name: str, *, labels: dict[str, str] | None = None,
                       machine_type: str = "n1-standard-4", status: str = "RUNNING", **extra: Any) -> dict:
@@ -983,6 +989,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(_Z + r"/machineTypes/(?P<name>[^/]+)"), "get_machine_type"),
     ("GET", re.compile(_Z + r"/acceleratorTypes"), "list_accelerator_types"),
     ("GET", re.compile(_Z + r"/acceleratorTypes/(?P<name>[^/]+)"), "get_accelerator_type"),
+    *MARKET_ROUTES,
 ]
 
 
