@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import structlog
 
-from broker.lifecycle import LeaseError, Target
+from broker.lifecycle import LeaseError
 from broker.quote import new_id
 from broker.store import LIVE_STATES
 from policies.demand import Demand, DemandError
@@ -231,9 +231,7 @@ class Autoscaler:
                                   f"job {job.job_id}: every offer excluded ({'; '.join(r for r, _ in reasons)})",
                                   [job.job_id], data={"source": source, "quote_id": q.quote_id})
             return
-        targets = [Target(r.offering.provider, r.offering.region, r.priced.zone, r.offering.instance.name,
-                          r.offering.market, r.priced.nodes, r.offering.hourly_micros, r.offering.reservation)
-                   for r in q.offers[: lc.settings.max_failover]]
+        targets = q.targets(lc.settings.max_failover)
         jobdoc = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
         try:
             lease, created = lc.create(idempotency_key=f"auto-{source}-{job.job_id}", target=targets[0],

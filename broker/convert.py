@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.v1 import broker_pb2 as pb
+from policies.cost import ExclusionKind
 from policies.demand import Demand
 
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ EVENT_TO_PB = {
     "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
     "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
 }
+EXCLUSION_TO_PB = {k: pb.ExclusionKind.Value(f"EXCLUSION_KIND_{k.name}") for k in ExclusionKind}
+EXCLUSION_FROM_PB = {v: k.value for k, v in EXCLUSION_TO_PB.items()}
 VERDICT_TO_PB = {"healthy": pb.VERDICT_HEALTHY, "resource-bound": pb.VERDICT_RESOURCE_BOUND,
                  "scheduling-bound": pb.VERDICT_SCHEDULING_BOUND, "mixed": pb.VERDICT_MIXED}
 
@@ -97,7 +100,7 @@ def quote_to_pb(q: "Quote") -> pb.Quote:
     for e in q.excluded:
         o = e.offering
         m.excluded.add(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
-                       market=MARKET_TO_PB[o.market.value], reason=e.reason)
+                       market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind])
     return m
 
 
@@ -126,7 +129,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
         ],
         "excluded": [
             {"provider": e.provider, "region": e.region, "instance_type": e.instance_type,
-             "market": MARKET_FROM_PB[e.market], "reason": e.reason}
+             "market": MARKET_FROM_PB[e.market], "kind": EXCLUSION_FROM_PB.get(e.kind, "unspecified"), "reason": e.reason}
             for e in q.excluded
         ],
     }

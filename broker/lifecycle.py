@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
-from broker.quote import QuoteEngine, new_id, usd
+from broker.errors import NotFound
+from broker.quote import QuoteEngine, Target, new_id, usd
 from broker.store import LeaseRecord, StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
@@ -43,20 +44,6 @@ class LeaseError(Exception):
         super().__init__(message)
         self.kind = kind  # invalid | not_found | budget | failed | unavailable
         self.attempts = list(attempts)
-
-
-@dataclass(frozen=True)
-class Target:
-    """What to launch: one offering, plus (optionally) the demand and ranked alternatives."""
-
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    market: Market
-    nodes: int
-    hourly_micros: int
-    reservation: str = ""
 
 
 @dataclass
@@ -136,21 +123,11 @@ class Lifecycle:
 
     # -- creation --------------------------------------------------------------------------------
     def target_from_quote(self, quote_id: str, rank: int) -> tuple[Target, Demand | None, list[Target]]:
-        from broker.views import demand_from_dict
-
         q = self.store.get_quote(quote_id)
         if q is None:
-            raise LeaseError("not_found", f"quote {quote_id} does not exist.")
-        if q["_valid_until_ts"] < self.clock():
-            raise LeaseError("invalid", f"quote {quote_id} expired at {q['valid_until']}; ask for a new quote.")
-        offers = q["launch"]
-        if not 1 <= rank <= len(offers):
-            raise LeaseError("invalid", f"quote {quote_id} has offers 1..{len(offers)}, not {rank}.")
-        targets = [Target(o["provider"], o["region"], o["zone"], o["instance_type"], Market(o["market"]),
-                          o["nodes"], o["hourly_micros"], o.get("reservation", "")) for o in offers]
-        chosen = targets[rank - 1]
-        rest = [t for i, t in enumerate(targets) if i != rank - 1]
-        return chosen, demand_from_dict(q["demand"]), rest
+            raise NotFound(f"quote {quote_id} does not exist.", field="quote_offer.quote_id")
+        chosen, rest = q.pick(rank, self.clock())
+        return chosen, q.demand, rest
 
     def target_explicit(self, provider: str, region: str, zone: str, instance_type: str,
                         market: str, count: int) -> Target:

@@ -3,6 +3,11 @@
 The catalog is indexed by GPU model at load, so a quote prices only the offerings of the GPU it
 asks for (or, for a memory-matched demand, the models with enough memory). Pricing itself is the
 pure :func:`policies.cost.price`; this module adds ranking, reservations, ids and validity.
+
+The hand-off to a launch is typed end to end: a :class:`Quote` gives its launchable offers as
+:class:`Target` s (:meth:`Quote.targets`), the service stores them as a :class:`StoredQuote`
+(its JSON made and read back by pydantic, never by hand), and a Launch reads that back and picks
+one offer with :meth:`StoredQuote.pick`.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Hashable, Iterable, NamedTuple
 
+from broker.errors import InvalidArgument
 from policies.cost import Context, Exclusion, PricedOffer, instance_reason, pricer
 from policies.demand import Demand
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
 
 QUOTE_TTL_S = 15 * 60
+LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
 
 
 def usd(micros: int) -> Decimal:
@@ -48,6 +55,27 @@ class RankedOffer(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """One launchable offering: what a lease asks one cloud for (an offer of a quote, or an
+    explicit launch)."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: Market
+    nodes: int
+    hourly_micros: int  # per node
+    reservation: str = ""
+
+    @classmethod
+    def of(cls, r: RankedOffer) -> "Target":
+        o = r.priced.offering
+        return cls(o.instance.provider, o.region, r.priced.zone, o.instance.name, o.market, r.priced.nodes,
+                   o.hourly_micros, o.reservation)
+
+
+@dataclass(frozen=True, slots=True)
 class Quote:
     quote_id: str
     created_at: float
@@ -56,6 +84,60 @@ class Quote:
     demand: Demand
     offers: tuple[RankedOffer, ...]
     excluded: tuple[Exclusion, ...]
+
+    def targets(self, limit: int = LAUNCHABLE_OFFERS) -> tuple[Target, ...]:
+        """The first ``limit`` offers, in rank order, as what a launch of them asks for."""
+        return tuple(Target.of(r) for r in self.offers[:limit])
+
+    def stored(self, limit: int = LAUNCHABLE_OFFERS) -> "StoredQuote":
+        """What a later Launch of this quote needs: its demand and launchable offers."""
+        return StoredQuote(self.quote_id, self.created_at, self.valid_until, self.demand, self.targets(limit))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredQuote:
+    """A quote as the store keeps it for Launch: the demand (for failover and replacements) and
+    the launchable offers, rank 1 first."""
+
+    quote_id: str
+    created_at: float
+    valid_until: float
+    demand: Demand
+    targets: tuple[Target, ...]
+
+    def pick(self, rank: int, now: float) -> tuple[Target, list[Target]]:
+        """Offer ``rank`` (1-based) and the others in rank order, its failover alternatives."""
+        if self.valid_until < now:
+            from broker.views import iso
+
+            raise InvalidArgument(f"quote {self.quote_id} expired at {iso(self.valid_until)}; ask for a new quote.",
+                                  field="quote_offer.quote_id")
+        if not 1 <= rank <= len(self.targets):
+            raise InvalidArgument(f"quote {self.quote_id} has offers 1..{len(self.targets)}, not {rank}.",
+                                  field="quote_offer.rank")
+        rest = [t for i, t in enumerate(self.targets) if i != rank - 1]
+        return self.targets[rank - 1], rest
+
+    def to_json(self) -> bytes:
+        return _stored_codec().dump_json(self)
+
+    @staticmethod
+    def from_json(body: str | bytes) -> "StoredQuote":
+        return _stored_codec().validate_json(body)
+
+
+_CODEC = None
+
+
+def _stored_codec():
+    """pydantic's (Rust) JSON codec for StoredQuote, built on first use: the CLI's in-process
+    quote never stores one, so it does not pay pydantic's import."""
+    global _CODEC
+    if _CODEC is None:
+        from pydantic import TypeAdapter
+
+        _CODEC = TypeAdapter(StoredQuote)
+    return _CODEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +243,7 @@ class QuoteEngine:
             for it, offerings in self.shapes(d):
                 reason, _ = instance_reason(d, it)
                 if reason:  # the shape cannot serve the demand anywhere: skip pricing it
-                    out.extend([Exclusion(o, reason) for o in offerings])
+                    out.extend([Exclusion(o, reason.text, reason.kind) for o in offerings])
                     continue
                 for o in offerings:
                     r = price_one(o)

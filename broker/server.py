@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker import convert
-from broker.errors import BrokerError
+from broker.errors import BrokerError, outcome
 from broker.lifecycle import LeaseError, lease_view
 from broker.quote import DerivedCache
 from broker.service import Service
@@ -52,8 +52,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @staticmethod
     def _abort(context: grpc.ServicerContext, e: Exception):
-        from broker.errors import BrokerError, outcome
-
         if isinstance(e, BrokerError):
             context.abort(outcome(e).status, str(e))
         if isinstance(e, DemandError):

@@ -10,22 +10,10 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from broker.config import Config
-from broker.quote import DerivedCache, Quote, engine_for
-from broker.views import demand_to_dict, iso
+from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote, engine_for
 from policies.demand import Demand
 
 log = structlog.get_logger("broker.service")
-
-LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
-
-
-def launch_targets(q: Quote, limit: int = LAUNCHABLE_OFFERS) -> list[dict[str, Any]]:
-    return [
-        {"rank": r.rank, "provider": r.offering.provider, "region": r.offering.region, "zone": r.priced.zone,
-         "instance_type": r.offering.instance.name, "market": r.offering.market.value, "nodes": r.priced.nodes,
-         "hourly_micros": r.offering.hourly_micros, "reservation": r.offering.reservation}
-        for r in q.offers[:limit]
-    ]
 
 
 class Service:
@@ -56,7 +44,7 @@ class Service:
         from broker.telemetry import Metrics
 
         self.metrics = Metrics(self.store, self.engine.catalog)
-        self._derived = DerivedCache()  # launch details and top-N slices of cached quote results
+        self._derived = DerivedCache()  # launch targets and top-N slices of cached quote results
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -67,11 +55,8 @@ class Service:
         now = self.clock()
         q = self.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
         limit = max(top, LAUNCHABLE_OFFERS)
-        demand_json, launch_json = self._derived.get(
-            (q.offers,), lambda: (json.dumps(demand_to_dict(demand)), json.dumps(launch_targets(q, limit))),
-            extra=("launch", limit))
-        body = f'{{"demand": {demand_json}, "valid_until": "{iso(q.valid_until)}", "launch": {launch_json}}}'
-        self.store.save_quote(q.quote_id, q.created_at, q.valid_until, body)
+        targets = self._derived.get((q.offers,), lambda: q.targets(limit), extra=("targets", limit))
+        self.store.save_quote(StoredQuote(q.quote_id, q.created_at, q.valid_until, demand, targets))
         if top and top < len(q.offers):
             # The same slice object for the same result, so the layers above can cache by it.
             sliced = self._derived.get((q.offers,), lambda: q.offers[:top], extra=("top", top))

@@ -12,11 +12,14 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from sqlalchemy import UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+if TYPE_CHECKING:
+    from broker.quote import StoredQuote
 
 LIVE_STATES = ("requested", "provisioning", "running", "draining")
 
@@ -30,7 +33,7 @@ class QuoteRecord(SQLModel, table=True):
     quote_id: str = Field(primary_key=True)
     created_at: float
     valid_until: float = Field(index=True)
-    body: str  # the quote as `broker quote --format json` prints it, plus launch details
+    body: str  # the StoredQuote as JSON (its demand and launchable offers)
 
 
 class LeaseRecord(SQLModel, table=True):
@@ -189,17 +192,15 @@ class Store:
     # Quotes are written behind: the Quote RPC returns without waiting on the disk, a writer
     # thread inserts them in batches, and recent ones are answered from memory. A quote lost in
     # a crash costs the client one re-quote; it commits nothing.
-    def save_quote(self, quote_id: str, created_at: float, valid_until: float, body: dict | str) -> None:
-        """``body`` is the quote's launch details, as a dict or already as JSON text."""
-        rec = (quote_id, created_at, valid_until, body if isinstance(body, str) else json.dumps(body))
+    def save_quote(self, quote: "StoredQuote") -> None:
         with self._recent_lock:
-            self._recent[quote_id] = rec
+            self._recent[quote.quote_id] = quote
             while len(self._recent) > 8192:
                 self._recent.popitem(last=False)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_quotes, name="quote-writer", daemon=True)
                 self._writer.start()
-        self._pending.put(rec)
+        self._pending.put(quote)
 
     def _write_quotes(self) -> None:
         while True:
@@ -219,8 +220,8 @@ class Store:
             try:
                 with self.engine.begin() as conn:
                     conn.execute(insert(QuoteRecord.__table__), [
-                        {"quote_id": q, "created_at": c, "valid_until": v, "body": b}
-                        for q, c, v, b in batch])
+                        {"quote_id": q.quote_id, "created_at": q.created_at, "valid_until": q.valid_until,
+                         "body": q.to_json().decode()} for q in batch])
             except Exception:  # the writer must outlive a bad batch; the quotes stay in memory
                 import structlog
 
@@ -234,14 +235,21 @@ class Store:
         if self._writer is not None:
             self._pending.join()
 
-    def get_quote(self, quote_id: str) -> dict | None:
+    def get_quote(self, quote_id: str) -> "StoredQuote | None":
+        from broker.quote import StoredQuote
+
         with self._recent_lock:
-            rec = self._recent.get(quote_id)
-        if rec is not None:
-            return {**json.loads(rec[3]), "_valid_until_ts": rec[2]}
+            hit = self._recent.get(quote_id)
+        if hit is not None:
+            return hit
         with Session(self.engine) as s:
             r = s.get(QuoteRecord, quote_id)
-            return None if r is None else {**json.loads(r.body), "_valid_until_ts": r.valid_until}
+        if r is None:
+            return None
+        try:
+            return StoredQuote.from_json(r.body)
+        except ValueError:  # stored by a release with another layout: the client re-quotes
+            return None
 
     def prune_quotes(self, before: float) -> int:
         """Delete quotes that expired before ``before``; returns how many."""

@@ -78,7 +78,7 @@ def quote_to_dict(q: Quote) -> dict[str, Any]:
         "excluded": [
             {"provider": e.offering.instance.provider, "region": e.offering.region,
              "instance_type": e.offering.instance.name, "market": e.offering.market.value,
-             "reason": e.reason}
+             "kind": e.kind.value, "reason": e.reason}
             for e in q.excluded
         ],
     }

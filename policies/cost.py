@@ -17,6 +17,7 @@ Lines (DESIGN.md, "The cost of an offer"):
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -58,9 +59,32 @@ class PricedOffer(NamedTuple):
     zone: str = ""
 
 
+class ExclusionKind(str, enum.Enum):
+    """Why an offering was ruled out, as a kind a program can group by (the sentence says the rest)."""
+
+    SHAPE = "shape"  # GPU model, memory per GPU, node split or interconnect cannot serve the demand
+    PROVIDER = "provider"  # the demand does not allow this cloud
+    REGION = "region"  # the demand does not allow this region
+    RESIDENCY = "residency"  # the region is outside the demand's data residency
+    MARKET = "market"  # spot for a job that does not checkpoint
+    RESERVATION = "reservation"  # the reservation holds fewer nodes than the demand needs
+    SLA = "sla"  # the published SLA is under the demand's minimum
+    DEADLINE = "deadline"  # the job would finish after its deadline
+    BLOCKED = "blocked"  # a recent capacity/quota error or interruption blocks the scope for now
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(NamedTuple):
+    kind: ExclusionKind
+    text: str
+
+
 class Exclusion(NamedTuple):
     offering: Offering
-    reason: str
+    reason: str  # one sentence
+    kind: ExclusionKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,49 +120,53 @@ def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]
     return h
 
 
-def _blocked(o: Offering, ctx: Context) -> str | None:
+def _blocked(o: Offering, ctx: Context) -> Reason | None:
     if not ctx.blocked:
         return None
     for key in scope_keys(o.instance.provider, o.region, o.instance.name, o.market.value):
         if key in ctx.blocked:
-            return ctx.blocked[key]
+            return Reason(ExclusionKind.BLOCKED, ctx.blocked[key])
     return None
 
 
-def instance_reason(d: Demand, it: InstanceType) -> tuple[str | None, int]:
+def instance_reason(d: Demand, it: InstanceType) -> tuple[Reason | None, int]:
     """Why the shape ``it`` cannot serve ``d`` whatever the region or market, and its node count."""
+    shape = ExclusionKind.SHAPE
     if d.gpu_model and it.gpu.upper() != d.gpu_model:
-        return f"GPU is {it.gpu}, not {d.gpu_model}", 0
+        return Reason(shape, f"GPU is {it.gpu}, not {d.gpu_model}"), 0
     if it.gpu_memory_gb < d.min_gpu_memory_gb:
-        return f"too little GPU memory: {it.gpu_memory_gb} GB per GPU, demand needs {d.min_gpu_memory_gb} GB", 0
+        return Reason(shape, f"too little GPU memory: {it.gpu_memory_gb} GB per GPU, "
+                             f"demand needs {d.min_gpu_memory_gb} GB"), 0
     nodes = nodes_for(d, it.gpus)
     if nodes is None:
-        return f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs", 0
+        return Reason(shape, f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs"), 0
     if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
-        return (f"no interconnect for a {nodes}-node job: {it.interconnect} at "
-                f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
+        return Reason(shape, f"no interconnect for a {nodes}-node job: {it.interconnect} at "
+                             f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
     return None, nodes
 
 
-def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> str | None:
+def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> Reason | None:
     """Why this region / market of an otherwise fitting shape cannot serve ``d``."""
     it = o.instance
     if d.providers and it.provider not in d.providers:
-        return f"provider {it.provider} not allowed"
+        return Reason(ExclusionKind.PROVIDER, f"provider {it.provider} not allowed")
     if d.regions and o.region not in d.regions:
-        return f"region {o.region} not in allowed regions"
+        return Reason(ExclusionKind.REGION, f"region {o.region} not in allowed regions")
     if d.residency:
         reg = ctx.regions.get((it.provider, o.region))
         geo = reg.geo if reg else "?"
         if geo not in d.residency and o.region not in d.residency:
-            return f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}"
+            return Reason(ExclusionKind.RESIDENCY,
+                          f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}")
     if o.market is Market.SPOT and not d.interruptible:
-        return "spot capacity needs an interruptible (checkpointing) job"
+        return Reason(ExclusionKind.MARKET, "spot capacity needs an interruptible (checkpointing) job")
     if o.market is Market.RESERVED and o.reserved_nodes and nodes > o.reserved_nodes:
-        return f"reservation {o.reservation} holds {o.reserved_nodes} nodes, demand needs {nodes}"
+        return Reason(ExclusionKind.RESERVATION,
+                      f"reservation {o.reservation} holds {o.reserved_nodes} nodes, demand needs {nodes}")
     if d.min_sla_pct and o.sla_pct < d.min_sla_pct:
         sla = "no SLA" if o.sla_pct == 0 else f"SLA {o.sla_pct}%"
-        return f"{sla} is under the minimum {d.min_sla_pct}%"
+        return Reason(ExclusionKind.SLA, f"{sla} is under the minimum {d.min_sla_pct}%")
     if ctx.blocked:
         return _blocked(o, ctx)
     return None
@@ -175,7 +203,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
     terms_of = ctx.terms
     spot = Market.SPOT
 
-    shapes: dict[int, tuple[str | None, int, float]] = {}  # by id(): hashing a shape costs more
+    shapes: dict[int, tuple[Reason | None, int, float]] = {}  # by id(): hashing a shape costs more
 
     def price_one(o: Offering) -> PricedOffer | Exclusion:
         it = o.instance
@@ -187,7 +215,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
         if reason is None:
             reason = offering_reason(d, o, nodes, ctx)
         if reason:
-            return Exclusion(o, reason)
+            return Exclusion(o, reason.text, reason.kind)
         provider = it.provider
         terms = terms_of[provider]
         gang_hourly = o.hourly_micros * nodes
@@ -203,7 +231,8 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
             wall_h += expected * rework_h
 
         if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
-            return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now")
+            return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now",
+                             ExclusionKind.DEADLINE)
 
         storage = int(data_gb * terms.storage_micros_per_gb_month * wall_h / HOURS_PER_MONTH) if data_gb else 0
         key = (provider, o.region)

@@ -33,7 +33,7 @@ def test_json_has_exactly_the_documented_shape(mini):
     assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
                           "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd"}
     assert set(offer["cost_usd"]) == {"compute", "interruption", "storage", "data_transfer", "sla_risk", "total"}
-    assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "reason"}
+    assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "kind", "reason"}
     totals = [o["cost_usd"]["total"] for o in doc["offers"]]
     assert totals == sorted(totals)
     for o in doc["offers"]:
@@ -87,3 +87,16 @@ def test_residency_and_provider_filters(mini):
     assert doc["offers"]
     assert {o["region"] for o in doc["offers"]} <= {"eu-west-1", "europe-west4"}
     assert any("azure not allowed" in e["reason"] for e in doc["excluded"])
+
+
+def test_table_groups_exclusions_by_kind(mini):
+    r = run(["quote", "--gpu", "H100:8", "--hours", "1", "--residency", "eu", "--providers", "gcp,aws"], mini)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(run(["quote", "--gpu", "H100:8", "--hours", "1", "--residency", "eu", "--providers", "gcp,aws",
+                          "--format", "json"], mini).stdout)
+    counts = {}
+    for e in doc["excluded"]:
+        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+    assert {"provider", "residency", "market"} <= set(counts)
+    lines = [l.strip() for l in r.stdout.splitlines() if " × " in l]
+    assert [l.split(":")[0] for l in lines] == [f"{n} × {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]

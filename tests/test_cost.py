@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from policies.cost import Context, Exclusion, PricedOffer, price
+from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, price
 from policies.demand import Demand, DemandError
 from providers.base import Market
 
@@ -71,29 +71,41 @@ def test_memory_matched_demand_scales_hours_by_gpu_speed(mini_catalog):
     assert a10.runtime_hours == pytest.approx(10 / 0.4)  # A10G at 0.4 of an A100
 
 
+K = ExclusionKind
+
+
 @pytest.mark.parametrize(
-    "demand_kw, where, reason",
+    "demand_kw, where, kind, reason",
     [
-        ({}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), "spot capacity needs an interruptible"),
+        ({}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), K.MARKET, "spot capacity needs an interruptible"),
         ({"gpu_model": "", "min_gpu_memory_gb": 48, "gpus": 1}, ("aws", "us-east-1", "g5.xlarge", Market.ON_DEMAND),
-         "too little GPU memory: 24 GB"),
-        ({"providers": ("gcp",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "provider aws not allowed"),
-        ({"regions": ("us-east-1",)}, ("aws", "eu-west-1", "p5.48xlarge", Market.ON_DEMAND), "not in allowed regions"),
-        ({"residency": ("eu",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "outside data residency eu"),
-        ({"min_sla_pct": 99.9}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "SLA 99.5% is under the minimum 99.9%"),
-        ({"min_sla_pct": 90, "interruptible": True}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), "no SLA is under"),
+         K.SHAPE, "too little GPU memory: 24 GB"),
+        ({"gpu_model": "A100"}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.SHAPE, "GPU is H100, not A100"),
+        ({"providers": ("gcp",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.PROVIDER,
+         "provider aws not allowed"),
+        ({"regions": ("us-east-1",)}, ("aws", "eu-west-1", "p5.48xlarge", Market.ON_DEMAND), K.REGION,
+         "not in allowed regions"),
+        ({"residency": ("eu",)}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.RESIDENCY,
+         "outside data residency eu"),
+        ({"min_sla_pct": 99.9}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.SLA,
+         "SLA 99.5% is under the minimum 99.9%"),
+        ({"min_sla_pct": 90, "interruptible": True}, ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), K.SLA,
+         "no SLA is under"),
         ({"gpu_model": "A100", "gpus": 2, "nodes": 2}, ("gcp", "us-central1", "a2-highgpu-1g", Market.ON_DEMAND),
-         "no interconnect for a 2-node job"),
-        ({"gpus": 16, "nodes": 4}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "cannot make 4 nodes of 4 GPUs"),
-        ({"deadline": 5 * HOUR}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), "finishes after the deadline"),
+         K.SHAPE, "no interconnect for a 2-node job"),
+        ({"gpus": 16, "nodes": 4}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.SHAPE,
+         "cannot make 4 nodes of 4 GPUs"),
+        ({"deadline": 5 * HOUR}, ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND), K.DEADLINE,
+         "finishes after the deadline"),
     ],
 )
-def test_every_exclusion_reason(mini_catalog, demand_kw, where, reason):
+def test_every_exclusion_reason_has_its_kind(mini_catalog, demand_kw, where, kind, reason):
     base = dict(gpus=8, hours=10, gpu_model="H100")
     d = Demand(**{**base, **demand_kw}).validate()
     r = price(d, offering(mini_catalog, *where), ctx(mini_catalog))
     assert isinstance(r, Exclusion)
     assert reason in r.reason
+    assert r.kind is kind
 
 
 def test_blocked_scope_excludes_with_its_reason(mini_catalog):
@@ -101,6 +113,16 @@ def test_blocked_scope_excludes_with_its_reason(mini_catalog):
     o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge")
     r = price(d, o, ctx(mini_catalog, blocked={"aws/us-east-1": "InsufficientInstanceCapacity on aws/us-east-1"}))
     assert isinstance(r, Exclusion) and "InsufficientInstanceCapacity" in r.reason
+    assert r.kind is ExclusionKind.BLOCKED
+
+
+def test_a_reservation_too_small_for_the_gang_is_its_own_kind(mini_catalog):
+    d = Demand(gpus=16, hours=10, gpu_model="H100").validate()
+    o = replace(offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge"), market=Market.RESERVED,
+                reservation="cr-1", reserved_nodes=1)
+    r = price(d, o, ctx(mini_catalog))
+    assert isinstance(r, Exclusion) and r.kind is ExclusionKind.RESERVATION
+    assert "reservation cr-1 holds 1 nodes, demand needs 2" == r.reason
 
 
 def test_data_in_another_cloud_pays_that_clouds_egress(mini_catalog):

@@ -8,6 +8,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
+from providers.base import Market
 from tests.grpc_server import running_server
 
 
@@ -27,11 +28,35 @@ def test_quote_round_trip_is_persisted(server):
     assert [o.rank for o in q.offers] == [1, 2, 3]
     assert q.offers[0].market == pb.MARKET_ON_DEMAND
     assert q.offers[0].cost.total_usd
-    assert any(e.market == pb.MARKET_SPOT and "interruptible" in e.reason for e in q.excluded)
+    assert any(e.market == pb.MARKET_SPOT and "interruptible" in e.reason and e.kind == pb.EXCLUSION_KIND_MARKET
+               for e in q.excluded)
     stored = svc.store.get_quote(q.quote_id)
     assert stored is not None
-    assert [t["rank"] for t in stored["launch"]][:3] == [1, 2, 3]
-    assert stored["launch"][0]["instance_type"] == q.offers[0].instance_type
+    assert stored.demand.gpu_model == "H100" and stored.demand.data_in_gb == 500
+    first = stored.targets[0]
+    assert (first.provider, first.region, first.instance_type) == (q.offers[0].provider, q.offers[0].region,
+                                                                    q.offers[0].instance_type)
+    assert first.market is Market.ON_DEMAND
+
+
+def test_a_stored_quote_reads_back_from_the_database_as_the_same_typed_value(tmp_path):
+    from broker.store import Store
+    from policies.demand import Demand
+
+    with running_server(tmp_path) as (_, svc):
+        q = svc.quote(Demand(gpus=16, hours=4, gpu_model="H100", interruptible=True, checkpoint_minutes=30,
+                             residency=("us",), deadline=2e9))
+        svc.store.flush()
+        from_disk = Store(svc.config.db_url)  # a second process's view: nothing in memory
+        try:
+            stored = from_disk.get_quote(q.quote_id)
+        finally:
+            from_disk.close()
+    assert stored == svc.store.get_quote(q.quote_id)
+    assert stored.targets == q.targets()
+    assert stored.demand == q.demand
+    target, rest = stored.pick(2, now=q.created_at)
+    assert target == q.targets()[1] and rest == [q.targets()[0], *q.targets()[2:]]
 
 
 @pytest.mark.parametrize(
@@ -95,5 +120,4 @@ def test_every_offer_shown_stays_launchable_when_a_demand_repeats(tmp_path):
         svc.quote(d, top=3)  # the same demand again below, asking for more offers
         q = svc.quote(d, top=30)
         assert len(q.offers) == 30
-        launch = svc.store.get_quote(q.quote_id)["launch"]
-        assert [t["rank"] for t in launch] == list(range(1, 31))
+        assert svc.store.get_quote(q.quote_id).targets == q.targets(30)

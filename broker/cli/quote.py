@@ -59,19 +59,7 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
         exit_usage(f"--deadline must be an ISO time (2026-12-03T18:00Z) or hours from now (36h), got {text!r}.")
 
 
-def _reason_kind(reason: str) -> str:
-    """Group exclusions that differ only by region or figures ("region X (us) outside ...")."""
-    import re
-
-    if "deadline" in reason:
-        return "finishes after the deadline"
-    reason = re.sub(r"^region \S+ \(\w+\) ", "region ", reason)
-    return re.sub(r"^region \S+ not in", "region not in", reason)
-
-
-def _table(doc: dict, top_excluded: int = 8) -> None:
-    from collections import Counter
-
+def _table(doc: dict) -> None:
     from rich.table import Table
 
     from broker.cli.app import console as make_console
@@ -92,14 +80,22 @@ def _table(doc: dict, top_excluded: int = 8) -> None:
                   f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
                   f"[bold]{c['total']:.2f}[/bold]")
     console.print(t)
-    ex = doc["excluded"]
-    if ex:
-        reasons = Counter(_reason_kind(e["reason"]) for e in ex)
-        console.print(f"{len(ex)} offers excluded:")
-        for reason, n in reasons.most_common(top_excluded):
-            console.print(f"  {n:4d} × {reason}")
-        if len(reasons) > top_excluded:
-            console.print(f"  … and {len(reasons) - top_excluded} other reasons (--format json lists every one)")
+    _excluded(console, doc["excluded"])
+
+
+def _excluded(console, excluded: list[dict]) -> None:
+    """One line per kind of exclusion, most common first, with its most common sentence."""
+    from collections import Counter
+
+    if not excluded:
+        return
+    kinds = Counter(e["kind"] for e in excluded)
+    console.print(f"{len(excluded)} offers excluded (--format json lists each with its reason):")
+    for kind, n in kinds.most_common():
+        sentences = Counter(e["reason"] for e in excluded if e["kind"] == kind)
+        example, _ = sentences.most_common(1)[0]
+        more = f" (and {len(sentences) - 1} similar)" if len(sentences) > 1 else ""
+        console.print(f"  {n:5d} × {kind}: {example}{more}", highlight=False)
 
 
 FLAG = {"gpus": "--gpu", "gpu_model": "--gpu", "min_gpu_memory_gb": "--gpu-memory", "hours": "--hours",

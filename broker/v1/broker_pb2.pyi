@@ -17,6 +17,19 @@ class Market(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MARKET_SPOT: _ClassVar[Market]
     MARKET_RESERVED: _ClassVar[Market]
 
+class ExclusionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCLUSION_KIND_UNSPECIFIED: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_SHAPE: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_PROVIDER: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_REGION: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_RESIDENCY: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_MARKET: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_RESERVATION: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_SLA: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_DEADLINE: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_BLOCKED: _ClassVar[ExclusionKind]
+
 class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LEASE_STATE_UNSPECIFIED: _ClassVar[LeaseState]
@@ -48,6 +61,16 @@ MARKET_UNSPECIFIED: Market
 MARKET_ON_DEMAND: Market
 MARKET_SPOT: Market
 MARKET_RESERVED: Market
+EXCLUSION_KIND_UNSPECIFIED: ExclusionKind
+EXCLUSION_KIND_SHAPE: ExclusionKind
+EXCLUSION_KIND_PROVIDER: ExclusionKind
+EXCLUSION_KIND_REGION: ExclusionKind
+EXCLUSION_KIND_RESIDENCY: ExclusionKind
+EXCLUSION_KIND_MARKET: ExclusionKind
+EXCLUSION_KIND_RESERVATION: ExclusionKind
+EXCLUSION_KIND_SLA: ExclusionKind
+EXCLUSION_KIND_DEADLINE: ExclusionKind
+EXCLUSION_KIND_BLOCKED: ExclusionKind
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_REQUESTED: LeaseState
 LEASE_STATE_PROVISIONING: LeaseState
@@ -157,18 +180,20 @@ class Offer(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., market: _Optional[_Union[Market, str]] = ..., hourly_usd: _Optional[str] = ..., interconnect: _Optional[str] = ..., interconnect_gbps: _Optional[int] = ..., sla_pct: _Optional[float] = ..., runtime_hours: _Optional[float] = ..., cost: _Optional[_Union[CostBreakdown, _Mapping]] = ...) -> None: ...
 
 class ExcludedOffer(_message.Message):
-    __slots__ = ("provider", "region", "instance_type", "market", "reason")
+    __slots__ = ("provider", "region", "instance_type", "market", "reason", "kind")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     MARKET_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     provider: str
     region: str
     instance_type: str
     market: Market
     reason: str
-    def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    kind: ExclusionKind
+    def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[ExclusionKind, str]] = ...) -> None: ...
 
 class Quote(_message.Message):
     __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded")
