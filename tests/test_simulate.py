@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from broker.cli import app
 from broker.simulate import (
-    Policy, SimConfig, TraceError, builtin_policies, hash_unit, load_lifetimes, load_trace,
+    Policy, Replay, SimConfig, TraceError, builtin_policies, hash_unit, load_lifetimes, load_trace,
     run_policies, simulate,
 )
 from policies.triggers import TriggerConfig
@@ -210,10 +210,8 @@ def onprem(jobs, gpus, catalog, per_node=8):
 
 def waits_by_id(tmp_path, rows, gpus, catalog, per_node=8):
     """Run on-prem only and return {job_id: wait}."""
-    from broker import simulate as S
-
     jobs = load_trace(write_trace(tmp_path / "t.csv", rows), default_gpu_model="V100")
-    sim = S._Sim(jobs, catalog, builtin_policies()["onprem-only"],
+    sim = Replay(jobs, catalog, builtin_policies()["onprem-only"],
                  SimConfig(onprem_gpus=gpus, gpus_per_node=per_node, default_gpu_model="V100"), None, None)
     sim.run()
     return {j.job_id: sim.wait[i] for i, j in enumerate(jobs)}

@@ -1,0 +1,169 @@
+"""The cloud: each burst job gets its own nodes of the offering the policy picks.
+
+Nodes come up after the provider's ``startup_s`` and are billed from launch to teardown at job
+end (at least ``BILLING_MINIMUM_S``). Spot nodes are preempted after a lifetime drawn from real
+observed lifetimes (per cloud) or, without them, from the catalog's interruption rate; a
+preempted job resumes from its last checkpoint, the rework is billed, and the policy decides
+where it goes on.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from policies import spot as spot_rule
+from providers.base import Market
+from providers.catalog import Catalog
+
+from broker.simulate.chooser import Chooser, Pick
+from broker.simulate.model import CLOUD, DONE, E_CLOUD_END, Policy, SimConfig
+from broker.simulate.trace import Lifetimes, TraceJob, hash_unit
+
+BILLING_MINIMUM_S = 60.0
+
+
+@dataclass(slots=True)
+class Attempt:
+    job: int
+    pick: Pick
+    launched: float
+    ready: float
+    end: float  # when this attempt ends (finish or preemption)
+    finishes: bool
+    gpus: int  # GPUs held (nodes x GPUs per node)
+
+
+class Cloud:
+    """Burst jobs, their attempts and what they cost. ``state`` and ``wait`` are the replay's
+    per-job lists, shared; ``push(t, kind, payload)`` schedules the replay's events."""
+
+    def __init__(self, jobs: Sequence[TraceJob], catalog: Catalog, policy: Policy, cfg: SimConfig,
+                 lifetimes: Lifetimes | None, state: list[int], wait: list[float],
+                 push: Callable[[float, int, object], None]):
+        self.jobs = jobs
+        self.catalog = catalog
+        self.policy = policy
+        self.cfg = cfg
+        self.lifetimes = lifetimes
+        self.state = state
+        self.wait = wait
+        self.push = push
+        self.chooser = Chooser(catalog, policy, cfg)
+        n = len(jobs)
+        self.done_work = [0.0] * n  # checkpointed cloud progress (trace seconds)
+        self.burst_at = [0.0] * n
+        self.interrupts = [0] * n
+        self.gpus = 0  # GPUs held now
+        self.gpus_by_market = {"spot": 0, "on_demand": 0, "reserved": 0}
+        self.cost = 0
+        self.lower_bound = 0
+        self.cost_by_market: dict[str, int] = {}
+        self.cost_by_provider: dict[str, int] = {}
+        self.gpu_s = 0.0
+        self.interruptions = 0
+        self.jobs_burst = 0
+
+    def burst(self, i: int, t: float) -> bool:
+        """Send job i to the cloud now; False when no offering can hold it."""
+        j = self.jobs[i]
+        ch = self.chooser.choose(j)
+        if ch.first is None:
+            return False
+        self.state[i] = CLOUD
+        self.jobs_burst += 1
+        self.burst_at[i] = t
+        self.wait[i] = -1.0
+        self.lower_bound += int(ch.lower_bound_rate * j.duration_s) + ch.lower_bound_extra
+        first = ch.first
+        self.cost += first.extra_micros
+        self._book(first, first.extra_micros)
+        self.launch(i, t, first)
+        return True
+
+    def _book(self, p: Pick, micros: int) -> None:
+        m = p.offering.market.value
+        self.cost_by_market[m] = self.cost_by_market.get(m, 0) + micros
+        pr = p.offering.provider
+        self.cost_by_provider[pr] = self.cost_by_provider.get(pr, 0) + micros
+
+    def launch(self, i: int, t: float, p: Pick) -> None:
+        j = self.jobs[i]
+        spot = p.offering.market is Market.SPOT
+        work_left = (j.duration_s - self.done_work[i]) * p.stretch
+        ready = t + p.startup_s
+        end = ready + work_left
+        finishes = True
+        if spot:
+            life = self.lifetime(i, p)
+            if t + life < end:
+                end = t + life
+                finishes = False
+        gpus = p.nodes * p.offering.instance.gpus
+        self.gpus += gpus
+        self.gpus_by_market[p.offering.market.value] += gpus
+        self.push(end, E_CLOUD_END, Attempt(i, p, t, ready, end, finishes, gpus))
+
+    def lifetime(self, i: int, p: Pick) -> float:
+        """Time to the first preemption of any node of the gang, from launch."""
+        j = self.jobs[i]
+        key = f"{j.job_id}:{self.interrupts[i]}"
+        seed = self.cfg.seed
+        provider = p.offering.provider
+        best = math.inf
+        for k in range(p.nodes):
+            u = hash_unit(seed, f"life:{key}:{k}")
+            life = None
+            if self.lifetimes is not None:
+                life = self.lifetimes.draw(provider, u, hash_unit(seed, f"life2:{key}:{k}"))
+            if life is None:
+                rate = self.catalog.terms[provider].spot_interruptions_per_hour
+                life = math.inf if rate <= 0 else -math.log(1.0 - u) * 3600.0 / rate
+            best = min(best, life)
+        return best
+
+    def end(self, a: Attempt, t: float) -> None:
+        """An attempt ended: bill it; the job is done, or it was preempted and goes on."""
+        i, p = a.job, a.pick
+        j = self.jobs[i]
+        self.gpus -= a.gpus
+        self.gpus_by_market[p.offering.market.value] -= a.gpus
+        billed = max(t - a.launched, BILLING_MINIMUM_S)
+        micros = int(p.offering.hourly_micros * p.nodes * billed / 3600.0)
+        self.cost += micros
+        self._book(p, micros)
+        self.gpu_s += a.gpus * billed
+        if self.wait[i] < 0 and t >= a.ready:
+            self.wait[i] = a.ready - j.submit_s
+        if p.offering.market is Market.SPOT:
+            self.chooser.observe(p.offering.provider, p.nodes * (t - a.launched) / 3600.0,
+                                 0 if a.finishes else p.nodes)
+        if a.finishes:
+            self.state[i] = DONE
+            return
+        # Preempted: keep the checkpointed progress, decide where to go on.
+        self.interruptions += 1
+        self.interrupts[i] += 1
+        ckpt = 60.0 * (j.checkpoint_minutes or self.cfg.checkpoint_minutes)
+        ran = max(0.0, t - a.ready) / p.stretch
+        if ckpt > 0:
+            self.done_work[i] = min(j.duration_s, self.done_work[i] + (ran // ckpt) * ckpt)
+        self.launch(i, t, self._next(i, t, p, ckpt))
+
+    def _next(self, i: int, t: float, p: Pick, ckpt: float) -> Pick:
+        """Where a preempted job goes on, by the policy."""
+        j = self.jobs[i]
+        ch = self.chooser.choose(j)
+        fb = ch.fallback
+        pol = self.policy
+        if pol.market == "spot-greedy":
+            return p if self.interrupts[i] < pol.max_spot_attempts or fb is None else fb
+        if pol.market == "full-cost":
+            job_h = (j.duration_s * p.stretch) / 3600.0
+            deadline_h = (p.startup_s + j.duration_s * p.stretch * (1.0 + pol.deadline_slack)) / 3600.0
+            restart_h = (p.startup_s + ckpt) / 3600.0
+            m = spot_rule.decide(self.done_work[i] * p.stretch / 3600.0, (t - self.burst_at[i]) / 3600.0,
+                                 job_h, deadline_h, True, False, restart_h)
+            spot_pick = ch.first if ch.first is not None and ch.first.offering.market is Market.SPOT else p
+            return spot_pick if m is Market.SPOT or fb is None else fb
+        return fb or p

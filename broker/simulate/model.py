@@ -1,0 +1,120 @@
+"""What a replay is asked and what it answers: policies, the configuration, the result."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policies.triggers import TriggerConfig
+from providers.base import MICROS
+
+# Job states, shared by the on-prem scheduler, the cloud model and the replay.
+NEW, PENDING, ONPREM, CLOUD, DONE = 0, 1, 2, 3, 4
+
+# Event kinds, in tie-break order at one instant: finishes free capacity before arrivals.
+E_ONPREM_END, E_CLOUD_END, E_ARRIVE, E_CHECK, E_TICK = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one simulated autoscaler bursts.
+
+    ``market``: "none" (never bursts), "ondemand-cheapest" (lowest on-demand hourly price for
+    the gang, nothing else counted), "spot-greedy" (lowest spot hourly price for interruptible
+    jobs, relaunched on spot after every preemption, on-demand otherwise), "full-cost" (lowest
+    full cost from :func:`policies.cost.price`, spot mixed with on-demand by
+    :func:`policies.spot.decide` toward a deadline).
+    """
+
+    name: str
+    market: str
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    predict: bool = False  # predict on-prem waits at submission (wait trigger ahead of time)
+    gate: bool = False  # diagnosis gate (allocation verdict) for the threshold trigger
+    deadline_slack: float = 1.0  # cloud deadline = start-up + runtime x (1 + slack): twice the runtime
+    learn_interruptions: bool = False  # update spot interruption rates from what it saw
+    max_spot_attempts: int = 20  # spot-greedy gives up on spot after this many preemptions
+
+
+NAIVE_TRIGGER = TriggerConfig(order="fifo", burst_verdicts=(), wait_trigger=False)
+BROKER_TRIGGER = TriggerConfig()
+
+
+def builtin_policies() -> dict[str, Policy]:
+    return {
+        "onprem-only": Policy("onprem-only", "none", TriggerConfig(threshold_trigger=False, wait_trigger=False)),
+        "ondemand-cheapest": Policy("ondemand-cheapest", "ondemand-cheapest", NAIVE_TRIGGER),
+        "spot-greedy": Policy("spot-greedy", "spot-greedy", NAIVE_TRIGGER),
+        "broker": Policy("broker", "full-cost", BROKER_TRIGGER, predict=True, gate=True,
+                         learn_interruptions=True),
+    }
+
+
+POLICY_NAMES = tuple(builtin_policies())
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    onprem_gpus: int
+    gpus_per_node: int = 8
+    tick_s: float = 60.0
+    seed: int = 0
+    default_gpu_model: str = "V100"
+    checkpoint_minutes: int = 30  # for interruptible jobs whose trace row names none
+    onprem_egress_usd_per_gb: float = 0.0
+    sample_s: float = 3600.0  # time-series resolution for plots
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node <= 0:
+            raise ValueError("gpus_per_node must be positive")
+        if self.onprem_gpus < 0 or self.onprem_gpus % self.gpus_per_node:
+            raise ValueError(f"onprem_gpus ({self.onprem_gpus}) must be a non-negative multiple of "
+                             f"gpus_per_node ({self.gpus_per_node})")
+        if self.tick_s <= 0 or self.sample_s <= 0:
+            raise ValueError("tick_s and sample_s must be positive")
+
+
+@dataclass(slots=True)
+class PolicyResult:
+    name: str
+    jobs: int
+    jobs_burst: int
+    cloud_cost_micros: int
+    lower_bound_micros: int
+    cost_by_market: dict[str, int]
+    cost_by_provider: dict[str, int]
+    cloud_gpu_hours: float
+    interruptions: int
+    onprem_utilization: float
+    waits: list[float]
+    wall_s: float = 0.0
+    series: dict[str, list[float]] = field(default_factory=dict)
+    unserved: int = 0  # jobs bigger than the cluster with no cloud offer
+
+    def percentile(self, q: float) -> float:
+        if not self.waits:
+            return 0.0
+        w = sorted(self.waits)
+        k = (len(w) - 1) * q
+        lo = int(k)
+        hi = min(lo + 1, len(w) - 1)
+        return w[lo] + (w[hi] - w[lo]) * (k - lo)
+
+    def to_dict(self) -> dict:
+        n = len(self.waits)
+        return {
+            "cloud_cost_usd": round(self.cloud_cost_micros / MICROS, 2),
+            "wait_p50_s": round(self.percentile(0.50), 1),
+            "wait_p95_s": round(self.percentile(0.95), 1),
+            "wait_p99_s": round(self.percentile(0.99), 1),
+            "wait_mean_s": round(sum(self.waits) / n, 1) if n else 0.0,
+            "jobs": self.jobs,
+            "jobs_burst": self.jobs_burst,
+            "cloud_gpu_hours": round(self.cloud_gpu_hours, 1),
+            "interruptions": self.interruptions,
+            "onprem_utilization": round(self.onprem_utilization, 4),
+            "lower_bound_cost_usd": round(self.lower_bound_micros / MICROS, 2),
+            "execution_loss_usd": round((self.cloud_cost_micros - self.lower_bound_micros) / MICROS, 2),
+            "cost_by_market_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_market.items())},
+            "cost_by_provider_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_provider.items())},
+            "unserved_jobs": self.unserved,
+            "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,
+        }

@@ -1,0 +1,321 @@
+"""The on-prem cluster: a queue per job size, nodes of whole GPUs, FIFO with EASY backfill.
+
+``onprem_gpus`` GPUs in nodes of ``gpus_per_node``. A job of up to one node's GPUs takes them
+on one node (best fit); a bigger job takes whole nodes. When the head of the queue does not fit
+it gets a reservation (the earliest time enough GPUs free up, from the running jobs' ends) and
+later jobs may start only where they do not delay it. Backfill looks at most ``BACKFILL_DEPTH``
+jobs of each size per pass, like Slurm's ``bf_max_job_test``. Runtimes are known exactly (the
+trace's), as in most replays.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from typing import Callable, Iterable, Sequence
+
+from broker.simulate.model import DONE, E_ONPREM_END, ONPREM, PENDING, SimConfig
+from broker.simulate.trace import TraceJob
+
+BACKFILL_DEPTH = 64
+RATE_WINDOW_S = 3600.0  # how far back the wait predictor looks at the release rate
+
+
+class Cluster:
+    """The on-prem queue and nodes. ``state`` and ``wait`` are the replay's per-job lists,
+    shared; ``push(t, kind, payload)`` schedules the replay's events."""
+
+    def __init__(self, jobs: Sequence[TraceJob], cfg: SimConfig, state: list[int], wait: list[float],
+                 push: Callable[[float, int, object], None]):
+        self.jobs = jobs
+        self.state = state
+        self.wait = wait
+        self.push = push
+        self.G = G = cfg.gpus_per_node
+        self.N = cfg.onprem_gpus
+        self.nodes = cfg.onprem_gpus // G
+        n = len(jobs)
+        self.start = [0.0] * n
+        self.place: list = [None] * n
+        self.free = [G] * self.nodes
+        self.buckets: list[set] = [set() for _ in range(G + 1)]  # nodes by free GPUs
+        self.buckets[G] = set(range(self.nodes))
+        self.free_total = self.N
+        self.node_jobs: list[list] = [[] for _ in range(self.nodes)]  # (end, gpus, job), sorted
+        self.classes: dict[int, deque] = {}  # pending jobs per size, oldest first
+        self.class_gpus: dict[int, int] = {}  # pending GPUs per job size
+        self.pending_gpus = 0
+        self.pending_jobs = 0
+        self.busy_gpu_s = 0.0
+        self.released = 0.0  # exponentially decayed GPUs released (see release_rate)
+        self.released_at = 0.0
+        self.resv = None  # (head job, shadow time, reserved nodes frozenset)
+
+    # -- the queue ------------------------------------------------------------------------
+
+    def enqueue(self, i: int) -> int:
+        """Queue job i; returns the GPUs queued ahead that compete with it: jobs no bigger than
+        it (bigger ones ahead are mostly backfilled around while they wait for whole nodes)."""
+        g = self.jobs[i].gpus
+        self.state[i] = PENDING
+        self.pending_gpus += g
+        self.pending_jobs += 1
+        q = self.classes.get(g)
+        if q is None:
+            q = self.classes[g] = deque()
+        cg = self.class_gpus
+        ahead = 0
+        for c, v in cg.items():
+            if c <= g:
+                ahead += v
+        cg[g] = cg.get(g, 0) + g
+        q.append(i)
+        return ahead
+
+    def dequeue(self, i: int) -> None:
+        """Job i leaves the queue for elsewhere (the cloud); its entry is dropped lazily."""
+        g = self.jobs[i].gpus
+        self.class_gpus[g] -= g
+        self.pending_gpus -= g
+        self.pending_jobs -= 1
+
+    def head(self, g: int) -> int | None:
+        q = self.classes.get(g)
+        st = self.state
+        while q and st[q[0]] != PENDING:
+            q.popleft()
+        return q[0] if q else None
+
+    def global_head(self) -> int | None:
+        """The oldest pending job that could ever run on-prem."""
+        best = None
+        N = self.N
+        for g in self.classes:
+            if g > N:
+                continue
+            h = self.head(g)
+            if h is None:
+                continue
+            if best is None or h < best:
+                best = h
+        return best
+
+    def fifo_iter(self) -> Iterable[int]:
+        """Pending jobs oldest first (merging the per-size queues)."""
+        its = []
+        for g, q in self.classes.items():
+            it = iter(q)
+            for i in it:
+                if self.state[i] == PENDING:
+                    its.append((i, g, it))
+                    break
+        heapq.heapify(its)
+        while its:
+            i, g, it = heapq.heappop(its)
+            yield i
+            for k in it:
+                if self.state[k] == PENDING:
+                    heapq.heappush(its, (k, g, it))
+                    break
+
+    # -- placing ----------------------------------------------------------------------------
+
+    def fits(self, g: int) -> bool:
+        G = self.G
+        if g <= G:
+            b = self.buckets
+            for f in range(g, G + 1):
+                if b[f]:
+                    return True
+            return False
+        return len(self.buckets[G]) * G >= g
+
+    def fits_outside(self, g: int, avoid) -> bool:
+        """Whether g GPUs fit now without touching the ``avoid`` nodes."""
+        G, b = self.G, self.buckets
+        if g <= G:
+            for f in range(g, G + 1):
+                for nd in b[f]:
+                    if nd not in avoid:
+                        return True
+            return False
+        k = -(-g // G)
+        return sum(1 for nd in b[G] if nd not in avoid) >= k
+
+    def _nodes_for(self, g: int, avoid, ok_avoid: bool) -> list[tuple[int, int]] | None:
+        """(node, GPUs) to place g GPUs on now, or None: best fit on one node, else whole nodes."""
+        G, b = self.G, self.buckets
+        if g <= G:
+            for f in range(g, G + 1):
+                for nd in b[f]:
+                    if ok_avoid or nd not in avoid:
+                        return [(nd, g)]
+            return None
+        k = -(-g // G)
+        whole = [nd for nd in b[G] if ok_avoid or nd not in avoid]
+        if len(whole) < k:
+            return None
+        whole.sort()
+        chosen, left = [], g
+        for nd in whole[:k]:
+            take = min(G, left)
+            chosen.append((nd, take))
+            left -= take
+        return chosen
+
+    def occupy(self, i: int, t: float, avoid=frozenset(), until: float | None = None) -> bool:
+        """Place job i on-prem now if it fits (not on ``avoid`` nodes unless it ends by
+        ``until``). Returns True when started."""
+        j = self.jobs[i]
+        g = j.gpus
+        end = t + j.duration_s
+        chosen = self._nodes_for(g, avoid, until is not None and end <= until)
+        if chosen is None:
+            return False
+        free, b = self.free, self.buckets
+        for nd, take in chosen:
+            f = free[nd]
+            b[f].discard(nd)
+            free[nd] = f - take
+            b[f - take].add(nd)
+            bisect.insort(self.node_jobs[nd], (end, take, i))
+        self.free_total -= g
+        self.place[i] = chosen
+        self.state[i] = ONPREM
+        self.start[i] = t
+        self.wait[i] = t - j.submit_s
+        self.pending_gpus -= g
+        self.pending_jobs -= 1
+        self.class_gpus[g] -= g
+        self.push(end, E_ONPREM_END, i)
+        return True
+
+    def end(self, i: int, t: float) -> None:
+        """Job i finished on-prem: free its GPUs and start what can start."""
+        j = self.jobs[i]
+        free, b = self.free, self.buckets
+        for nd, take in self.place[i]:
+            f = free[nd]
+            b[f].discard(nd)
+            free[nd] = f + take
+            b[f + take].add(nd)
+            self.node_jobs[nd].remove((self.start[i] + j.duration_s, take, i))
+        self.free_total += j.gpus
+        self.busy_gpu_s += j.gpus * j.duration_s
+        self.released = self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) + j.gpus
+        self.released_at = t
+        self.state[i] = DONE
+        self.resv = None
+        self.schedule(t)
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def reservation(self, h: int, t: float):
+        """Earliest start of head job h and the nodes it will use."""
+        g, G = self.jobs[h].gpus, self.G
+        if g <= G:
+            best_t, best_n = math.inf, -1
+            for nd in range(self.nodes):
+                f = self.free[nd]
+                when = t
+                if f < g:
+                    for end, take, _ in self.node_jobs[nd]:
+                        f += take
+                        if f >= g:
+                            when = end
+                            break
+                    else:
+                        continue
+                if when < best_t:
+                    best_t, best_n = when, nd
+            return (h, best_t, frozenset((best_n,)) if best_n >= 0 else frozenset())
+        k = -(-g // G)
+        if k > self.nodes:
+            return (h, math.inf, frozenset())
+        fulls = []
+        for nd in range(self.nodes):
+            js = self.node_jobs[nd]
+            fulls.append((js[-1][0] if js else t, nd))
+        fulls.sort()
+        chosen = fulls[:k]
+        return (h, max(t, chosen[-1][0]), frozenset(nd for _, nd in chosen))
+
+    def schedule(self, t: float) -> None:
+        """Start what can start: the FIFO head while it fits, then EASY backfill."""
+        if not self.pending_jobs or not self.free_total:
+            return
+        while True:
+            h = self.global_head()
+            if h is None:
+                return
+            if not self.fits(self.jobs[h].gpus) or not self.occupy(h, t):
+                break
+            if not self.free_total:
+                return
+        r = self.resv
+        if r is None or r[0] != h:
+            r = self.resv = self.reservation(h, t)
+        self._backfill(t, self.jobs[h].gpus, r[1], r[2])
+
+    def _backfill(self, t: float, head_gpus: int, shadow: float, avoid) -> None:
+        """Walk size classes by their heads' age. The head's own size cannot start anywhere,
+        and a size that cannot start now is done for this pass (free capacity only shrinks
+        while we place)."""
+        heads = []
+        for g in self.classes:
+            if g == head_gpus or g > self.N:
+                continue
+            hh = self.head(g)
+            if hh is not None:
+                heads.append((hh, g))
+        heapq.heapify(heads)
+        jobs, state = self.jobs, self.state
+        left = shadow - t
+        while heads and self.free_total:
+            hh, g = heapq.heappop(heads)
+            if not self.fits(g):
+                continue
+            if self.fits_outside(g, avoid):
+                self.occupy(hh, t, avoid, shadow)
+            else:
+                # Only the head's reserved nodes have room: a job may use them only if it
+                # ends before the head's reserved start.
+                depth = 0
+                started = False
+                for i in self.classes[g]:
+                    if state[i] != PENDING:
+                        continue
+                    depth += 1
+                    if depth > BACKFILL_DEPTH:
+                        break
+                    if jobs[i].duration_s <= left and self.occupy(i, t, avoid, shadow):
+                        started = True
+                        break
+                if not started:
+                    continue
+            nh = self.head(g)
+            if nh is not None:
+                heapq.heappush(heads, (nh, g))
+
+    # -- prediction ---------------------------------------------------------------------------
+
+    def release_rate(self, t: float) -> float:
+        """GPUs released per second on-prem, exponentially weighted over ``RATE_WINDOW_S``."""
+        return self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) / RATE_WINDOW_S
+
+    def predict(self, i: int, t: float, ahead_gpus: int) -> float:
+        """Predicted wait of a job that could not start at once, in O(1): the GPUs queued ahead
+        of it plus its own, less those free now, over the rate at which the cluster has been
+        releasing GPUs lately; at the head of the queue, its reservation (when its GPUs free
+        up, from the running jobs' ends)."""
+        j = self.jobs[i]
+        if j.gpus > self.N:
+            return math.inf
+        if ahead_gpus <= 0:
+            return max(0.0, self.reservation(i, t)[1] - t)
+        rate = self.release_rate(t)
+        need = ahead_gpus + j.gpus - self.free_total
+        if need <= 0:
+            return 0.0
+        return need / rate if rate > 0 else math.inf

@@ -1,0 +1,318 @@
+"""The replay: one event loop per policy over one trace, with the autoscaler's trigger.
+
+Every ``tick_s`` while anything is pending the autoscaler calls
+:func:`policies.triggers.evaluate` with the queue's signals, the jobs overdue by the wait rule
+and, for the threshold trigger, the jobs it would send first; a decision's ``wake_at`` adds a
+tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Callable, Iterable, Sequence
+
+from policies.queue import PendingJob
+from policies.selection import Candidate
+from policies.triggers import BURST, Signals, TriggerState, allocation_verdict, evaluate
+from providers.base import MICROS
+from providers.catalog import Catalog
+
+from broker.simulate.cloud import Cloud
+from broker.simulate.model import (
+    DONE, E_ARRIVE, E_CHECK, E_CLOUD_END, E_ONPREM_END, E_TICK, NEW, PENDING, Policy, PolicyResult,
+    SimConfig, builtin_policies,
+)
+from broker.simulate.onprem import Cluster
+from broker.simulate.trace import Lifetimes, TraceJob
+
+
+def simulate(
+    jobs: Sequence[TraceJob],
+    catalog: Catalog,
+    policy: Policy,
+    cfg: SimConfig,
+    lifetimes: Lifetimes | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PolicyResult:
+    """Replay ``jobs`` under ``policy``; see the package docstring for the model."""
+    t_wall = time.perf_counter()
+    res = Replay(jobs, catalog, policy, cfg, lifetimes, progress).run()
+    res.wall_s = time.perf_counter() - t_wall
+    return res
+
+
+def run_policies(
+    jobs: Sequence[TraceJob],
+    catalog: Catalog,
+    names: Iterable[str],
+    cfg: SimConfig,
+    lifetimes: Lifetimes | None = None,
+    progress: Callable[[str, int], None] | None = None,
+) -> dict[str, PolicyResult]:
+    pols = builtin_policies()
+    out: dict[str, PolicyResult] = {}
+    for name in names:
+        if name not in pols:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(pols)}")
+        cb = (lambda k, _n=name: progress(_n, k)) if progress else None
+        out[name] = simulate(jobs, catalog, pols[name], cfg, lifetimes, cb)
+    return out
+
+
+class Replay:
+    def __init__(self, jobs, catalog, policy, cfg, lifetimes, progress):
+        self.jobs = list(jobs)
+        self.n = n = len(self.jobs)
+        self.policy = policy
+        self.cfg = cfg
+        self.progress = progress
+        self.events: list = []
+        self.seq = 0
+        self.state = [NEW] * n
+        self.wait = [0.0] * n
+        self.pred = [0.0] * n
+        self.onprem = Cluster(self.jobs, cfg, self.state, self.wait, self.push)
+        self.cloud = Cloud(self.jobs, catalog, policy, cfg, lifetimes, self.state, self.wait, self.push) \
+            if policy.market != "none" else None
+        self.burst_enabled = self.cloud is not None and (
+            policy.trigger.threshold_trigger or policy.trigger.wait_trigger)
+        # trigger
+        self.tstate = TriggerState()
+        self.next_tick: float | None = None
+        self.overdue: list[int] = []
+        self.no_offer: set[int] = set()
+        self.pool: list = []  # ranked heap of eligible pending jobs
+        self.in_pool = [False] * n
+        self.ratio = policy.trigger.wait_runtime_ratio
+        # series
+        self.series = {"t_h": [], "pending_jobs": [], "pending_gpus": [], "cloud_gpus_spot": [],
+                       "cloud_gpus_on_demand": [], "cloud_cost_usd": []}
+        self.next_sample = 0.0
+        self.last_time = 0.0
+        self.t0 = 0.0
+
+    # -- events ---------------------------------------------------------------------------
+
+    def push(self, t: float, kind: int, payload) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    def run(self) -> PolicyResult:
+        jobs, n, ev = self.jobs, self.n, self.events
+        self.next_sample = self.t0 = jobs[0].submit_s if jobs else 0.0
+        ai = 0  # arrivals are merged from the sorted list instead of all sitting in the heap
+        prog_every = max(1000, n // 200)
+        handled = 0
+        while ai < n or ev:
+            if ai < n and (not ev or jobs[ai].submit_s < ev[0][0] or
+                           (jobs[ai].submit_s == ev[0][0] and ev[0][1] > E_ARRIVE)):
+                t = jobs[ai].submit_s
+                kind, payload = E_ARRIVE, ai
+                ai += 1
+            else:
+                t, kind, _, payload = heapq.heappop(ev)
+                if kind == E_CHECK and self.state[payload if payload >= 0 else -1 - payload] != PENDING:
+                    continue  # stale: the job started or left
+            if t >= self.next_sample:
+                self.sample(t)
+            self.last_time = t
+            if kind == E_ARRIVE:
+                self.arrive(payload, t)
+                handled += 1
+                if self.progress and handled % prog_every == 0:
+                    self.progress(handled)
+            else:
+                self.handle(kind, payload, t)
+        if self.progress:
+            self.progress(n)
+        self.sample(self.last_time, force=True)
+        return self.result()
+
+    def handle(self, kind: int, payload, t: float) -> None:
+        if kind == E_ONPREM_END:
+            self.onprem.end(payload, t)
+        elif kind == E_CLOUD_END:
+            self.cloud.end(payload, t)
+        elif kind == E_CHECK:
+            if payload < 0:  # reached the minimum wait share: eligible for the pool
+                i = -1 - payload
+                if self.state[i] == PENDING:
+                    self.add_pool(i)
+                    if self.onprem.pending_gpus > self.policy.trigger.pending_gpus_threshold:
+                        self.want_tick(t)
+            elif self.state[payload] == PENDING:
+                self.overdue.append(payload)
+                self.want_tick(t)
+        else:
+            if payload == "tick":
+                if self.next_tick is not None and t < self.next_tick:
+                    return  # superseded
+                self.next_tick = None
+            self.tick(t)
+
+    def result(self) -> PolicyResult:
+        n, st, cl, c = self.n, self.state, self.onprem, self.cloud
+        span = max(1.0, self.last_time - self.t0)
+        waits = [self.wait[i] for i in range(n) if st[i] == DONE and self.wait[i] >= 0]
+        unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW))
+        return PolicyResult(
+            name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
+            cloud_cost_micros=c.cost if c else 0, lower_bound_micros=c.lower_bound if c else 0,
+            cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
+            cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
+            onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
+            waits=waits, series=self.series, unserved=unserved,
+        )
+
+    def sample(self, t: float, force: bool = False) -> None:
+        s, cl, c = self.series, self.onprem, self.cloud
+        cost = c.cost if c else 0
+        by_market = c.gpus_by_market if c else {"spot": 0, "on_demand": 0, "reserved": 0}
+        while self.next_sample <= t or force:
+            s["t_h"].append((min(self.next_sample, t) - self.t0) / 3600.0 if not force else (t - self.t0) / 3600.0)
+            s["pending_jobs"].append(cl.pending_jobs)
+            s["pending_gpus"].append(cl.pending_gpus)
+            s["cloud_gpus_spot"].append(by_market["spot"])
+            s["cloud_gpus_on_demand"].append(by_market["on_demand"] + by_market["reserved"])
+            s["cloud_cost_usd"].append(cost / MICROS)
+            if force:
+                break
+            self.next_sample += self.cfg.sample_s
+
+    # -- arrivals -----------------------------------------------------------------------------
+
+    def arrive(self, i: int, t: float) -> None:
+        j = self.jobs[i]
+        cl = self.onprem
+        ahead = cl.enqueue(i)
+        if cl.free_total >= j.gpus:
+            cl.schedule(t)
+        if self.state[i] != PENDING or not self.burst_enabled:
+            return
+        pol = self.policy
+        if pol.predict:
+            self.pred[i] = cl.predict(i, t, ahead)
+        tc = pol.trigger
+        if tc.order == "ranked":
+            # Eligible by wait now or later: add it to the pool when its (predicted) wait reaches
+            # the minimum share, and to the overdue list when it reaches the wait ratio.
+            run = j.duration_s
+            min_run = tc.selection.min_runtime_startups * self.startup(j)
+            if run >= min_run and j.gpus <= tc.max_gpus_in_flight:
+                pred = self.pred[i]
+                if pred > self.ratio * run:
+                    self.overdue.append(i)
+                    self.want_tick(t)
+                else:
+                    self.push(t + self.ratio * run + 1e-6, E_CHECK, i)
+                if tc.threshold_trigger:
+                    share = tc.selection.min_wait_share * self.price_ratio(j)
+                    if pred >= share * run:
+                        self.add_pool(i)
+                    else:
+                        self.push(t + share * run, E_CHECK, -1 - i)
+        self.want_tick(t)
+
+    def add_pool(self, i: int) -> None:
+        if self.in_pool[i]:
+            return
+        j = self.jobs[i]
+        self.in_pool[i] = True
+        heapq.heappush(self.pool, ((0 if j.interruptible else 1, 3, j.duration_s, j.data_gb, j.submit_s), i))
+
+    def price_ratio(self, j: TraceJob) -> float:
+        c = self.cloud.chooser.choose(j)
+        if c.first is None or c.fallback is None:
+            return 1.0
+        a = c.first.offering.hourly_micros * c.first.nodes * c.first.stretch
+        b = c.fallback.offering.hourly_micros * c.fallback.nodes * c.fallback.stretch
+        return min(1.0, a / b) if b else 1.0
+
+    def startup(self, j: TraceJob) -> float:
+        c = self.cloud.chooser.choose(j)
+        return c.first.startup_s if c.first else math.inf
+
+    # -- the trigger --------------------------------------------------------------------------
+
+    def want_tick(self, t: float) -> None:
+        if not self.burst_enabled:
+            return
+        tick = self.cfg.tick_s
+        nt = math.ceil(t / tick) * tick
+        if self.next_tick is None or nt < self.next_tick:
+            self.next_tick = nt
+            self.push(nt, E_TICK, "tick")
+
+    def candidate(self, i: int, t: float) -> Candidate:
+        j = self.jobs[i]
+        return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=int(math.ceil(j.duration_s)),
+                                    waited_s=int(t - j.submit_s), interruptible=j.interruptible,
+                                    data_gb=j.data_gb, kind=j.kind, queue=j.queue),
+                         self.pred[i], self.price_ratio(j), self.startup(j))
+
+    def threshold_jobs(self, want: int, skip: set[int], popped: list) -> list[int]:
+        """Up to ``want`` GPUs of pending jobs the threshold trigger would send first (FIFO, or
+        the ranked pool; items taken off the pool are appended to ``popped``)."""
+        out: list[int] = []
+        jobs, no_offer = self.jobs, self.no_offer
+        if self.policy.trigger.order == "fifo":
+            for i in self.onprem.fifo_iter():
+                if want <= 0:
+                    break
+                if i in skip or i in no_offer:
+                    continue
+                skip.add(i)
+                out.append(i)
+                want -= jobs[i].gpus
+            return out
+        pool, state = self.pool, self.state
+        while pool and want > 0:
+            item = heapq.heappop(pool)
+            i = item[1]
+            if state[i] != PENDING:
+                self.in_pool[i] = False
+                continue
+            popped.append(item)
+            if i in skip or i in no_offer:
+                continue
+            skip.add(i)
+            out.append(i)
+            want -= jobs[i].gpus
+        return out
+
+    def tick(self, t: float) -> None:
+        pol, cl, state = self.policy, self.onprem, self.state
+        tc = pol.trigger
+        sig = Signals(cl.pending_gpus, cl.N, cl.N - cl.free_total, self.cloud.gpus)
+        verdict = allocation_verdict(sig) if pol.gate else "resource-bound"
+        # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
+        od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
+        self.overdue = []
+        chosen = list(od)
+        popped: list = []
+        excess = cl.pending_gpus - tc.pending_gpus_threshold
+        if tc.threshold_trigger and excess > 0:
+            chosen += self.threshold_jobs(excess, set(od), popped)
+        cands = [self.candidate(i, t) for i in chosen]
+        idx = {c.job.job_id: i for c, i in zip(cands, chosen)}
+        cands.sort(key=lambda c: -c.job.waited_s)
+        decision, self.tstate = evaluate(tc, self.tstate, t, sig, cands, verdict)
+        for item in popped:
+            if state[item[1]] == PENDING:
+                heapq.heappush(self.pool, item)
+        if decision.action == BURST:
+            for c in decision.jobs:
+                self.burst(idx[c.job.job_id], t)
+        # Unchosen overdue jobs stay overdue.
+        self.overdue.extend(i for i in od if state[i] == PENDING)
+        if decision.wake_at is not None and decision.wake_at > t:
+            self.push(decision.wake_at, E_TICK, "wake")
+        if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue):
+            self.want_tick(t + 1e-9)
+
+    def burst(self, i: int, t: float) -> None:
+        if self.cloud.burst(i, t):
+            self.onprem.dequeue(i)
+        else:
+            self.no_offer.add(i)  # no cloud offering can hold it: it stays in the queue
