@@ -112,6 +112,7 @@ _KNOWN_KEYS = {
     "enabled", "subscription_id", "resource_group", "regions", "base_url", "credentials",
     "subnet_id", "image", "admin_username", "ssh_public_key", "os_disk_gb", "os_disk_type",
     "timeout_s", "operation_timeout_s", "poll_interval_s", "retries", "accelerated_networking",
+    "retail_prices_url",
 }
 _RESERVED_USERS = {"administrator", "admin", "user", "user1", "test", "user2", "test1", "user3",
                    "admin1", "1", "123", "a", "actuser", "adm", "admin2", "aspnet", "backup",

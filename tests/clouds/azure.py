@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
+from tests.clouds.azure_market import MARKET_ROUTES, ArmMarketMixin
+
 _DATA = Path(__file__).resolve().parents[2] / "providers" / "data"
 
 BUILTIN_SIZES = (
@@ -82,6 +84,7 @@ _ROUTES = [
     ("nic", re.compile(_RG + r"/providers/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)$", re.I)),
     ("op", re.compile(_SUB + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)"
                       r"/operations/(?P<op>[^/]+)$", re.I)),
+    *MARKET_ROUTES,
 ]
 
 
@@ -207,7 +210,7 @@ class _Vm:
         return self.props.get("priority") in ("Spot", "Low")
 
 
-class FakeArm:
+class FakeArm(ArmMarketMixin):
     """The fake ARM server. ``start()`` / ``stop()``, ``.url``; also a context manager.
 
     Tunables (plain attributes, safe to change between calls): ``lro_polls`` (InProgress answers
@@ -253,6 +256,7 @@ class FakeArm:
         self._rng = random.Random(0)
         self._ip = 4
         self._generation = getattr(self, "_generation", 0) + 1
+        self._reset_market()
 
     def start(self) -> "FakeArm":
         handler = type("Handler", (_Handler,), {"fake": self})
@@ -822,7 +826,7 @@ class FakeArm:
         g = m.groupdict()
         with self._lock:
             self._settle()
-            if route != "op" and self.resource_groups is not None \
+            if route != "op" and "rg" in g and self.resource_groups is not None \
                     and g["rg"].lower() not in {r.lower() for r in self.resource_groups}:
                 raise ArmError(404, "ResourceGroupNotFound",
                                f"Resource group '{g['rg']}' could not be found.")
@@ -850,6 +854,8 @@ class FakeArm:
 
     def _route(self, route: str, method: str, g: dict[str, str], query: dict[str, str], body: Any,
                api_version: str, fault: _Fault | None) -> tuple[int, Any, dict[str, str]]:
+        if route.startswith("mkt_") and method == "GET":
+            return self._market_route(route, g, query)
         if route == "op" and method == "GET":
             op = self._ops.get(g["op"])
             if op is None:

@@ -1,0 +1,169 @@
+"""Azure market data: the Retail Prices API for prices, ARM (``azure-mgmt-compute``) for zones,
+quotas and capacity reservations.
+
+- prices: ``GET {retail_prices_url}?api-version=2023-01-01-preview&$filter=serviceName eq 'Virtual
+  Machines' and armSkuName eq '<size>' and priceType eq 'Consumption'``, following
+  ``NextPageLink`` to the last page. A public, unauthenticated REST API with no SDK, read with the
+  standard library. Linux meters only (``productName`` without ``Windows``); ``skuName`` ending
+  in ``Spot`` is the spot price, ``Low Priority`` meters are skipped. URL: ``[providers.azure]
+  retail_prices_url`` (default the public one).
+- zones: ``resource_skus.list(filter="location eq 'L'")``: the location's zones minus the zones
+  (or the whole location) a ``NotAvailableForSubscription`` restriction names.
+- quotas: ``usage.list(location)``: the VM family's vCPUs (on-demand) and ``lowPriorityCores``
+  (spot), limit and current value.
+- reservations: ``capacity_reservation_groups.list_by_subscription`` and each group's
+  ``capacity_reservations``: capacity and the VMs associated. The reservation id is the group's
+  name, which a reserved launch names.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Mapping
+
+from azure.core.exceptions import AzureError
+
+from providers.base import ConfigError, ProviderError, TransientError, is_loopback_url
+from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
+
+RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
+RETAIL_API_VERSION = "2023-01-01-preview"
+MAX_PAGES = 200
+
+
+def retail_prices(url: str, sizes: list[str], regions: set[str], timeout: float) -> list[LivePrice]:
+    out: dict[tuple[str, str, str], LivePrice] = {}
+    for size in sizes:
+        flt = (f"serviceName eq 'Virtual Machines' and armSkuName eq '{size}' "
+               f"and priceType eq 'Consumption'")
+        link: str | None = f"{url}?{urllib.parse.urlencode({'api-version': RETAIL_API_VERSION, '$filter': flt})}"
+        pages = 0
+        while link and pages < MAX_PAGES:
+            pages += 1
+            page = _get_json(link, timeout)
+            for item in page.get("Items") or []:
+                region = item.get("armRegionName", "")
+                sku_name = str(item.get("skuName", ""))
+                if (region not in regions or item.get("armSkuName") != size
+                        or "windows" in str(item.get("productName", "")).lower()
+                        or "low priority" in sku_name.lower() or item.get("unitOfMeasure") != "1 Hour"):
+                    continue
+                market = "spot" if sku_name.endswith(" Spot") else "on_demand"
+                price = LivePrice(region, size, market, int(round(float(item["retailPrice"]) * 1e6)),
+                                  "azure:retail_prices", str(item.get("effectiveStartDate", "")))
+                key = (region, size, market)
+                if key not in out or price.as_of > out[key].as_of:
+                    out[key] = price
+            link = page.get("NextPageLink") or None
+    return list(out.values())
+
+
+def _get_json(url: str, timeout: float) -> dict[str, Any]:
+    req = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "gpu-burst-broker"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        raise TransientError(f"Retail Prices API answered HTTP {e.code}", provider="azure",
+                             code=str(e.code)) from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise TransientError(f"Retail Prices API: {e}", provider="azure", code="RetailPricesUnavailable") from None
+
+
+def zones_and_families(client: Any, region: str, sizes: set[str]) -> tuple[list[Zones], dict[str, str]]:
+    zones_out, families = [], {}
+    for sku in client.resource_skus.list(filter=f"location eq '{region}'"):
+        if sku.resource_type != "virtualMachines" or sku.name not in sizes:
+            continue
+        families[sku.name] = sku.family or ""
+        zones: set[str] = set()
+        for info in sku.location_info or []:
+            if (info.location or "").lower() == region:
+                zones |= set(info.zones or [])
+        blocked_location = False
+        for r in sku.restrictions or []:
+            if r.reason_code != "NotAvailableForSubscription":
+                continue
+            if r.type == "Location" and region in [v.lower() for v in r.values_property or []]:
+                blocked_location = True
+            elif r.type == "Zone" and r.restriction_info is not None:
+                zones -= set(r.restriction_info.zones or [])
+        if blocked_location:
+            zones_out.append(Zones(region, sku.name, ()))
+        elif zones:
+            zones_out.append(Zones(region, sku.name, tuple(sorted(zones))))
+    return zones_out, families
+
+
+def quotas_of(client: Any, region: str, names: set[str]) -> list[Quota]:
+    return [Quota(region, u.name.value, u.name.localized_value or u.name.value, float(u.limit),
+                  float(u.current_value))
+            for u in client.usage.list(region) if u.name.value in names]
+
+
+def reservations_of(client: Any, regions: set[str]) -> list[Reservation]:
+    out = []
+    for group in client.capacity_reservation_groups.list_by_subscription():
+        location = (group.location or "").replace(" ", "").lower()
+        if location not in regions:
+            continue
+        rg = re.search(r"/resourceGroups/([^/]+)/", group.id or "", re.I)
+        if rg is None:
+            continue
+        for r in client.capacity_reservations.list_by_capacity_reservation_group(rg.group(1), group.name):
+            used = len(r.virtual_machines_associated or [])
+            out.append(Reservation(location, (r.zones or [""])[0], r.sku.name, group.name,
+                                   int(r.sku.capacity or 0), used))
+    return out
+
+
+def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
+    from azure.mgmt.compute import ComputeManagementClient
+
+    from providers.azure import ARM_URL, _auth_policy, _make_credential, _parse_settings, map_error
+
+    settings, credentials = _parse_settings(raw)
+    url = str(raw.get("retail_prices_url") or RETAIL_PRICES_URL)
+    if not re.match(r"https?://[^/\s]+/\S*$", url) or (url.startswith("http://") and not is_loopback_url(url)):
+        raise ConfigError("providers.azure.retail_prices_url must be an https URL (plain http on loopback only)")
+    credential = _make_credential(credentials)
+    scopes = [f"{ARM_URL}/.default"]
+    kwargs: dict[str, Any] = dict(base_url=settings.base_url, credential_scopes=scopes,
+                                  retry_total=settings.retries, connection_timeout=settings.timeout_s,
+                                  read_timeout=settings.timeout_s)
+    policy = _auth_policy(credential, settings.base_url, scopes)
+    if policy is not None:
+        kwargs["authentication_policy"] = policy
+    client = ComputeManagementClient(credential, settings.subscription_id, **kwargs)
+    types = instance_types(catalog, "azure")
+    regions = set(settings.regions) or {r for (p, r) in catalog.regions if p == "azure"}
+    snap = Snapshot("azure", now)
+
+    def part(kind: str, region: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (AzureError, ProviderError) as e:
+            snap.fail(kind, region, map_error(e, region=region))
+            return None
+
+    snap.prices += part("prices", "", retail_prices, url, sorted(types), regions, settings.timeout_s) or []
+    families: dict[str, str] = {}
+    for region in sorted(regions):
+        found = part("zones", region, zones_and_families, client, region, set(types))
+        if found is not None:
+            snap.zones += found[0]
+            families.update(found[1])
+    for name, fam in sorted(families.items()):
+        vcpus = float(types[name].vcpus)
+        snap.needs += [QuotaNeed(name, "on_demand", fam, vcpus), QuotaNeed(name, "spot", "lowPriorityCores", vcpus)]
+    wanted = set(families.values()) | {"lowPriorityCores"}
+    for region in sorted(regions):
+        snap.quotas += part("quotas", region, quotas_of, client, region, wanted) or []
+    snap.reservations += part("reservations", "", reservations_of, client, regions) or []
+    if not snap.prices and not snap.zones and snap.failed:
+        raise ProviderError(f"every Azure market call failed; first: {snap.errors[0]}", provider="azure",
+                            code="MarketUnavailable")
+    return snap
