@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.v1 import broker_pb2 as pb
+from policies.causes import Verdict
 from policies.cost import ExclusionKind
 from policies.demand import Demand
 
@@ -31,8 +32,7 @@ EVENT_TO_PB = {
 }
 EXCLUSION_TO_PB = {k: pb.ExclusionKind.Value(f"EXCLUSION_KIND_{k.name}") for k in ExclusionKind}
 EXCLUSION_FROM_PB = {v: k.value for k, v in EXCLUSION_TO_PB.items()}
-VERDICT_TO_PB = {"healthy": pb.VERDICT_HEALTHY, "resource-bound": pb.VERDICT_RESOURCE_BOUND,
-                 "scheduling-bound": pb.VERDICT_SCHEDULING_BOUND, "mixed": pb.VERDICT_MIXED}
+VERDICT_TO_PB = {v: pb.Verdict.Value(f"VERDICT_{v.name}") for v in Verdict}
 
 
 def ts(seconds: float | None) -> Timestamp | None:

@@ -37,62 +37,14 @@ What counts
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Mapping, Sequence
 
-from policies.queue import NON_CAPACITY_REASONS, ClusterNode, GpuSample, PendingJob, QueueSnapshot
+from policies.causes import (ACTIONS, CAPACITY_CAUSES, ORDER, CauseKind, Verdict, reason_kind,
+                             unavailable_nodes)
+from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
-VERDICTS = ("healthy", "resource-bound", "scheduling-bound", "mixed")
-
-# reason (first word of Slurm's pending reason) → cause kind, for reasons capacity cannot fix
-_REASON_KIND = {
-    "Priority": "priority",
-    "Dependency": "dependency", "DependencyNeverSatisfied": "dependency",
-    "BeginTime": "begin-time",
-    "JobHeldUser": "held", "JobHeldAdmin": "held", "launch failed requeued held": "held",
-    "ReqNodeNotAvail": "unavailable-nodes",
-    "PartitionTimeLimit": "job-config", "PartitionConfig": "job-config",
-    "QOSMaxWallDurationPerJobLimit": "job-config", "BadConstraints": "job-config",
-    "PartitionNodeLimit": "job-config", "InvalidQOS": "job-config", "InvalidAccount": "job-config",
-}
-CAPACITY_CAUSES = ("capacity", "no-onprem-fit")
-
-_ACTIONS = {
-    "drained-nodes": "Repair the drained nodes and return them to service "
-                     "(`scontrol update nodename=NODES state=resume`).",
-    "down-nodes": "Bring the down nodes back (check slurmd, network, hardware), then resume them.",
-    "fragmentation": "Right-size requests (fewer GPUs per node, no --exclusive unless needed) or "
-                     "pack small jobs onto fewer nodes (e.g. SelectTypeParameters with "
-                     "CR_Pack_Nodes) so whole nodes free up.",
-    "reserved-capacity": "Give jobs realistic --time limits so backfill can start them in the "
-                         "gaps held for larger jobs; check their CPU/memory requests too.",
-    "idle-allocated": "Right-size GPU requests, share GPUs (MIG or time-slicing) for light jobs, "
-                      "and move tuning/eval/inference off the main training queue.",
-    "half-allocated-gang": "Gang-schedule these jobs (submit them as one job or heterogeneous "
-                           "job), or stop the started part until the rest can run.",
-    "priority": "Free GPUs are kept for higher-priority work: set --time limits so backfill can "
-                "use them, or review fair-share/priority weights.",
-    "limits": "These wait on QOS/association limits: raise the limits or accept the wait; more "
-              "capacity will not start them.",
-    "dependency": "These wait on other jobs (dependencies); more capacity will not start them.",
-    "begin-time": "These are scheduled to start later (--begin); nothing to fix.",
-    "held": "These are held: release them (`scontrol release JOBID`) or cancel them.",
-    "unavailable-nodes": "These require nodes that are unavailable (reserved, drained or down): "
-                         "relax the node list or bring the nodes back.",
-    "job-config": "These can never start as submitted (partition or QOS limits, constraints): "
-                  "fix the request.",
-    "no-onprem-fit": "No on-prem node can hold these: split the job or burst it to a cloud "
-                     "shape that fits.",
-    "capacity": "Burst the capacity-bound jobs to the cloud: interruptible ones to spot, the "
-                "rest on-demand.",
-    "offloadable-work": "Move tuning/eval/inference off the main queue (own partition with MIG or "
-                        "time-sliced GPUs, or burst them): they are short and easy to place.",
-    "not-interruptible": "Add checkpointing and mark these interruptible "
-                         "(comment broker:interruptible=1,checkpoint=MIN) so they can join a "
-                         "preemptible queue or run on spot.",
-    "no-onprem-gpus": "There are no on-prem GPUs: burst, or fix the node inventory.",
-}
-
+K = CauseKind
 
 @dataclass(frozen=True)
 class DiagnoseConfig:
@@ -123,7 +75,7 @@ class DiagnoseConfig:
 
 @dataclass(frozen=True)
 class Cause:
-    kind: str
+    kind: CauseKind
     summary: str
     jobs: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
@@ -138,7 +90,7 @@ class Cause:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    verdict: str
+    verdict: Verdict
     allocation_rate: float
     utilization: float | None
     pending_gpus: int
@@ -149,8 +101,11 @@ class Diagnosis:
     gpus_free: int = 0
     pending_jobs: int = 0
     signals: tuple[str, ...] = ()  # why this verdict, in plain words
+    # every job more capacity would start (CAPACITY_CAUSES), not cut at max_listed: under a
+    # mixed verdict only these may burst
+    capacity_jobs: frozenset[str] = field(default_factory=frozenset, compare=False)
 
-    def cause(self, kind: str) -> Cause | None:
+    def cause(self, kind: CauseKind | str) -> Cause | None:
         return next((c for c in self.causes if c.kind == kind), None)
 
     def to_dict(self) -> dict:
@@ -169,59 +124,8 @@ class Diagnosis:
         }
 
 
+
 # ---------------------------------------------------------------------------------------------
-def reason_kind(reason: str) -> str:
-    """Slurm pending reason → cause kind ("capacity" for Resources, None and the unknown)."""
-    head = (reason or "").split(",")[0].strip()
-    if head in _REASON_KIND:
-        return _REASON_KIND[head]
-    if head.startswith(("QOS", "Assoc", "MaxGRES", "MaxCpu", "MaxNode", "MaxMem")):
-        return "limits"
-    if head in NON_CAPACITY_REASONS:
-        return "job-config"
-    return "capacity"
-
-
-def _unavailable_nodes(reason: str) -> set[str]:
-    """``ReqNodeNotAvail, UnavailableNodes:gpu-[2-3]`` → {gpu-2, gpu-3} (plain names only)."""
-    _, sep, tail = (reason or "").partition("UnavailableNodes:")
-    if not sep:
-        return set()
-    names: set[str] = set()
-    for part in _split_hostlist(tail.strip()):
-        names.update(_expand_simple(part))
-    return names
-
-
-def _split_hostlist(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [p for p in (*out, cur) if p]
-
-
-def _expand_simple(part: str) -> list[str]:
-    """``gpu-[1-3,5]`` → names (one bracket group; enough for reason strings, no I/O library)."""
-    if "[" not in part:
-        return [part]
-    pre, _, rest = part.partition("[")
-    body, _, post = rest.partition("]")
-    names = []
-    for r in body.split(","):
-        lo, _, hi = r.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            width = len(lo)
-            for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{pre}{i:0{width}d}{post}")
-    return names
-
-
 def _eligible(job: PendingJob, node: ClusterNode) -> bool:
     if node.gpus_total <= 0:
         return False
@@ -311,10 +215,32 @@ def _allocated_utilization(nodes: Sequence[ClusterNode], samples: Sequence[GpuSa
 
 
 # ---------------------------------------------------------------------------------------------
-def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (), *,
-             now: float, thresholds: DiagnoseConfig = DiagnoseConfig()) -> Diagnosis:
-    """Tell why ``snapshot``'s queue waits; ``history`` is (time, allocation rate 0..1) samples."""
-    cfg = thresholds
+# the phases of a diagnosis, in order
+@dataclass
+class _Cluster:
+    """The on-prem GPUs as the diagnosis counts them (CLOUD nodes are burst capacity)."""
+
+    onprem: tuple[ClusterNode, ...]
+    total: int
+    allocated: int
+    free: int
+
+    @classmethod
+    def of(cls, snapshot: QueueSnapshot) -> "_Cluster":
+        onprem = tuple(snapshot.onprem_nodes)
+        return cls(onprem, sum(n.gpus_total for n in onprem),
+                   sum(min(n.gpus_allocated, n.gpus_total) for n in onprem),
+                   sum(n.gpus_free for n in onprem))
+
+    @property
+    def rate(self) -> float:
+        return self.allocated / self.total if self.total else 0.0
+
+    def names(self, state: str) -> set[str]:
+        return {n.name for n in self.onprem if n.state == state}
+
+
+def _check_history(history: Sequence[tuple[float, float]]) -> None:
     for i, item in enumerate(history):
         if len(item) != 2:
             raise ValueError(f"history[{i}] must be a (time, allocation_rate) pair")
@@ -322,144 +248,171 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
         if not (isinstance(r, (int, float)) and 0 <= r <= 1 and math.isfinite(float(t))):
             raise ValueError(f"history[{i}]: allocation rate must be within 0..1, got {r!r}")
 
-    onprem = snapshot.onprem_nodes
-    total = sum(n.gpus_total for n in onprem)
-    allocated = sum(min(n.gpus_allocated, n.gpus_total) for n in onprem)
-    rate = allocated / total if total else 0.0
-    gpus_free = sum(n.gpus_free for n in onprem)
-    utilization, node_util = _allocated_utilization(onprem, snapshot.gpu_samples)
 
-    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0),
-                      key=lambda j: (-j.waited_s, j.job_id))
-    free = {n.name: n.gpus_free for n in onprem}
-    whole = {n.name: n.state == "idle" and n.gpus_allocated == 0 for n in onprem}
-    # the same picture with drained/down nodes back in service (their unallocated GPUs free)
-    free_if_up = dict(free)
-    whole_if_up = dict(whole)
-    for n in onprem:
-        if n.state in ("drain", "down"):
-            free_if_up[n.name] = max(0, n.gpus_total - n.gpus_allocated)
-            whole_if_up[n.name] = n.gpus_allocated == 0
+@dataclass
+class _Free:
+    """Free GPUs per node (``whole``: nothing runs there), now and with drained/down nodes back."""
+
+    now: dict[str, int]
+    whole: dict[str, bool]
+    if_up: dict[str, int]
+    whole_if_up: dict[str, bool]
+
+    @classmethod
+    def of(cls, onprem: Sequence[ClusterNode]) -> "_Free":
+        free = {n.name: n.gpus_free for n in onprem}
+        whole = {n.name: n.state == "idle" and n.gpus_allocated == 0 for n in onprem}
+        free_if_up, whole_if_up = dict(free), dict(whole)
+        for n in onprem:
+            if n.state in ("drain", "down"):
+                free_if_up[n.name] = max(0, n.gpus_total - n.gpus_allocated)
+                whole_if_up[n.name] = n.gpus_allocated == 0
+        return cls(free, whole, free_if_up, whole_if_up)
+
+    def claim(self, plan: Sequence[tuple[str, int]], now: bool = True) -> None:
+        """Take the GPUs of ``plan``, so later jobs do not count the same GPUs."""
+        for name, g in plan:
+            if now:
+                self.now[name] -= g
+                self.whole[name] = False
+            self.if_up[name] = max(0, self.if_up[name] - g)
+            self.whole_if_up[name] = False
+
+
+def _attribute(gpu_jobs: Sequence[PendingJob], cluster: _Cluster
+               ) -> dict[CauseKind, list[PendingJob]]:
+    """Explain each waiting GPU job once, longest wait first (see the module doc)."""
+    onprem = cluster.onprem
+    free = _Free.of(onprem)
     empty = {n.name: n.gpus_total for n in onprem}
     all_whole = {n.name: True for n in onprem}
-    down_names = {n.name for n in onprem if n.state == "down"}
-    drain_names = {n.name for n in onprem if n.state == "drain"}
-
-    attributed: dict[str, list[PendingJob]] = {}
-    node_blocked: dict[str, list[str]] = {"drained-nodes": [], "down-nodes": []}
+    down_names, drain_names = cluster.names("down"), cluster.names("drain")
+    out: dict[CauseKind, list[PendingJob]] = {}
     for job in gpu_jobs:
         kind = reason_kind(job.pending_reason)
-        if kind == "unavailable-nodes":
-            names = _unavailable_nodes(job.pending_reason)
+        if kind == K.UNAVAILABLE_NODES:
+            names = unavailable_nodes(job.pending_reason)
             if names & drain_names:
-                node_blocked["drained-nodes"].append(job.job_id)
-                attributed.setdefault("drained-nodes", []).append(job)
-                continue
-            if names & down_names:
-                node_blocked["down-nodes"].append(job.job_id)
-                attributed.setdefault("down-nodes", []).append(job)
-                continue
-        if kind not in ("capacity", "priority"):
-            attributed.setdefault(kind, []).append(job)
+                kind = K.DRAINED_NODES
+            elif names & down_names:
+                kind = K.DOWN_NODES
+        if kind not in (K.CAPACITY, K.PRIORITY):
+            out.setdefault(kind, []).append(job)
             continue
-        plan = _place(job, free, whole, onprem)
+        plan = _place(job, free.now, free.whole, onprem)
         if plan is not None:
-            for name, g in plan:  # claim them, so later jobs do not count the same GPUs
-                free[name] -= g
-                whole[name] = False
-                free_if_up[name] = max(0, free_if_up[name] - g)
-                whole_if_up[name] = False
-            attributed.setdefault("priority" if kind == "priority" else "reserved-capacity",
-                                  []).append(job)
-            continue
-        elig_free = sum(free[n.name] for n in onprem if _eligible(job, n))
-        if elig_free >= job.gpus:
-            attributed.setdefault("fragmentation", []).append(job)
-            continue
-        plan_up = _place(job, free_if_up, whole_if_up, onprem)
-        if plan_up is not None:
-            for name, g in plan_up:
-                free_if_up[name] -= g
-                whole_if_up[name] = False
-            which = "drained-nodes" if any(p[0] in drain_names for p in plan_up) else "down-nodes"
-            node_blocked[which].append(job.job_id)
-            attributed.setdefault(which, []).append(job)
-            continue
-        if _place(job, empty, all_whole, onprem) is None:
-            attributed.setdefault("no-onprem-fit", []).append(job)
-            continue
-        attributed.setdefault("capacity", []).append(job)
+            free.claim(plan)
+            out.setdefault(K.PRIORITY if kind == K.PRIORITY else K.RESERVED_CAPACITY, []).append(job)
+        elif sum(free.now[n.name] for n in onprem if _eligible(job, n)) >= job.gpus:
+            out.setdefault(K.FRAGMENTATION, []).append(job)
+        elif (plan_up := _place(job, free.if_up, free.whole_if_up, onprem)) is not None:
+            free.claim(plan_up, now=False)
+            which = (K.DRAINED_NODES if any(p[0] in drain_names for p in plan_up)
+                     else K.DOWN_NODES)
+            out.setdefault(which, []).append(job)
+        elif _place(job, empty, all_whole, onprem) is None:
+            out.setdefault(K.NO_ONPREM_FIT, []).append(job)
+        else:
+            out.setdefault(K.CAPACITY, []).append(job)
+    return out
 
-    causes: list[Cause] = []
 
-    def add(kind: str, summary: str, jobs: Iterable[str] = (), nodes: Iterable[str] = (),
-            gpus: int = 0) -> None:
-        causes.append(Cause(kind, summary, _names(jobs, cfg), _names(nodes, cfg),
-                            _ACTIONS[kind], gpus))
+class _Causes(list):
+    """The causes found so far; ``add`` names jobs and nodes up to ``max_listed``."""
 
-    def jobs_gpus(kind: str) -> tuple[list[str], int]:
-        js = attributed.get(kind, [])
+    def __init__(self, cfg: DiagnoseConfig, attributed: Mapping[CauseKind, list[PendingJob]]):
+        super().__init__()
+        self.cfg = cfg
+        self.attributed = attributed
+
+    def add(self, kind: CauseKind, summary: str, jobs: Iterable[str] = (),
+            nodes: Iterable[str] = (), gpus: int = 0) -> None:
+        self.append(Cause(kind, summary, _names(jobs, self.cfg), _names(nodes, self.cfg),
+                          ACTIONS[kind], gpus))
+
+    def jobs_gpus(self, kind: CauseKind) -> tuple[list[str], int]:
+        js = self.attributed.get(kind, [])
         return [j.job_id for j in js], sum(j.gpus for j in js)
 
-    # unavailable nodes first: they are facts about the cluster whether or not a job is blocked
-    for kind, state, word in (("drained-nodes", "drain", "drained"), ("down-nodes", "down", "down")):
-        bad = [n for n in onprem if n.state == state and n.gpus_total > 0]
+
+def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
+    """Drained and down nodes: facts about the cluster whether or not a job is blocked."""
+    for kind, state, word in ((K.DRAINED_NODES, "drain", "drained"),
+                              (K.DOWN_NODES, "down", "down")):
+        bad = [n for n in cluster.onprem if n.state == state and n.gpus_total > 0]
         if not bad:
             continue
         lost = sum(max(0, n.gpus_total - n.gpus_allocated) for n in bad)
         reasons = "; ".join(f"{n.name}: {n.reason}" for n in bad if n.reason)
-        jobs, jg = jobs_gpus(kind)
+        jobs, jg = causes.jobs_gpus(kind)
         summary = (f"{_plural(len(bad), 'node')} {word} with {_plural(lost, 'GPU')} out of service"
                    + (f" ({reasons})" if reasons else "")
                    + (f"; {_plural(len(jobs), 'waiting job')} ({jg} GPUs) would run with them"
                       if jobs else ""))
-        add(kind, summary, jobs, [n.name for n in bad], lost)
+        causes.add(kind, summary, jobs, [n.name for n in bad], lost)
 
-    if "fragmentation" in attributed:
-        js = attributed["fragmentation"]
-        excl = [j for j in js if j.exclusive]
-        frag_nodes = [n.name for n in onprem if n.gpus_free > 0]
-        kinds = []
-        if excl:
-            kinds.append(f"{_plural(len(excl), 'whole-node (--exclusive) request')}")
-        if len(js) > len(excl):
-            kinds.append(f"{_plural(len(js) - len(excl), 'multi-GPU request')}")
-        add("fragmentation",
-            f"{' and '.join(kinds)} ({sum(j.gpus for j in js)} GPUs) wait while "
-            f"{gpus_free} GPUs are free, scattered over {_plural(len(frag_nodes), 'node')} "
-            "none of which can hold them alone",
-            [j.job_id for j in js], frag_nodes, sum(j.gpus for j in js))
 
-    for kind, text in (
-            ("reserved-capacity", "waiting although free GPUs would hold them (kept for larger "
-                                  "or higher-priority jobs, or the nodes' CPUs/memory are taken)"),
-            ("priority", "waiting behind higher-priority jobs although free GPUs would hold them"),
-            ("limits", "waiting on QOS/association limits"),
-            ("dependency", "waiting on other jobs (dependencies)"),
-            ("begin-time", "not to start yet (begin time)"),
-            ("held", "held"),
-            ("unavailable-nodes", "requiring nodes that are not available"),
-            ("job-config", "unable to start as submitted"),
-            ("no-onprem-fit", "larger than any on-prem node can hold"),
-            ("capacity", "waiting for GPUs: every GPU that could hold them is allocated")):
-        jobs, g = jobs_gpus(kind)
+def _fragmentation_cause(causes: _Causes, cluster: _Cluster) -> None:
+    js = causes.attributed.get(K.FRAGMENTATION)
+    if not js:
+        return
+    excl = [j for j in js if j.exclusive]
+    frag_nodes = [n.name for n in cluster.onprem if n.gpus_free > 0]
+    kinds = []
+    if excl:
+        kinds.append(f"{_plural(len(excl), 'whole-node (--exclusive) request')}")
+    if len(js) > len(excl):
+        kinds.append(f"{_plural(len(js) - len(excl), 'multi-GPU request')}")
+    causes.add(K.FRAGMENTATION,
+               f"{' and '.join(kinds)} ({sum(j.gpus for j in js)} GPUs) wait while "
+               f"{cluster.free} GPUs are free, scattered over {_plural(len(frag_nodes), 'node')} "
+               "none of which can hold them alone",
+               [j.job_id for j in js], frag_nodes, sum(j.gpus for j in js))
+
+
+_WAITING = (
+    (K.RESERVED_CAPACITY, "waiting although free GPUs would hold them (kept for larger "
+                          "or higher-priority jobs, or the nodes' CPUs/memory are taken)"),
+    (K.PRIORITY, "waiting behind higher-priority jobs although free GPUs would hold them"),
+    (K.LIMITS, "waiting on QOS/association limits"),
+    (K.DEPENDENCY, "waiting on other jobs (dependencies)"),
+    (K.BEGIN_TIME, "not to start yet (begin time)"),
+    (K.HELD, "held"),
+    (K.UNAVAILABLE_NODES, "requiring nodes that are not available"),
+    (K.JOB_CONFIG, "unable to start as submitted"),
+    (K.NO_ONPREM_FIT, "larger than any on-prem node can hold"),
+    (K.CAPACITY, "waiting for GPUs: every GPU that could hold them is allocated"),
+)
+
+
+def _waiting_causes(causes: _Causes) -> None:
+    for kind, text in _WAITING:
+        jobs, g = causes.jobs_gpus(kind)
         if jobs:
-            add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}", jobs, (), g)
+            causes.add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}", jobs, (), g)
 
-    # allocated but idle
-    idle_nodes = [n for n in onprem
+
+def _idle_cause(causes: _Causes, cluster: _Cluster, snapshot: QueueSnapshot,
+                node_util: Mapping[str, float]) -> int:
+    """Allocated GPUs that run idle; returns how many."""
+    cfg = causes.cfg
+    idle_nodes = [n for n in cluster.onprem
                   if n.name in node_util and node_util[n.name] < cfg.idle_utilization_pct]
+    if not idle_nodes:
+        return 0
     idle_gpus = sum(n.gpus_allocated for n in idle_nodes)
-    if idle_nodes:
-        names = {n.name for n in idle_nodes}
-        jobs = [r.job_id for r in snapshot.running if r.gpus > 0 and set(r.nodes) & names]
-        detail = ", ".join(f"{n.name} {node_util[n.name]:.0f} %" for n in idle_nodes)
-        add("idle-allocated",
-            f"{_plural(idle_gpus, 'allocated GPU')} on {_plural(len(idle_nodes), 'node')} "
-            f"run under {cfg.idle_utilization_pct:.0f} % utilisation ({detail})",
-            jobs, [n.name for n in idle_nodes], idle_gpus)
+    names = {n.name for n in idle_nodes}
+    jobs = [r.job_id for r in snapshot.running if r.gpus > 0 and set(r.nodes) & names]
+    detail = ", ".join(f"{n.name} {node_util[n.name]:.0f} %" for n in idle_nodes)
+    causes.add(K.IDLE_ALLOCATED,
+               f"{_plural(idle_gpus, 'allocated GPU')} on {_plural(len(idle_nodes), 'node')} "
+               f"run under {cfg.idle_utilization_pct:.0f} % utilisation ({detail})",
+               jobs, [n.name for n in idle_nodes], idle_gpus)
+    return idle_gpus
 
-    # half-allocated gangs
+
+def _gang_causes(causes: _Causes, snapshot: QueueSnapshot) -> int:
+    """Gangs with some members running and others waiting; returns the GPUs they hold."""
     running_by_id = {r.job_id: r for r in snapshot.running}
     pending_ids = {j.job_id for j in snapshot.pending}
     held_gpus = 0
@@ -470,119 +423,162 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
             g = sum(running_by_id[m].gpus for m in run)
             held_gpus += g
             nodes = [n for m in run for n in running_by_id[m].nodes]
-            add("half-allocated-gang",
-                f"gang {gang}: {_plural(len(run), 'member')} run holding {_plural(g, 'GPU')} "
-                f"while {_plural(len(wait), 'member')} wait",
-                run + wait, nodes, g)
+            causes.add(K.HALF_ALLOCATED_GANG,
+                       f"gang {gang}: {_plural(len(run), 'member')} run holding {_plural(g, 'GPU')} "
+                       f"while {_plural(len(wait), 'member')} wait",
+                       run + wait, nodes, g)
+    return held_gpus
 
-    # ---------------------------------------------------------------- verdict
-    waiting_gpus = sum(j.gpus for j in gpu_jobs)
-    cap_gpus = sum(j.gpus for k in CAPACITY_CAUSES for j in attributed.get(k, []))
-    sched_gpus = waiting_gpus - cap_gpus
-    oldest = max((j.waited_s for j in gpu_jobs), default=0)
+
+@dataclass
+class _Tally:
+    """The numbers the verdict is read from."""
+
+    waiting_gpus: int
+    cap_gpus: int
+    oldest_s: int
+    waste: int  # allocated GPUs idle or held by half-started gangs
+    gpu_jobs: int
+
+    @property
+    def sched_gpus(self) -> int:
+        return self.waiting_gpus - self.cap_gpus
+
+
+def _verdict(t: _Tally, cluster: _Cluster, persist_low: bool, history: bool,
+             cfg: DiagnoseConfig) -> tuple[Verdict, list[str]]:
+    """The verdict and the signals that gave it (the field rule of the module doc)."""
+    total, rate = cluster.total, cluster.rate
     queue_floor = max(cfg.min_queue_gpus, cfg.queue_gpu_fraction * total)
-    long_queue = bool(gpu_jobs) and (waiting_gpus >= queue_floor or oldest >= cfg.long_wait_s)
-    persist_low = _persistent(history, rate, now, cfg, cfg.low_allocation)
-    waste = idle_gpus + held_gpus
+    if not (t.gpu_jobs and (t.waiting_gpus >= queue_floor or t.oldest_s >= cfg.long_wait_s)):
+        return Verdict.HEALTHY, [
+            f"{_plural(t.gpu_jobs, 'GPU job')} ({t.waiting_gpus} GPUs) wait, "
+            f"under the long-queue mark of {math.ceil(queue_floor)} GPUs"
+            + (f", longest {t.oldest_s // 60} min" if t.gpu_jobs else "")]
+    if total == 0:
+        return Verdict.RESOURCE_BOUND, [f"{t.waiting_gpus} GPUs wait and there are no on-prem GPUs"]
     signals: list[str] = []
-
-    if not long_queue:
-        verdict = "healthy"
-        signals.append(f"{_plural(len(gpu_jobs), 'GPU job')} ({waiting_gpus} GPUs) wait, "
-                       f"under the long-queue mark of {math.ceil(queue_floor)} GPUs"
-                       + (f", longest {oldest // 60} min" if gpu_jobs else ""))
-    elif total == 0:
-        verdict = "resource-bound"
-        signals.append(f"{waiting_gpus} GPUs wait and there are no on-prem GPUs")
-        add("no-onprem-gpus", "no on-prem node has GPUs", [j.job_id for j in gpu_jobs], (),
-            waiting_gpus)
+    resource = rate >= cfg.high_allocation and t.cap_gpus > 0
+    sched_share = t.sched_gpus > 0 and t.sched_gpus >= cfg.scheduling_share * t.waiting_gpus
+    wasteful = t.waste >= max(1.0, cfg.queue_gpu_fraction * total)
+    if resource:
+        signals.append(f"allocation {rate:.0%} >= {cfg.high_allocation:.0%} and "
+                       f"{_plural(t.cap_gpus, 'GPU')} of demand wait for capacity")
+    if persist_low:
+        signals.append(f"allocation {rate:.0%} " + ("persistently " if history else "")
+                       + f"under {cfg.low_allocation:.0%} with {t.waiting_gpus} GPUs waiting")
+    if sched_share:
+        signals.append(f"{t.sched_gpus} of {t.waiting_gpus} waiting GPUs are held up by "
+                       "scheduling, not capacity")
+    if wasteful:
+        signals.append(f"{_plural(t.waste, 'allocated GPU')} idle or held by half-started gangs")
+    scheduling = persist_low or sched_share or wasteful
+    if resource and scheduling:
+        return Verdict.MIXED, signals
+    if resource:
+        return Verdict.RESOURCE_BOUND, signals
+    if scheduling:
+        return Verdict.SCHEDULING_BOUND, signals
+    # allocation between the marks: the waiting GPUs tell
+    if min(t.cap_gpus, t.sched_gpus) >= 0.25 * t.waiting_gpus:
+        verdict = Verdict.MIXED
     else:
-        resource = rate >= cfg.high_allocation and cap_gpus > 0
-        scheduling = (persist_low
-                      or (sched_gpus > 0 and sched_gpus >= cfg.scheduling_share * waiting_gpus)
-                      or waste >= max(1.0, cfg.queue_gpu_fraction * total))
-        if resource:
-            signals.append(f"allocation {rate:.0%} >= {cfg.high_allocation:.0%} and "
-                           f"{_plural(cap_gpus, 'GPU')} of demand wait for capacity")
-        if persist_low:
-            signals.append(f"allocation {rate:.0%} "
-                           + ("persistently " if history else "")
-                           + f"under {cfg.low_allocation:.0%} with {waiting_gpus} GPUs waiting")
-        if sched_gpus > 0 and sched_gpus >= cfg.scheduling_share * waiting_gpus:
-            signals.append(f"{sched_gpus} of {waiting_gpus} waiting GPUs are held up by "
-                           "scheduling, not capacity")
-        if waste >= max(1.0, cfg.queue_gpu_fraction * total):
-            signals.append(f"{_plural(waste, 'allocated GPU')} idle or held by half-started gangs")
-        if resource and scheduling:
-            verdict = "mixed"
-        elif resource:
-            verdict = "resource-bound"
-        elif scheduling:
-            verdict = "scheduling-bound"
-        else:
-            # allocation between the marks: the waiting GPUs tell
-            if min(cap_gpus, sched_gpus) >= 0.25 * waiting_gpus:
-                verdict = "mixed"
-            else:
-                verdict = "resource-bound" if cap_gpus >= sched_gpus else "scheduling-bound"
-            signals.append(f"allocation {rate:.0%} is between {cfg.low_allocation:.0%} and "
-                           f"{cfg.high_allocation:.0%}; {cap_gpus} waiting GPUs need capacity, "
-                           f"{sched_gpus} wait on scheduling")
+        verdict = (Verdict.RESOURCE_BOUND if t.cap_gpus >= t.sched_gpus
+                   else Verdict.SCHEDULING_BOUND)
+    signals.append(f"allocation {rate:.0%} is between {cfg.low_allocation:.0%} and "
+                   f"{cfg.high_allocation:.0%}; {t.cap_gpus} waiting GPUs need capacity, "
+                   f"{t.sched_gpus} wait on scheduling")
+    return verdict, signals
 
-    # work that should not be on the main queue / could be interruptible
-    if verdict in ("resource-bound", "mixed"):
-        cap_jobs = [j for k in CAPACITY_CAUSES for j in attributed.get(k, [])]
-        light = [j for j in cap_jobs if j.kind in ("tuning", "eval", "inference")]
-        if light:
-            add("offloadable-work",
-                f"{_plural(len(light), 'tuning/eval/inference job')} "
-                f"({_plural(sum(j.gpus for j in light), 'GPU')}) in the training queue "
-                "waiting for capacity",
-                [j.job_id for j in light], (), sum(j.gpus for j in light))
-        stuck = [j for j in cap_jobs if j.kind == "training" and not j.interruptible]
-        if stuck:
-            add("not-interruptible",
-                f"{_plural(len(stuck), 'training job')} "
-                f"({_plural(sum(j.gpus for j in stuck), 'GPU')}) waiting for capacity "
-                "cannot be preempted or run on spot (no interruptible/checkpoint hint)",
-                [j.job_id for j in stuck], (), sum(j.gpus for j in stuck))
 
-    capacity_first = ("capacity", "no-onprem-fit", "no-onprem-gpus", "offloadable-work",
-                      "not-interruptible")
-    fixable = ("drained-nodes", "down-nodes", "fragmentation", "idle-allocated",
-               "half-allocated-gang", "reserved-capacity", "priority", "unavailable-nodes",
-               "limits", "job-config")
-    informational = ("dependency", "held", "begin-time")
-    order = {"resource-bound": capacity_first + fixable + informational,
-             "mixed": fixable[:5] + capacity_first + fixable[5:] + informational,
-             }.get(verdict, fixable + capacity_first + informational)
+def _work_causes(causes: _Causes) -> None:
+    """Capacity-bound work that should not be on the main queue, or could be interruptible."""
+    cap_jobs = [j for k in CAPACITY_CAUSES for j in causes.attributed.get(k, [])]
+    light = [j for j in cap_jobs if j.kind in ("tuning", "eval", "inference")]
+    if light:
+        causes.add(K.OFFLOADABLE_WORK,
+                   f"{_plural(len(light), 'tuning/eval/inference job')} "
+                   f"({_plural(sum(j.gpus for j in light), 'GPU')}) in the training queue "
+                   "waiting for capacity",
+                   [j.job_id for j in light], (), sum(j.gpus for j in light))
+    stuck = [j for j in cap_jobs if j.kind == "training" and not j.interruptible]
+    if stuck:
+        causes.add(K.NOT_INTERRUPTIBLE,
+                   f"{_plural(len(stuck), 'training job')} "
+                   f"({_plural(sum(j.gpus for j in stuck), 'GPU')}) waiting for capacity "
+                   "cannot be preempted or run on spot (no interruptible/checkpoint hint)",
+                   [j.job_id for j in stuck], (), sum(j.gpus for j in stuck))
+
+
+_HEALTHY_WORTH_SAYING = (K.DRAINED_NODES, K.DOWN_NODES, K.IDLE_ALLOCATED, K.HALF_ALLOCATED_GANG)
+
+
+def _rank(causes: Sequence[Cause], verdict: Verdict, t: _Tally, cfg: DiagnoseConfig
+          ) -> tuple[tuple[Cause, ...], tuple[str, ...]]:
+    """The causes in the order that matters under ``verdict``, and the actions to take."""
+    order = ORDER[verdict]
     ranked = sorted(causes, key=lambda c: (order.index(c.kind) if c.kind in order else len(order),
                                            -c.gpus))
     actions: list[str] = []
-    if verdict == "healthy":
+    if verdict == Verdict.HEALTHY:
         actions.append("Nothing to do now: the queue is short.")
-    elif verdict == "scheduling-bound":
-        if sched_gpus >= cfg.scheduling_share * waiting_gpus:
+    elif verdict == Verdict.SCHEDULING_BOUND:
+        if t.sched_gpus >= cfg.scheduling_share * t.waiting_gpus:
             actions.append("Fix scheduling before buying capacity: bursting would not start "
                            "most of the waiting GPUs.")
         else:
             actions.append("Use the GPUs already there before buying more: allocation is low "
                            "while the queue is long.")
     for c in ranked:
-        if verdict == "healthy" and c.kind not in ("drained-nodes", "down-nodes", "idle-allocated",
-                                                   "half-allocated-gang"):
+        if verdict == Verdict.HEALTHY and c.kind not in _HEALTHY_WORTH_SAYING:
             continue
-        if c.kind in CAPACITY_CAUSES and verdict == "scheduling-bound":
+        if c.kind in CAPACITY_CAUSES and verdict == Verdict.SCHEDULING_BOUND:
             continue
         if c.action not in actions:
             actions.append(c.action)
+    return tuple(ranked), tuple(actions)
+
+
+# ---------------------------------------------------------------------------------------------
+def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (), *,
+             now: float, thresholds: DiagnoseConfig = DiagnoseConfig()) -> Diagnosis:
+    """Tell why ``snapshot``'s queue waits; ``history`` is (time, allocation rate 0..1) samples."""
+    cfg = thresholds
+    _check_history(history)
+    cluster = _Cluster.of(snapshot)
+    utilization, node_util = _allocated_utilization(cluster.onprem, snapshot.gpu_samples)
+    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0),
+                      key=lambda j: (-j.waited_s, j.job_id))
+    attributed = _attribute(gpu_jobs, cluster)
+
+    causes = _Causes(cfg, attributed)
+    _node_causes(causes, cluster)
+    _fragmentation_cause(causes, cluster)
+    _waiting_causes(causes)
+    idle_gpus = _idle_cause(causes, cluster, snapshot, node_util)
+    held_gpus = _gang_causes(causes, snapshot)
+
+    capacity_jobs = [j for k in CAPACITY_CAUSES for j in attributed.get(k, [])]
+    tally = _Tally(waiting_gpus=sum(j.gpus for j in gpu_jobs),
+                   cap_gpus=sum(j.gpus for j in capacity_jobs),
+                   oldest_s=max((j.waited_s for j in gpu_jobs), default=0),
+                   waste=idle_gpus + held_gpus, gpu_jobs=len(gpu_jobs))
+    persist_low = _persistent(history, cluster.rate, now, cfg, cfg.low_allocation)
+    verdict, signals = _verdict(tally, cluster, persist_low, bool(history), cfg)
+    if verdict != Verdict.HEALTHY and cluster.total == 0:
+        causes.add(K.NO_ONPREM_GPUS, "no on-prem node has GPUs", [j.job_id for j in gpu_jobs],
+                   (), tally.waiting_gpus)
+    if verdict in (Verdict.RESOURCE_BOUND, Verdict.MIXED):
+        _work_causes(causes)
+    ranked, actions = _rank(causes, verdict, tally, cfg)
     return Diagnosis(
-        verdict=verdict, allocation_rate=rate, utilization=utilization,
-        pending_gpus=snapshot.pending_gpus, causes=tuple(ranked), actions=tuple(actions),
-        gpus_total=total, gpus_allocated=allocated, gpus_free=gpus_free,
+        verdict=verdict, allocation_rate=cluster.rate, utilization=utilization,
+        pending_gpus=snapshot.pending_gpus, causes=ranked, actions=actions,
+        gpus_total=cluster.total, gpus_allocated=cluster.allocated, gpus_free=cluster.free,
         pending_jobs=len(snapshot.pending), signals=tuple(signals),
+        capacity_jobs=frozenset(j.job_id for j in capacity_jobs),
     )
 
 
-__all__ = ["CAPACITY_CAUSES", "VERDICTS", "Cause", "DiagnoseConfig", "Diagnosis", "diagnose",
-           "reason_kind"]
+__all__ = ["CAPACITY_CAUSES", "Cause", "CauseKind", "DiagnoseConfig", "Diagnosis", "Verdict",
+           "diagnose", "reason_kind"]

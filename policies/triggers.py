@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from policies.causes import Verdict
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
 
-VERDICTS = ("resource-bound", "scheduling-bound", "mixed", "healthy")
 BURST, HOLD, SCALE_IN = "burst", "hold", "scale_in"
 
 
@@ -64,7 +64,7 @@ class TriggerConfig:
     wait_runtime_ratio: float = 0.5
     threshold_trigger: bool = True
     wait_trigger: bool = True
-    burst_verdicts: tuple[str, ...] = ("resource-bound",)
+    burst_verdicts: tuple[Verdict, ...] = (Verdict.RESOURCE_BOUND,)
     order: str = "ranked"
     selection: SelectionConfig = field(default_factory=SelectionConfig)
 
@@ -78,9 +78,8 @@ class TriggerConfig:
             raise ValueError("max_gpus_in_flight must be >= 0 and max_burst_gpus_per_hour > 0")
         if self.order not in ("ranked", "fifo"):
             raise ValueError(f"order must be 'ranked' or 'fifo', got {self.order!r}")
-        bad = [v for v in self.burst_verdicts if v not in VERDICTS]
-        if bad:
-            raise ValueError(f"unknown verdict(s) {', '.join(bad)}; known: {', '.join(VERDICTS)}")
+        object.__setattr__(self, "burst_verdicts",
+                           tuple(Verdict.parse(v) for v in self.burst_verdicts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +123,7 @@ class Decision:
         return tuple(c.job.job_id for c in self.jobs)
 
 
-def allocation_verdict(s: Signals, busy_share: float = 0.9) -> str:
+def allocation_verdict(s: Signals, busy_share: float = 0.9) -> Verdict:
     """A diagnosis from allocation alone, for when no full :mod:`policies.diagnose` is at hand.
 
     healthy: nothing pending; resource-bound: GPUs pending and at least ``busy_share`` of the
@@ -132,12 +131,12 @@ def allocation_verdict(s: Signals, busy_share: float = 0.9) -> str:
     (whole-node requests on a fragmented cluster, limits); mixed: in between.
     """
     if s.pending_gpus <= 0:
-        return "healthy"
+        return Verdict.HEALTHY
     if s.gpus_total <= 0 or s.gpus_allocated >= busy_share * s.gpus_total:
-        return "resource-bound"
+        return Verdict.RESOURCE_BOUND
     if s.gpus_total - s.gpus_allocated >= s.pending_gpus:
-        return "scheduling-bound"
-    return "mixed"
+        return Verdict.SCHEDULING_BOUND
+    return Verdict.MIXED
 
 
 def _refill(cfg: TriggerConfig, state: TriggerState, now: float) -> float:
@@ -158,12 +157,11 @@ def evaluate(
     now: float,
     signals: Signals,
     candidates: Sequence[Candidate],
-    verdict: str = "resource-bound",
+    verdict: Verdict | str = Verdict.RESOURCE_BOUND,
 ) -> tuple[Decision, TriggerState]:
     """Decide what to do now. ``candidates`` are the pending jobs the caller may burst, each
     with a predicted wait; order them oldest first (the "fifo" order relies on it)."""
-    if verdict not in VERDICTS:
-        raise ValueError(f"unknown verdict {verdict!r}; known: {', '.join(VERDICTS)}")
+    verdict = Verdict.parse(verdict)
     above = signals.pending_gpus > cfg.pending_gpus_threshold
     above_since = (state.above_since if state.above_since is not None else now) if above else None
     tokens = _refill(cfg, state, now)

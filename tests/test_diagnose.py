@@ -406,3 +406,25 @@ def test_cli_live_slurm_unreachable(tmp_path):
     r = cli("--squeue-bin", str(fake), "--sinfo-bin", str(fake), "--scontrol-bin", str(fake))
     assert r.exit_code == 1
     assert "Unable to contact slurm controller" in r.stderr
+
+
+# ----------------------------------------------------------------------------- one vocabulary
+def test_verdicts_and_cause_kinds_are_one_vocabulary_used_everywhere():
+    from broker import convert
+    from broker.v1 import broker_pb2 as pb
+    from policies.causes import ACTIONS, ORDER, CauseKind, Verdict
+    from policies.triggers import TriggerConfig
+
+    assert set(ACTIONS) == set(CauseKind)  # every kind has its action
+    for verdict in Verdict:
+        assert set(ORDER[verdict]) == set(CauseKind), verdict
+    assert set(convert.VERDICT_TO_PB) == set(Verdict)
+    assert {pb.Verdict.Name(v) for v in convert.VERDICT_TO_PB.values()} == {
+        n for n in pb.Verdict.keys() if n != "VERDICT_UNSPECIFIED"}
+    assert TriggerConfig(burst_verdicts=("mixed",)).burst_verdicts == (Verdict.MIXED,)
+    with pytest.raises(ValueError, match="known: healthy, resource-bound, scheduling-bound, mixed"):
+        Verdict.parse("busy")
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    d = diagnose(snap(nodes, [job("p1", 2, waited_s=3600)]), now=NOW)
+    assert d.verdict is Verdict.RESOURCE_BOUND and d.causes[0].kind is CauseKind.CAPACITY
+    assert json.loads(json.dumps(d.to_dict()))["causes"][0]["kind"] == "capacity"
