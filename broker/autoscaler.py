@@ -91,6 +91,7 @@ class SourceState:
     history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
     last_hold: str = ""
     last_failure: str = ""
+    last_taken_at: float = 0.0  # the newest snapshot decided on
     burst_jobs: set[str] = field(default_factory=set)
 
 
@@ -112,7 +113,9 @@ class Autoscaler:
 
     # -- inputs ----------------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
-        """One pass over every watched source (the serve loop calls this every interval_s)."""
+        """One pass over every watched source, and over the snapshots any replica accepted from
+        ReportQueue since the last decision on them (the leader's serve loop calls this every
+        interval_s)."""
         out = []
         now = self.clock()
         for name, watcher in self.watchers.items():
@@ -122,6 +125,22 @@ class Autoscaler:
                 log.warning("snapshot_failed", source=name, error=str(e))
                 continue
             out.append(self.on_snapshot(snap)[1])
+        out.extend(self.on_pushed(now))
+        return out
+
+    def on_pushed(self, now: float) -> list[Decision]:
+        """Decide on pushed snapshots not yet decided on. Only fresh ones count (taken within
+        three intervals): a new leader does not act on a queue reported long ago."""
+        from broker.watchers.snapshot_json import snapshot_from_dict
+
+        out = []
+        for source, taken_at, doc in self.svc.store.snapshots_since(now - 3 * self.interval_s):
+            if source in self.watchers:
+                continue
+            st = self.sources.get(source)
+            if st is not None and taken_at <= st.last_taken_at:
+                continue
+            out.append(self.on_snapshot(snapshot_from_dict(doc))[1])
         return out
 
     def on_snapshot(self, snap: QueueSnapshot) -> tuple[Diagnosis, Decision]:
@@ -132,6 +151,7 @@ class Autoscaler:
         source = snap.source or "default"
         with self._lock:
             st = self.sources.setdefault(source, SourceState())
+            st.last_taken_at = max(st.last_taken_at, snap.taken_at)
             self.svc.store.save_snapshot(source, snap.taken_at, snapshot_to_dict(snap))
             diag = self.diagnose(snap, st, now)
             if snap.gpus_total:
@@ -170,6 +190,8 @@ class Autoscaler:
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(self, source: str, d: Decision, st: SourceState, now: float) -> None:
+        """Carry out a decision. Only the leader acts: ``svc.fence()`` before every step raises
+        NotLeader on a replica that does not (or no longer) lead."""
         store = self.svc.store
         if d.action == BURST:
             target = self.targets.get(source)
@@ -177,6 +199,7 @@ class Autoscaler:
                 st.burst_jobs.add(c.job.job_id)
             if target is not None:
                 ids = [c.job.job_id for c in d.jobs]
+                self.svc.fence()
                 try:
                     target.allow_burst(ids)
                     store.record_decision(new_id("d"), now, "burst", d.reason, ids,
@@ -190,10 +213,12 @@ class Autoscaler:
                         store.record_decision(new_id("d"), now, "burst_failed", why, ids, data={"source": source})
             else:
                 for c in d.jobs:
+                    self.svc.fence()
                     self._launch_for(source, c.job, d, now)
             st.last_hold = ""
         if d.scale_in:
             for lease_id in d.scale_in:
+                self.svc.fence()
                 try:
                     self.svc.lifecycle.release(lease_id, "scale-in: idle cloud capacity")
                 except LeaseError:

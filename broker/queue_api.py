@@ -53,16 +53,32 @@ def report_queue(svc, request: pb.ReportQueueRequest, context) -> pb.ReportQueue
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot is required.")
     snap = _snapshot(svc, request.snapshot, context)
     out = pb.ReportQueueResponse()
-    if svc.autoscaler is not None:
-        diag, decision = svc.autoscaler.on_snapshot(snap)
+    decision = None
+    if svc.autoscaler is not None and svc.is_leader():
+        from broker.leader import NotLeader
+
+        try:
+            diag, decision = svc.autoscaler.on_snapshot(snap)
+        except NotLeader:  # leadership lapsed under the decision: the new leader takes it up
+            decision = None
+    if decision is not None:
         d = out.decisions.add(action=decision.action, reason=decision.reason, job_ids=list(decision.job_ids))
-        d.at.CopyFrom(convert.ts(svc.clock()))
     else:
+        # Every replica accepts the report; only the leader decides, from the store.
         from broker.watchers.snapshot_json import snapshot_to_dict
         from policies.diagnose import diagnose
 
         svc.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
-        diag = diagnose(snap, now=svc.clock())
+        if svc.autoscaler is not None:
+            diag = svc.autoscaler.diagnose(snap)
+            d = out.decisions.add(action="deferred", reason=(
+                "accepted by a replica that does not lead; the leader decides on it within "
+                f"{svc.autoscaler.interval_s:g} s (see ListDecisions)"))
+        else:
+            diag = diagnose(snap, now=svc.clock())
+            d = None
+    if d is not None:
+        d.at.CopyFrom(convert.ts(svc.clock()))
     out.diagnosis.CopyFrom(diagnosis_to_pb(diag))
     return out
 

@@ -41,7 +41,11 @@ class Service:
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=float(config.reconciler["orphan_grace_s"]),
                                      clock=clock)
         self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
+        from broker.leader import settings_from
         from broker.telemetry import Metrics
+
+        self.leader_ttl_s, self.leader_renew_s = settings_from(config.section("leader"))
+        self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog)
         self._derived = DerivedCache()  # launch targets and top-N slices of cached quote results
@@ -97,16 +101,37 @@ class Service:
         """Run the reconciler (and the autoscaler) on the leader replica only."""
         from broker.leader import Leadership
 
-        self.leadership = Leadership(self.store)
+        self.leadership = Leadership(self.store, ttl_s=self.leader_ttl_s, renew_s=self.leader_renew_s,
+                                     on_change=self.metrics.set_leader).start()
         interval = float(self.config.reconciler["interval_s"])
         self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
         if self.autoscaler is not None:
             self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                             self._leading(self.autoscaler.tick)))
 
+    def is_leader(self) -> bool:
+        """Whether this replica decides (reconciles, scales). A service that runs no background
+        loops (in-process use, one-shot commands) has no peers and decides for itself."""
+        return self.leadership is None or self.leadership.is_leader()
+
+    def fence(self) -> None:
+        """Raise :class:`broker.leader.NotLeader` unless this replica still leads in its term;
+        the reconciler and the autoscaler call it before every side-effecting step."""
+        if self.leadership is not None:
+            self.leadership.fence()
+
     def _leading(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        from broker.leader import NotLeader
+
         def run():
-            return fn() if self.leadership.is_leader() else None
+            if not self.is_leader():
+                return None
+            try:
+                self.fence()
+                return fn()
+            except NotLeader as e:  # lost leadership during the pass: the new leader carries on
+                log.warning("pass_abandoned", reason=str(e))
+                return None
         return run
 
     def _loop(self, name: str, interval: float, fn: Callable[[], Any]) -> threading.Thread:

@@ -428,6 +428,13 @@ class Store:
                 s.add(r)
             s.commit()
 
+    def snapshots_since(self, taken_after: float) -> list[tuple[str, float, dict]]:
+        """(source, taken_at, body) of every source's latest snapshot taken after ``taken_after``."""
+        with Session(self.engine) as s:
+            rows = s.exec(select(SnapshotRecord).where(SnapshotRecord.taken_at > taken_after)
+                          .order_by(SnapshotRecord.taken_at)).all()
+            return [(r.source, r.taken_at, json.loads(r.body)) for r in rows]
+
     def latest_snapshot(self, source: str = "") -> dict | None:
         with Session(self.engine) as s:
             q = select(SnapshotRecord)

@@ -71,7 +71,7 @@ def _uncaught(exc_type, exc, tb) -> None:
 
 class Metrics:
     def __init__(self, store, catalog) -> None:
-        from prometheus_client import CollectorRegistry, Histogram
+        from prometheus_client import CollectorRegistry, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.rpc = Histogram("broker_rpc_duration_seconds", "gRPC handling time", ["method", "code"],
@@ -79,8 +79,13 @@ class Metrics:
                              buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
         self.loop = Histogram("broker_loop_duration_seconds", "Reconciler / autoscaler pass time", ["loop"],
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.leader = Gauge("broker_leader", "1 while this replica leads (runs the reconciler and the "
+                            "autoscaler), else 0", registry=self.registry)
         self.registry.register(StoreCollector(store, catalog))
         self._server = None
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
 
     def serve(self, listen: str) -> int:
         """Expose /metrics on ``listen`` (host:port); returns the bound port."""

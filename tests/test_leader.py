@@ -1,30 +1,146 @@
-"""Leader election on PostgreSQL: one leader among replicas; leadership moves when it leaves."""
+"""Leader election on PostgreSQL: one leader among replicas, a lease with a renewal deadline, a
+fencing term checked before every step, and takeover within 15 s of a leader frozen or killed."""
 from __future__ import annotations
 
-from broker.leader import Leadership
+import os
+import signal
+import time
+import urllib.request
+
+import pytest
+import tomli_w
+
+from broker.errors import Unavailable
+from broker.leader import Leadership, NotLeader, settings_from
 from broker.store import Store
+from tests.clouds.three import ServeProcess, _free_port
+from tests.lease_kit import wait_until
 from tests.stores import pg_url_or_skip
 
 
-def test_one_leader_and_failover(tmp_path):
+@pytest.fixture
+def pg():
     gen = pg_url_or_skip()
-    url = next(gen)
-    a, b = Store(url), Store(url)  # two replicas; the second also races schema creation safely
+    yield next(gen)
+    next(gen, None)
+
+
+def test_one_leader_and_failover(pg):
+    a, b = Store(pg), Store(pg)  # two replicas; the second also races schema creation safely
     try:
         la, lb = Leadership(a), Leadership(b)
-        assert la.is_leader() is True
-        assert lb.is_leader() is False
-        assert la.is_leader() is True  # stays leader while connected
-        la.release()
-        assert lb.is_leader() is True
-        assert la.is_leader() is False
+        assert la.beat() is True and la.is_leader()
+        assert lb.beat() is False and not lb.is_leader()
+        assert la.beat() is True and la.fence() == la.term  # renewing keeps the term
+        la.release()  # a graceful stop hands over at once
+        assert lb.beat() is True and lb.term == la.term + 1
+        assert la.beat() is False
+        with pytest.raises(NotLeader):
+            la.fence()
     finally:
         a.close()
         b.close()
-        next(gen, None)
+
+
+def test_a_leader_that_stops_renewing_loses_leadership_and_its_term(pg):
+    """What a SIGSTOP does to a leader: it stops renewing. Its lease runs out on the database's
+    clock, another replica takes over with a new term, and the old leader — when it runs again —
+    is fenced off before its next step, on its own deadline and on the row."""
+    a, b = Store(pg), Store(pg)
+    try:
+        changes: list[bool] = []
+        la = Leadership(a, ttl_s=1.0, renew_s=0.2, on_change=changes.append)
+        lb = Leadership(b, ttl_s=1.0, renew_s=0.2)
+        assert la.beat() and not lb.beat()
+        first = la.fence()
+        wait_until(lb.beat, timeout=5, interval=0.1, what="the other replica to take over")
+        assert lb.term == first + 1
+        assert not la.is_leader()  # its own deadline passed while it did nothing
+        with pytest.raises(NotLeader) as e:
+            la.fence()
+        assert isinstance(e.value, Unavailable)
+        la._valid_until = time.monotonic() + 60  # even a replica whose clock lies is fenced by the row
+        with pytest.raises(NotLeader, match="term"):
+            la.fence()
+        assert changes == [False, True, False]
+        assert la.beat() is False and lb.fence() == lb.term
+    finally:
+        a.close()
+        b.close()
 
 
 def test_sqlite_owner_always_leads(tmp_path):
     s = Store(f"sqlite:///{tmp_path / 'b.db'}")
-    assert Leadership(s).is_leader()
+    le = Leadership(s)
+    assert le.is_leader() and le.fence() == 1
     s.close()
+
+
+@pytest.mark.parametrize("section, field", [
+    ({"ttl_s": 0}, "leader.ttl_s"), ({"renew_s": "soon"}, "leader.renew_s"),
+    ({"ttl_s": 4, "renew_s": 3}, "leader.renew_s"), ({"lease_s": 3}, "leader.lease_s"),
+])
+def test_leader_settings_are_checked(section, field):
+    from broker.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        settings_from(section)
+    assert field in str(e.value)
+
+
+# -- real replicas -------------------------------------------------------------------------------
+def _gauge(port: int) -> float | None:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    for line in body.splitlines():
+        if line.startswith("broker_leader "):
+            return float(line.split()[1])
+    return None
+
+
+def _replica(tmp_path, pg: str, name: str) -> tuple[ServeProcess, int]:
+    work = tmp_path / name
+    work.mkdir()
+    metrics = _free_port()
+    cfg = work / "broker.toml"
+    cfg.write_bytes(tomli_w.dumps({
+        "owner": "broker-test", "store": {"url": pg}, "reconciler": {"interval_s": 1},
+        "telemetry": {"metrics_listen": f"127.0.0.1:{metrics}"}}).encode())
+    return ServeProcess(cfg, work), metrics
+
+
+@pytest.mark.timeout(180)
+def test_takeover_within_15_s_of_a_freeze_and_of_a_kill(tmp_path, pg):
+    """Two `broker serve` replicas on one PostgreSQL. SIGSTOP the leader: the other leads within
+    15 s; SIGCONT it: it reports it no longer leads. SIGKILL the new leader: the first leads again
+    within 15 s. The takeover times are printed (the README's HA section quotes them)."""
+    (a, am), (b, bm) = _replica(tmp_path, pg, "a"), _replica(tmp_path, pg, "b")
+    a.start()
+    try:
+        wait_until(lambda: _gauge(am) == 1.0, timeout=20, interval=0.1, what="replica a to lead")
+        b.start()
+        wait_until(lambda: _gauge(bm) == 0.0, timeout=20, interval=0.1, what="replica b to serve metrics")
+
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            wait_until(lambda: _gauge(bm) == 1.0, timeout=15, interval=0.1, what="b to take over from a frozen a")
+            freeze_takeover = time.monotonic() - frozen
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        wait_until(lambda: _gauge(am) == 0.0, timeout=10, interval=0.1, what="a to notice it lost leadership")
+        assert _gauge(bm) == 1.0
+
+        b.kill()
+        killed = time.monotonic()
+        wait_until(lambda: _gauge(am) == 1.0, timeout=15, interval=0.1, what="a to take over from a killed b")
+        kill_takeover = time.monotonic() - killed
+        print(f"\ntakeover after SIGSTOP: {freeze_takeover:.1f} s; after SIGKILL: {kill_takeover:.1f} s")
+        assert freeze_takeover < 15 and kill_takeover < 15
+    finally:
+        for p in (a, b):
+            if p.proc is not None and p.proc.poll() is None:
+                os.kill(p.proc.pid, signal.SIGCONT)
+            p.stop()
