@@ -436,3 +436,42 @@ def test_cli_names_the_bad_trace_line(tmp_path, catalog):
 def test_real_lifetimes_file_loads():
     lt = load_lifetimes(DATA / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv")
     assert len(lt.by_cloud["gcp"]) > 400 and any(c for _, c in lt.by_cloud["aws"])
+
+
+# -- the replay always finishes ----------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("onprem_gpus", [8, 0])
+def test_a_job_bigger_than_the_cluster_goes_to_the_cloud_and_the_replay_ends(tmp_path, catalog, onprem_gpus):
+    # A 9-GPU job of one minute: too short for the wait rule's eligibility, too big for 8 GPUs.
+    trace = write_trace(tmp_path / "t.csv", [("big", 0, 9, 60)])
+    r = cli("--trace", trace, "--onprem-gpus", onprem_gpus, "--catalog", tmp_path / "catalog",
+            "--gpu-model", "V100", "--policy", "broker", "--policy", "onprem-only", "--format", "json")
+    assert r.exit_code == 0, r.output
+    pols = json.loads(r.stdout)["policies"]
+    assert pols["broker"]["jobs_burst"] == 1 and pols["broker"]["unserved_jobs"] == 0
+    assert pols["broker"]["cloud_cost_usd"] > 0
+    assert pols["onprem-only"]["never_runnable_jobs"] == 1 and pols["onprem-only"]["unserved_jobs"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_no_onprem_gpus_means_every_job_bursts_as_it_arrives(tmp_path, catalog):
+    jobs = load_trace(write_trace(tmp_path / "t.csv", [(f"j{k}", k * 5, 1 + k % 3, 30 + k) for k in range(40)]),
+                      0.5, 0, "V100")
+    cfg = SimConfig(onprem_gpus=0, gpus_per_node=8, default_gpu_model="V100")
+    res = run_policies(jobs, catalog, ["onprem-only", "ondemand-cheapest", "spot-greedy", "broker"], cfg)
+    assert res["onprem-only"].never_runnable == 40 and not res["onprem-only"].waits
+    for name in ("ondemand-cheapest", "spot-greedy", "broker"):
+        r = res[name]
+        assert r.jobs_burst == 40 and r.unserved == 0 and len(r.waits) == 40, name
+        assert min(r.waits) >= min(t.startup_s for t in catalog.terms.values())
+
+
+@pytest.mark.timeout(60)
+def test_the_table_names_jobs_that_never_ran(tmp_path, catalog):
+    trace = write_trace(tmp_path / "t.csv", [("big", 0, 9, 60), ("ok", 1, 1, 60)])
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", tmp_path / "catalog", "--gpu-model", "V100",
+            "--policy", "onprem-only")
+    assert r.exit_code == 0, r.output
+    assert "never run" in r.stdout and "onprem-only 1" in r.stdout

@@ -7,7 +7,8 @@ from policies.triggers import TriggerConfig
 from providers.base import MICROS
 
 # Job states, shared by the on-prem scheduler, the cloud model and the replay.
-NEW, PENDING, ONPREM, CLOUD, DONE = 0, 1, 2, 3, 4
+# NEVER: no on-prem node set can hold it and no cloud offer can (or the policy never bursts).
+NEW, PENDING, ONPREM, CLOUD, DONE, NEVER = 0, 1, 2, 3, 4, 5
 
 # Event kinds, in tie-break order at one instant: finishes free capacity before arrivals.
 E_ONPREM_END, E_CLOUD_END, E_ARRIVE, E_CHECK, E_TICK = 0, 1, 2, 3, 4
@@ -87,7 +88,8 @@ class PolicyResult:
     waits: list[float]
     wall_s: float = 0.0
     series: dict[str, list[float]] = field(default_factory=dict)
-    unserved: int = 0  # jobs bigger than the cluster with no cloud offer
+    unserved: int = 0  # jobs that never ran
+    never_runnable: int = 0  # of which: bigger than the cluster, and no cloud for them
 
     def percentile(self, q: float) -> float:
         if not self.waits:
@@ -116,5 +118,6 @@ class PolicyResult:
             "cost_by_market_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_market.items())},
             "cost_by_provider_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_provider.items())},
             "unserved_jobs": self.unserved,
+            "never_runnable_jobs": self.never_runnable,
             "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,
         }

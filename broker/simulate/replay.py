@@ -20,7 +20,7 @@ from providers.catalog import Catalog
 
 from broker.simulate.cloud import Cloud
 from broker.simulate.model import (
-    DONE, E_ARRIVE, E_CHECK, E_CLOUD_END, E_ONPREM_END, E_TICK, NEW, PENDING, Policy, PolicyResult,
+    DONE, E_ARRIVE, E_CHECK, E_CLOUD_END, E_ONPREM_END, E_TICK, NEVER, NEW, PENDING, Policy, PolicyResult,
     SimConfig, builtin_policies,
 )
 from broker.simulate.onprem import Cluster
@@ -155,14 +155,14 @@ class Replay:
         n, st, cl, c = self.n, self.state, self.onprem, self.cloud
         span = max(1.0, self.last_time - self.t0)
         waits = [self.wait[i] for i in range(n) if st[i] == DONE and self.wait[i] >= 0]
-        unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW))
+        unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW, NEVER))
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
             cloud_cost_micros=c.cost if c else 0, lower_bound_micros=c.lower_bound if c else 0,
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, series=self.series, unserved=unserved,
+            waits=waits, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:
@@ -185,6 +185,12 @@ class Replay:
     def arrive(self, i: int, t: float) -> None:
         j = self.jobs[i]
         cl = self.onprem
+        if j.gpus > cl.N:
+            # No on-prem node set can ever hold it: waiting cannot help, so it goes to the cloud
+            # as it arrives, or it never runs.
+            if self.cloud is None or not self.cloud.burst(i, t):
+                self.state[i] = NEVER
+            return
         ahead = cl.enqueue(i)
         if cl.free_total >= j.gpus:
             cl.schedule(t)
