@@ -1,75 +1,224 @@
-"""Bearer-token authentication and tenants.
+"""Who may call what: bearer tokens, roles, and the one authorization table of the API.
 
-With no ``[auth.tokens]`` configured, the API is open (bind it to loopback, the default) and every
-request acts for the tenant it names, ``default`` when it names none. With tokens configured::
+Without ``[auth]`` the API is open (bind it to loopback, the default): every caller is an
+operator acting for the tenant it names (``default`` when it names none). With tokens::
 
-    [auth.tokens]            # token = tenant; "*" is an operator who may act for any tenant
-    "9f2c…" = "team-a"
-    "77ab…" = "*"
+    [auth.tokens]                         # token = who it is
+    "9f2c…" = "team-a"                    # a tenant: its own quotes, leases, budget and events
+    "5be1…" = "scheduler:team-a,team-c"   # a scheduler: reports and diagnoses the queues of these
+                                          # tenants, and watches their leases and decisions
+    "77ab…" = "*"                         # an operator: everything, for any tenant
+    "sha256:3a7b…" = "team-b"             # any token may be given as the hex SHA-256 of itself
 
-every Broker RPC needs ``authorization: Bearer <token>`` metadata (UNAUTHENTICATED otherwise), and
-acts for the token's tenant: naming another tenant, or touching another tenant's lease, is
-PERMISSION_DENIED. Put tokens in the environment (``BROKER_AUTH__TOKENS='{"9f2c…" = "team-a"}'``),
-not in the file. Health and reflection stay open for probes.
+every Broker RPC needs ``authorization: Bearer <token>`` metadata. The caller is authenticated
+before anything is looked up (UNAUTHENTICATED, the same for every request), then :data:`TABLE`
+says whether its role may call the RPC at all (PERMISSION_DENIED), and each object it touches is
+checked against its tenant: another tenant's lease or quote is NOT_FOUND, exactly like a missing
+one, so ids leak nothing. Health and reflection stay open for probes.
+
+A token's role comes from its spec string wherever the token is kept (the config file here;
+a store of issued tokens can hand :func:`principal_for` the same ``role`` and ``tenants``).
 """
 from __future__ import annotations
 
+import enum
+import hashlib
 import hmac
-from typing import Mapping
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 import grpc
 
+from broker.errors import ConfigError, NotFound, PermissionDenied, Unauthenticated
+
 ANY_TENANT = "*"
+SERVICE_PREFIX = "/broker.v1.Broker/"
+_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})\Z")
+
+
+class Role(enum.Enum):
+    NONE = "none"            # no valid token
+    TENANT = "tenant"
+    SCHEDULER = "scheduler"
+    OPERATOR = "operator"
+
+
+#: The authorization table: which roles may call each RPC. Object-level walls (whose lease,
+#: whose quote, which queues) apply on top, in :class:`Principal`. An RPC missing here is denied.
+TABLE: dict[str, frozenset[Role]] = {
+    "Quote": frozenset({Role.TENANT, Role.OPERATOR}),
+    "Launch": frozenset({Role.TENANT, Role.OPERATOR}),
+    "GetLease": frozenset({Role.TENANT, Role.OPERATOR}),
+    "ListLeases": frozenset({Role.TENANT, Role.OPERATOR}),
+    "Release": frozenset({Role.TENANT, Role.OPERATOR}),
+    "Handoff": frozenset({Role.TENANT, Role.OPERATOR}),
+    "WatchLeases": frozenset({Role.TENANT, Role.SCHEDULER, Role.OPERATOR}),
+    "ReportQueue": frozenset({Role.SCHEDULER, Role.OPERATOR}),
+    "Diagnose": frozenset({Role.SCHEDULER, Role.OPERATOR}),
+    "ListDecisions": frozenset({Role.OPERATOR}),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller: its role and the tenants it may act for or see."""
+
+    role: Role
+    tenants: frozenset[str] = frozenset()  # tenant: exactly its own; scheduler: its queues
+
+    @property
+    def operator(self) -> bool:
+        return self.role is Role.OPERATOR
+
+    @property
+    def tenant(self) -> str:
+        """A tenant's own tenant ("" for the other roles)."""
+        return next(iter(self.tenants)) if self.role is Role.TENANT else ""
+
+    def acting_for(self, requested: str, field: str = "tenant") -> str:
+        """The tenant a call is charged to: a tenant's own (naming another is PERMISSION_DENIED),
+        or for an operator the one it names (``default`` when none)."""
+        if self.operator:
+            return requested or "default"
+        if self.role is Role.TENANT and requested in ("", self.tenant):
+            return self.tenant
+        raise PermissionDenied(f"{field}: this token acts for tenant {self.tenant or '(none)'}, "
+                               f"not {requested[:64]!r}.", field=field)
+
+    def sees(self, tenant: str) -> bool:
+        """Whether objects of ``tenant`` (leases, quotes, their events) are visible to the caller."""
+        return self.operator or tenant in self.tenants
+
+    def own(self, tenant: str, what: str, ident: str) -> None:
+        """NOT_FOUND, as for a missing one, unless the caller may see this tenant's object."""
+        if not self.sees(tenant):
+            raise NotFound(f"{what} {ident[:64]} does not exist.")
+
+    def reports_for(self, queue: str, field: str) -> None:
+        """A scheduler reports only jobs of its own queues (a job's queue names its tenant)."""
+        if not self.operator and (queue or "default") not in self.tenants:
+            raise PermissionDenied(f"{field}: this token reports for {', '.join(sorted(self.tenants))}, "
+                                   f"not queue {(queue or 'default')[:64]!r}.", field=field)
+
+
+OPEN = Principal(Role.OPERATOR)
+
+
+def principal_for(role: str, tenants: Iterable[str]) -> Principal:
+    """A principal from a stored role and tenant list (ValueError when they do not make one)."""
+    try:
+        r = Role(role)
+    except ValueError:
+        raise ValueError(f"unknown role {role!r} (tenant, scheduler or operator)") from None
+    names = frozenset(t.strip() for t in tenants if t.strip())
+    if r is Role.OPERATOR:
+        return Principal(r)
+    if r is Role.NONE or not names:
+        raise ValueError(f"a {r.value} token needs {'one tenant' if r is Role.TENANT else 'tenants'}")
+    if r is Role.TENANT and len(names) != 1:
+        raise ValueError("a tenant token acts for exactly one tenant")
+    bad = sorted(t for t in names if not _TENANT.match(t))
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a tenant name (letters, digits, '.', '_', '-'; at most 63)")
+    return Principal(r, names)
+
+
+def parse_spec(spec: str) -> Principal:
+    """``"team-a"`` (a tenant), ``"*"`` or ``"operator"``, ``"scheduler:team-a,team-c"``,
+    ``"tenant:team-a"``."""
+    spec = str(spec).strip()
+    if spec in (ANY_TENANT, Role.OPERATOR.value):
+        return OPEN
+    role, sep, rest = spec.partition(":")
+    if not sep:
+        return principal_for("tenant", [spec])
+    return principal_for(role.strip(), rest.split(","))
+
+
+def _digest(token: str) -> bytes:
+    m = _DIGEST.match(token)
+    return bytes.fromhex(m.group(1)) if m else hashlib.sha256(token.encode()).digest()
 
 
 class Auth:
+    """The token table and the checks every RPC goes through."""
+
     def __init__(self, tokens: Mapping[str, str] | None = None) -> None:
-        self.tokens = {str(k): str(v) for k, v in (tokens or {}).items()}
+        self._entries: list[tuple[bytes, Principal]] = []
+        for token, spec in (tokens or {}).items():
+            if not str(token).strip():
+                raise ConfigError("config: auth.tokens holds an empty token", field="auth.tokens")
+            try:
+                self._entries.append((_digest(str(token)), parse_spec(spec)))
+            except ValueError as e:
+                raise ConfigError(f"config: auth.tokens: {e}", field="auth.tokens") from None
 
     @property
     def enabled(self) -> bool:
-        return bool(self.tokens)
+        return bool(self._entries)
 
-    def _token_tenant(self, context) -> str | None:
-        md = dict(context.invocation_metadata() or ())
-        header = md.get("authorization", "")
-        if not header.lower().startswith("bearer "):
-            return None
-        given = header[7:].strip().encode()
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
+        """The caller behind ``metadata`` (UNAUTHENTICATED without a valid bearer token)."""
+        if not self.enabled:
+            return OPEN
+        header = ""
+        for key, value in metadata or ():
+            if key == "authorization" and isinstance(value, str):
+                header = value
+        scheme, _, given = header.partition(" ")
+        given = given.strip()
         found = None
-        for token, tenant in self.tokens.items():  # compare against every token: constant time
-            if hmac.compare_digest(given, token.encode()):
-                found = tenant
+        if scheme.lower() == "bearer" and given:
+            digest = hashlib.sha256(given.encode("utf-8", "surrogatepass")).digest()
+            for stored, principal in self._entries:  # every entry, so timing tells nothing
+                if hmac.compare_digest(digest, stored):
+                    found = principal
+        if found is None:
+            raise Unauthenticated("a valid bearer token is required (authorization metadata).")
         return found
 
-    def tenant(self, context, requested: str = "") -> str:
-        """The tenant this call acts for (aborts the call when it may not)."""
-        if not self.enabled:
-            return requested or "default"
-        tenant = self._token_tenant(context)
-        if tenant is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid bearer token is required (authorization metadata).")
-        if tenant == ANY_TENANT:
-            return requested or "default"
-        if requested and requested != tenant:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"this token acts for tenant {tenant}, not {requested}.")
-        return tenant
+    def principal(self, context: grpc.ServicerContext) -> Principal:
+        return self.authenticate(context.invocation_metadata())
 
-    def is_operator(self, context) -> bool:
-        return not self.enabled or self._token_tenant(context) == ANY_TENANT
+    def authorize(self, method: str, metadata) -> Principal:
+        """Authenticate, then check the table for ``method`` (the RPC's short name)."""
+        p = self.authenticate(metadata)
+        if p.role not in TABLE.get(method, frozenset()):
+            raise PermissionDenied(f"a {p.role.value} token may not call {method}.")
+        return p
 
-    def check_lease(self, context, lease_tenant: str) -> None:
-        """Abort unless the caller may act on a lease of ``lease_tenant``."""
-        if not self.enabled:
-            return
-        tenant = self.tenant(context)
-        if not self.is_operator(context) and tenant != lease_tenant:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "this lease belongs to another tenant.")
+    def interceptor(self) -> grpc.ServerInterceptor:
+        return _AuthInterceptor(self)
 
-    def operator(self, context) -> None:
-        """Abort unless the caller is an operator (or auth is off): queue reports, decisions."""
-        if self.enabled:
-            self.tenant(context)
+
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Enforces :data:`TABLE` before any handler runs (so before any lookup)."""
+
+    def __init__(self, auth: Auth) -> None:
+        self.auth = auth
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not details.method.startswith(SERVICE_PREFIX):
+            return handler
+        from broker.errors import BrokerError, outcome
+
+        try:
+            self.auth.authorize(details.method[len(SERVICE_PREFIX):], details.invocation_metadata)
+            return handler
+        except BrokerError as e:
+            status, message = outcome(e).status, str(e)
+
+        def refuse(request, context):
+            context.abort(status, message)
+
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(refuse, handler.request_deserializer,
+                                                        handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(refuse, handler.request_deserializer,
+                                                   handler.response_serializer)
 
 
 def server_credentials(server_cfg: Mapping) -> grpc.ServerCredentials | None:
@@ -77,14 +226,14 @@ def server_credentials(server_cfg: Mapping) -> grpc.ServerCredentials | None:
     cert, key = server_cfg.get("tls_cert_file"), server_cfg.get("tls_key_file")
     if not cert and not key:
         return None
-    from broker.config import ConfigError
+    from broker.config import ConfigError as LegacyConfigError
 
     if not (cert and key):
-        raise ConfigError("config: server.tls_cert_file and server.tls_key_file go together")
+        raise LegacyConfigError("config: server.tls_cert_file and server.tls_key_file go together")
     try:
         pair = (open(key, "rb").read(), open(cert, "rb").read())
         ca = server_cfg.get("tls_client_ca_file")
         roots = open(ca, "rb").read() if ca else None
     except OSError as e:
-        raise ConfigError(f"config: cannot read a server.tls_* file: {e}") from None
+        raise LegacyConfigError(f"config: cannot read a server.tls_* file: {e}") from None
     return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=bool(roots))

@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker import convert
-from broker.errors import BrokerError, outcome
+from broker.errors import BrokerError, NotFound, PermissionDenied, outcome
 from broker.lifecycle import LeaseError, lease_view
 from broker.quote import DerivedCache
 from broker.service import Service
@@ -40,10 +40,8 @@ STATUS = {
 
 class BrokerServicer(pb_grpc.BrokerServicer):
     def __init__(self, service: Service) -> None:
-        from broker.auth import Auth
-
         self.svc = service
-        self.auth = Auth(service.config.section("auth").get("tokens"))
+        self.auth = service.auth
         self._pb_cache = DerivedCache()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -66,7 +64,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "demand is required.")
         if request.top < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"top must be zero or more, got {request.top}.")
-        tenant = self.auth.tenant(context, request.demand.tenant)
+        tenant = self.auth.principal(context).acting_for(request.demand.tenant, "demand.tenant")
         try:
             demand = convert.demand_from_pb(request.demand)
             q = self.svc.quote(replace(demand, tenant=tenant), top=request.top)
@@ -86,12 +84,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
         lc = self.svc.lifecycle
-        tenant = self.auth.tenant(context, request.tenant)
+        caller = self.auth.principal(context)
+        tenant = caller.acting_for(request.tenant)
         try:
             target_kind = request.WhichOneof("target")
             demand, alternatives, quote_id, rank = None, [], "", 0
             if target_kind == "quote_offer":
                 quote_id, rank = request.quote_offer.quote_id, request.quote_offer.rank
+                quoted_for = self.svc.quote_tenant(quote_id)
+                caller.own(quoted_for, "quote", quote_id)
+                if caller.operator and not request.tenant:
+                    tenant = quoted_for
+                elif quoted_for != tenant:
+                    raise PermissionDenied(f"quote {quote_id} was made for tenant {quoted_for}, not {tenant}.",
+                                           field="tenant")
                 target, demand, alternatives = lc.target_from_quote(quote_id, rank)
             elif target_kind == "offering":
                 o = request.offering
@@ -118,36 +124,46 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return pb.LaunchResponse(lease=self._lease_pb(lease))
 
     def GetLease(self, request: pb.GetLeaseRequest, context) -> pb.GetLeaseResponse:
-        try:
-            lease = self.svc.lifecycle.get(request.lease_id)
-        except LeaseError as e:
-            self._abort(context, e)
-        self.auth.check_lease(context, lease.tenant)
+        lease = self._own_lease(context, request.lease_id)
         return pb.GetLeaseResponse(lease=self._lease_pb(lease))
 
     def ListLeases(self, request: pb.ListLeasesRequest, context) -> pb.ListLeasesResponse:
         states = [convert.STATE_FROM_PB[s] for s in request.states if s in convert.STATE_FROM_PB]
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
-        tenant = request.tenant
-        if self.auth.enabled:
-            acting = self.auth.tenant(context, request.tenant)
-            tenant = request.tenant if self.auth.is_operator(context) else acting
+        caller = self.auth.principal(context)
+        tenant = request.tenant if caller.operator else caller.acting_for(request.tenant)
         leases = self.svc.store.list_leases(states=states, tenant=tenant, limit=request.limit)
         return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases])
 
     def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
-        self.auth.operator(context)
+        caller = self.auth.principal(context)
         store = self.svc.store
         if request.after_event_id < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"after_event_id must be zero or more, got {request.after_event_id}.")
+        if request.lease_id and not caller.operator:
+            self._own_lease(context, request.lease_id)
         after = request.after_event_id or store.last_event_id()
+        tenants: dict[str, str] = {}  # lease id -> tenant, for the per-event wall
         while context.is_active():
             for ev in store.events_after(after, request.lease_id):
                 after = ev.id
-                yield self._event_pb(ev)
+                if caller.operator or self._visible(caller, ev, tenants):
+                    yield self._event_pb(ev)
             store.wait_for_change(1.0)
+
+    def _visible(self, caller, ev, tenants: dict[str, str]) -> bool:
+        """A non-operator sees an event only when it is about one of its tenants' leases
+        (decisions included: one that names no lease is the operator's)."""
+        if not ev.lease_id:
+            return False
+        if ev.lease_id not in tenants:
+            lease = self.svc.store.get_lease(ev.lease_id)
+            if len(tenants) > 10_000:
+                tenants.clear()
+            tenants[ev.lease_id] = lease.tenant if lease is not None else ""
+        return caller.sees(tenants[ev.lease_id])
 
     def _event_pb(self, ev) -> pb.WatchLeasesResponse:
         out = pb.WatchLeasesResponse(kind=convert.EVENT_TO_PB.get(ev.kind, pb.LEASE_EVENT_KIND_UNSPECIFIED),
@@ -186,20 +202,31 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             self._abort(context, e)
         return pb.HandoffResponse(lease=self._lease_pb(lease))
 
-    def _own_lease(self, context, lease_id: str) -> None:
-        if self.auth.enabled:
-            lease = self.svc.store.get_lease(lease_id)
-            if lease is not None:
-                self.auth.check_lease(context, lease.tenant)
+    def _own_lease(self, context, lease_id: str):
+        """The lease, if the (already authenticated) caller may see it; NOT_FOUND otherwise,
+        the same for a missing lease and another tenant's."""
+        lease = self.svc.store.get_lease(lease_id)
+        if lease is None:
+            raise NotFound(f"lease {lease_id[:64]} does not exist.")
+        self.auth.principal(context).own(lease.tenant, "lease", lease_id)
+        return lease
 
     def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
         from broker.queue_api import report_queue
 
-        self.auth.operator(context)
+        self._reports_for(context, request.snapshot)
         return report_queue(self.svc, request, context)
 
+    def _reports_for(self, context, snapshot: pb.QueueSnapshot) -> None:
+        caller = self.auth.principal(context)
+        if caller.operator:
+            return
+        for i, job in enumerate(snapshot.pending):
+            caller.reports_for(job.queue, f"snapshot.pending[{i}].queue")
+        for i, job in enumerate(snapshot.running):
+            caller.reports_for(job.queue, f"snapshot.running[{i}].queue")
+
     def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
-        self.auth.operator(context)
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
         since = convert.from_ts(request.since) if request.HasField("since") else 0.0
@@ -213,15 +240,53 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def Diagnose(self, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
         from broker.queue_api import diagnose
 
-        self.auth.operator(context)
+        if not request.HasField("snapshot") and not self.auth.principal(context).operator:
+            raise PermissionDenied("snapshot: a scheduler diagnoses the snapshot it sends; the latest "
+                                   "reported one is the operator's.", field="snapshot")
+        self._reports_for(context, request.snapshot)
         return diagnose(self.svc, request, context)
+
+
+class _ErrorStatus(grpc.ServerInterceptor):
+    """The service's typed errors (broker.errors) become their gRPC status, through its one table."""
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not details.method.startswith("/broker.v1.Broker/"):
+            return handler
+        from broker.errors import outcome
+
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary(request, context):
+                try:
+                    return inner(request, context)
+                except BrokerError as e:
+                    context.abort(outcome(e).status, str(e))
+
+            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer,
+                                                       handler.response_serializer)
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            def stream(request, context):
+                try:
+                    yield from inner_stream(request, context)
+                except BrokerError as e:
+                    context.abort(outcome(e).status, str(e))
+
+            return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
+                                                        handler.response_serializer)
+        return handler
 
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
                                                     thread_name_prefix="rpc"),
-                         interceptors=[service.metrics.interceptor()], options=[("grpc.so_reuseport", 0)])
+                         interceptors=[service.metrics.interceptor(), service.auth.interceptor(), _ErrorStatus()],
+                         options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

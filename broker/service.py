@@ -27,8 +27,11 @@ class Service:
         from broker.store import Store
         from providers.registry import build_enabled
 
+        from broker.auth import Auth
+
         self.config = config
         self.clock = clock
+        self.auth = Auth(config.section("auth").get("tokens"))
         self.engine = engine_for(config)
         self.store = Store(config.db_url)
         self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
@@ -66,6 +69,15 @@ class Service:
             sliced = self._derived.get((q.offers,), lambda: q.offers[:top], extra=("top", top))
             q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced, q.excluded)
         return q
+
+    def quote_tenant(self, quote_id: str) -> str:
+        """The tenant a stored quote was made for (NotFound when there is no such quote)."""
+        from broker.errors import NotFound
+
+        q = self.store.get_quote(quote_id)
+        if q is None:
+            raise NotFound(f"quote {quote_id[:64]} does not exist.")
+        return q.demand.tenant or "default"
 
     # -- boot scripts ----------------------------------------------------------------------------
     def boot_template(self, name: str) -> str:

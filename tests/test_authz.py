@@ -1,0 +1,255 @@
+"""The authorization matrix: every RPC × every role (none, a bad token, tenant, scheduler,
+operator) × its own and another tenant's objects, streams filtered per event included."""
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from broker.auth import TABLE, Auth, Principal, Role, parse_spec
+from broker.errors import ConfigError
+from broker.store import LeaseRecord
+from broker.v1 import broker_pb2 as pb
+from broker.v1 import broker_pb2_grpc as pb_grpc
+from tests.grpc_server import running_server
+
+pytestmark = pytest.mark.timeout(180)
+
+OK = grpc.StatusCode.OK
+UNAUTH = grpc.StatusCode.UNAUTHENTICATED
+DENIED = grpc.StatusCode.PERMISSION_DENIED
+MISSING = grpc.StatusCode.NOT_FOUND
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+TOKENS = {"tok-a": "team-a", "tok-b": "team-b", "tok-sched-a": "scheduler:team-a",
+          "sha256:" + "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8": "*"}  # "password"
+CALLERS = {"none": None, "bad": "nope", "tenant-a": "tok-a", "tenant-b": "tok-b",
+           "scheduler-a": "tok-sched-a", "operator": "password"}
+SECRET = {"a": "SECRET_OF_A_17", "b": "SECRET_OF_B_42"}
+
+
+def _lease(tenant: str, lid: str, state: str = "running") -> LeaseRecord:
+    side = tenant[-1]
+    return LeaseRecord(
+        lease_id=lid, tenant=tenant, idempotency_key=lid, state=state, provider="aws", region="us-east-1",
+        instance_type="p5.48xlarge", market="on_demand", nodes=1, hourly_micros=1, client_token="t",
+        created_at=1, updated_at=1, state_since=1,
+        instances=f'[{{"instance_id": "i-{side}{side}{side}", "node_name": "n-{side}", "zone": "us-east-1a", '
+                  f'"private_ip": "10.0.0.1", "state": "running"}}]',
+        job=f'{{"job_id": "j-{side}", "env": {{"TOKEN": "{SECRET[side]}"}}}}')
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, mini_catalog_dir):
+    tmp = tmp_path_factory.mktemp("authz")
+    with running_server(tmp, config={"catalog.path": str(mini_catalog_dir), "auth.tokens": TOKENS}) as (addr, svc):
+        store = svc.store
+        store.add_event("", "state_changed", "the watch starts after this", 1.0)
+        start = store.last_event_id()
+        for tenant in ("team-a", "team-b"):
+            side = tenant[-1]
+            store.create_lease(_lease(tenant, f"l-{side}"))
+            store.create_lease(_lease(tenant, f"l-{side}-old", state="released"))
+            store.add_event(f"l-{side}", "requeue", f"requeue of {side}", 2.0,
+                            data={"job": {"job_id": f"j-{side}", "env": {"TOKEN": SECRET[side]}}})
+            store.record_decision(f"d-{side}", 3.0, "burst", f"burst for {side}", [f"j-{side}"],
+                                  lease_id=f"l-{side}")
+        store.record_decision("d-none", 3.0, "hold", "did not burst, because of team-b's queue", ["j-b"])
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            quotes = {}
+            for side in "ab":
+                r = stub.Quote(pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=1)),
+                               metadata=_md(f"tok-{side}"))
+                quotes[side] = r.quote.quote_id
+            yield stub, quotes, start
+
+
+def _md(token):
+    return () if token is None else (("authorization", f"Bearer {token}"),)
+
+
+def _call(stub, method: str, request, token):
+    try:
+        getattr(stub, method)(request, metadata=_md(token), timeout=10)
+        return OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def _snapshot(queue: str) -> pb.QueueSnapshot:
+    s = pb.QueueSnapshot(source=f"kueue:{queue}")
+    s.pending.add(job_id="p1", queue=queue, gpus=8, gpu_model="H100", est_runtime_s=3600, waited_s=7200)
+    s.nodes.add(name="n1", state="alloc", gpus_total=8, gpus_allocated=8, gpu_model="H100")
+    return s
+
+
+def _requests(quotes, own: str, other: str):
+    """(rpc, case, request, which side's object) for every unary RPC."""
+    job = pb.Job(job_id="j-new")
+    offering = pb.Offering(provider="aws", region="us-east-1", instance_type="p5.48xlarge",
+                           market=pb.MARKET_ON_DEMAND, count=1)
+    return [
+        ("Quote", "own", pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=1))),
+        ("Quote", "other", pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=1,
+                                                            tenant=f"team-{other}"))),
+        # rank 99 does not exist: INVALID_ARGUMENT proves the call got past every wall
+        ("Launch", "own", pb.LaunchRequest(idempotency_key="k", quote_offer=pb.QuoteOffer(
+            quote_id=quotes[own], rank=99))),
+        ("Launch", "other", pb.LaunchRequest(idempotency_key="k", quote_offer=pb.QuoteOffer(
+            quote_id=quotes[other], rank=99))),
+        ("Launch", "other-tenant", pb.LaunchRequest(idempotency_key="k", offering=offering, tenant=f"team-{other}")),
+        ("Launch", "missing", pb.LaunchRequest(idempotency_key="k", quote_offer=pb.QuoteOffer(
+            quote_id="q-missing", rank=1))),
+        ("GetLease", "own", pb.GetLeaseRequest(lease_id=f"l-{own}")),
+        ("GetLease", "other", pb.GetLeaseRequest(lease_id=f"l-{other}")),
+        ("GetLease", "missing", pb.GetLeaseRequest(lease_id="l-missing")),
+        ("ListLeases", "own", pb.ListLeasesRequest()),
+        ("ListLeases", "other", pb.ListLeasesRequest(tenant=f"team-{other}")),
+        ("Release", "own", pb.ReleaseRequest(lease_id=f"l-{own}-old")),
+        ("Release", "other", pb.ReleaseRequest(lease_id=f"l-{other}-old")),
+        ("Release", "missing", pb.ReleaseRequest(lease_id="l-missing")),
+        ("Handoff", "own", pb.HandoffRequest(lease_id=f"l-{own}", job=job)),
+        ("Handoff", "other", pb.HandoffRequest(lease_id=f"l-{other}", job=job)),
+        ("Handoff", "missing", pb.HandoffRequest(lease_id="l-missing", job=job)),
+        ("ReportQueue", "own", pb.ReportQueueRequest(snapshot=_snapshot(f"team-{own}"))),
+        ("ReportQueue", "other", pb.ReportQueueRequest(snapshot=_snapshot(f"team-{other}"))),
+        ("Diagnose", "own", pb.DiagnoseRequest(snapshot=_snapshot(f"team-{own}"))),
+        ("Diagnose", "other", pb.DiagnoseRequest(snapshot=_snapshot(f"team-{other}"))),
+        ("Diagnose", "latest", pb.DiagnoseRequest()),
+        ("ListDecisions", "own", pb.ListDecisionsRequest()),
+    ]
+
+
+# What each role gets: by (rpc, case); anything not listed for a role that may call the RPC is OK.
+TENANT = {("Quote", "other"): DENIED, ("Launch", "own"): INVALID, ("Launch", "other"): MISSING,
+          ("Launch", "other-tenant"): DENIED, ("Launch", "missing"): MISSING,
+          ("GetLease", "other"): MISSING, ("GetLease", "missing"): MISSING, ("ListLeases", "other"): DENIED,
+          ("Release", "other"): MISSING, ("Release", "missing"): MISSING,
+          ("Handoff", "other"): MISSING, ("Handoff", "missing"): MISSING}
+SCHEDULER = {("ReportQueue", "other"): DENIED, ("Diagnose", "other"): DENIED, ("Diagnose", "latest"): DENIED}
+OPERATOR = {("Launch", "own"): INVALID, ("Launch", "other"): INVALID, ("Launch", "other-tenant"): INVALID,
+            ("Launch", "missing"): MISSING, ("GetLease", "missing"): MISSING, ("Release", "missing"): MISSING,
+            ("Handoff", "missing"): MISSING}
+ROLE_OF = {"none": Role.NONE, "bad": Role.NONE, "tenant-a": Role.TENANT, "tenant-b": Role.TENANT,
+           "scheduler-a": Role.SCHEDULER, "operator": Role.OPERATOR}
+
+
+def expected(caller: str, rpc: str, case: str):
+    role = ROLE_OF[caller]
+    if role is Role.NONE:
+        return UNAUTH  # before any lookup: a missing id and an existing one look the same
+    if role not in TABLE[rpc]:
+        return DENIED
+    return {Role.TENANT: TENANT, Role.SCHEDULER: SCHEDULER, Role.OPERATOR: OPERATOR}[role].get((rpc, case), OK)
+
+
+def test_the_table_names_every_rpc_of_the_service():
+    methods = {m.name for m in pb.DESCRIPTOR.services_by_name["Broker"].methods}
+    assert set(TABLE) == methods
+
+
+@pytest.mark.parametrize("caller", list(CALLERS))
+def test_every_unary_rpc_for_every_role_and_object(world, caller):
+    stub, quotes, _ = world
+    own, other = ("b", "a") if caller == "tenant-b" else ("a", "b")
+    got, want = {}, {}
+    for rpc, case, request in _requests(quotes, own, other):
+        got[rpc, case] = _call(stub, rpc, request, CALLERS[caller])
+        want[rpc, case] = expected(caller, rpc, case)
+    assert got == want
+
+
+def test_list_leases_shows_only_the_callers_leases(world):
+    stub, _, _ = world
+    ids = lambda tok, **kw: sorted(l.lease_id for l in stub.ListLeases(pb.ListLeasesRequest(**kw),  # noqa: E731
+                                                                        metadata=_md(tok)).leases)
+    assert ids("tok-a") == ["l-a", "l-a-old"] and ids("tok-b") == ["l-b", "l-b-old"]
+    assert ids("password") == ["l-a", "l-a-old", "l-b", "l-b-old"]
+    assert ids("password", tenant="team-b") == ["l-b", "l-b-old"]
+
+
+def _watch(stub, token, after: int, **kw) -> list[pb.WatchLeasesResponse]:
+    out = []
+    call = stub.WatchLeases(pb.WatchLeasesRequest(after_event_id=after, **kw), metadata=_md(token), timeout=2.5)
+    try:
+        for ev in call:
+            out.append(ev)
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+    return out
+
+
+@pytest.mark.parametrize("caller,sees", [("tenant-a", "a"), ("tenant-b", "b"), ("scheduler-a", "a"),
+                                         ("operator", "ab")])
+def test_watch_leases_filters_every_event(world, caller, sees):
+    stub, _, start = world
+    events = _watch(stub, CALLERS[caller], start)
+    leases = {e.lease.lease_id for e in events if e.lease.lease_id}
+    assert leases == {f"l-{s}" for s in sees} | {f"l-{s}-old" for s in sees}
+    decisions = {e.decision.decision_id for e in events if e.kind == pb.LEASE_EVENT_KIND_DECISION}
+    assert decisions == {f"d-{s}" for s in sees} | ({"d-none"} if caller == "operator" else set())
+    blob = b"".join(e.SerializeToString() for e in events)
+    for side in "ab":
+        assert (SECRET[side].encode() in blob) == (side in sees)
+        assert (f"i-{side * 3}".encode() in blob) == (side in sees)
+
+
+@pytest.mark.parametrize("caller", ["none", "bad", "tenant-a", "scheduler-a", "operator"])
+def test_watch_leases_of_one_lease(world, caller):
+    stub, _, start = world
+    token = CALLERS[caller]
+    for lid, visible in (("l-a", caller != "none" and caller != "bad"), ("l-b", caller == "operator")):
+        try:
+            events = _watch(stub, token, start, lease_id=lid)
+        except grpc.RpcError as e:
+            assert not visible
+            assert e.code() == (UNAUTH if ROLE_OF[caller] is Role.NONE else MISSING)
+            continue
+        assert visible and events and {e.lease.lease_id for e in events} == {lid}
+
+
+def test_a_scheduler_report_cannot_charge_another_tenant(world):
+    stub, _, _ = world
+    snap = _snapshot("team-a")
+    snap.pending.add(job_id="p2", queue="team-b", gpus=8, gpu_model="H100", est_runtime_s=3600, waited_s=7200)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ReportQueue(pb.ReportQueueRequest(snapshot=snap), metadata=_md("tok-sched-a"))
+    assert e.value.code() == DENIED and "snapshot.pending[1].queue" in e.value.details()
+
+
+def test_token_specs_parse_and_fail_closed():
+    assert parse_spec("team-a") == Principal(Role.TENANT, frozenset({"team-a"}))
+    assert parse_spec("*").operator and parse_spec("operator").operator
+    assert parse_spec("scheduler:team-a, team-c").tenants == {"team-a", "team-c"}
+    assert parse_spec("tenant:team-a").tenant == "team-a"
+    for bad in ("", "scheduler:", "admin:x", "tenant:a,b", "team a", "x" * 64, "none:x"):
+        with pytest.raises(ValueError):
+            parse_spec(bad)
+    for tokens in ({"": "team-a"}, {"  ": "team-a"}, {"t": ""}, {"t": "scheduler:"}):
+        with pytest.raises(ConfigError):
+            Auth(tokens)
+    auth = Auth({"t1": "team-a"})
+    for md in ((), (("authorization", "Bearer "),), (("authorization", "Bearer t2"),),
+               (("authorization", "Basic t1"),), (("authorization", "t1"),)):
+        with pytest.raises(Exception) as e:
+            auth.authenticate(md)
+        assert type(e.value).__name__ == "Unauthenticated"
+    assert auth.authenticate((("authorization", "Bearer t1"),)).tenant == "team-a"
+    assert not Auth({}).enabled and Auth({}).authenticate(()).operator
+
+
+def test_a_tenant_token_named_like_an_operator_is_a_tenant(tmp_path, mini_catalog_dir):
+    with running_server(tmp_path, config={"catalog.path": str(mini_catalog_dir),
+                                          "auth.tokens": {"t-star": "tenant:operator-team"}}) as (addr, svc):
+        svc.store.create_lease(_lease("team-b", "l-b"))
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            assert _call(stub, "ListDecisions", pb.ListDecisionsRequest(), "t-star") == DENIED
+            assert _call(stub, "GetLease", pb.GetLeaseRequest(lease_id="l-b"), "t-star") == MISSING
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not svc.store.last_event_id():
+                time.sleep(0.05)
+            assert _watch(stub, "t-star", 0) == []
