@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 from broker.lifecycle import Lifecycle  # noqa: E402
 from broker.quote import QuoteEngine  # noqa: E402
 from broker.reconciler import Reconciler  # noqa: E402
-from broker.store import LIVE_STATES, LeaseRecord, Store  # noqa: E402
+from broker.lease import LIVE  # noqa: E402
+from broker.store import LeaseRecord, Store  # noqa: E402
 from providers.base import Instance, InstanceState, Market  # noqa: E402
 from providers.catalog import bundled  # noqa: E402
 
@@ -93,7 +94,7 @@ def main() -> None:
             for prov in providers.values():
                 for i in prov.list_managed():
                     by_lease.setdefault(i.lease_id, []).append(i)
-            store.list_leases(states=LIVE_STATES)
+            store.list_leases(states=LIVE)
 
         base, passes = [], []
         for _ in range(args.passes):

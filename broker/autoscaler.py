@@ -15,7 +15,6 @@ repeated identical holds are recorded once until something changes.
 from __future__ import annotations
 
 import collections
-import json
 import threading
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Protocol
@@ -24,7 +23,7 @@ import structlog
 
 from broker.lifecycle import LeaseError
 from broker.quote import new_id
-from broker.store import LIVE_STATES
+from broker.lease import LIVE, LeaseState
 from policies.demand import Demand, DemandError
 from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
 from policies.queue import PendingJob, QueueSnapshot
@@ -177,14 +176,14 @@ class Autoscaler:
         """Cloud GPUs in flight for this source, and its running leases with no job (idle since)."""
         gpus, idle = 0, {}
         cat = self.svc.engine.catalog
-        for l in self.svc.store.list_leases(states=LIVE_STATES):
-            job = json.loads(l.job)
+        for l in self.svc.store.list_leases(states=LIVE):
+            job = l.job
             if job.get("source", source) != source:
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
             # Leases of scheduler-managed nodes (Slurm cloud nodes) are torn down by the scheduler.
-            if l.state == "running" and not job.get("job_id") and not job.get("node_names") and l.idle_since:
+            if l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") and l.idle_since:
                 idle[l.lease_id] = l.idle_since
         return gpus, idle
 
@@ -266,7 +265,7 @@ class Autoscaler:
                                   f"{d.reason}; job {job.job_id} → {targets[0].provider}/{targets[0].region} "
                                   f"{targets[0].instance_type} ({targets[0].market.value}), quote {q.quote_id}",
                                   [job.job_id], lease.lease_id, data={"source": source, "trigger": d.trigger})
-            if created or lease.state == "requested":
+            if created or lease.state is LeaseState.REQUESTED:
                 lc.provision(lease)
         except LeaseError as e:
             store.record_decision(new_id("d"), now, "burst_failed", f"job {job.job_id}: {e}", [job.job_id],

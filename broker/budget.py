@@ -5,7 +5,8 @@ import datetime as dt
 from typing import Mapping
 
 from broker.config import Budget
-from broker.store import LIVE_STATES, LeaseRecord, Store
+from broker.lease import LIVE, Lease, LeaseState, cost_so_far
+from broker.store import Store
 from policies.budget import Caps, launch_refusal, to_release
 from providers.base import MICROS
 
@@ -15,7 +16,7 @@ def month_start(now: float) -> float:
     return dt.datetime(d.year, d.month, 1, tzinfo=dt.timezone.utc).timestamp()
 
 
-def lease_spend_since(lease: LeaseRecord, since: float, now: float) -> int:
+def lease_spend_since(lease: Lease, since: float, now: float) -> int:
     """Micro-dollars a lease accrued after ``since`` (prorated when it started earlier)."""
     start = lease.started_at or lease.accrued_at
     if not start:
@@ -23,10 +24,7 @@ def lease_spend_since(lease: LeaseRecord, since: float, now: float) -> int:
     end = lease.ended_at or now
     if end <= since:
         return 0
-    rate = lease.hourly_micros * lease.nodes
-    total = lease.accrued_micros
-    if lease.state in ("running", "draining") and lease.accrued_at:
-        total += int(rate * max(0.0, now - lease.accrued_at) / 3600.0)
+    total = cost_so_far(lease, now)
     if start >= since:
         return total
     span = max(1e-9, end - start)
@@ -49,12 +47,12 @@ class Budgets:
         """The leases that can count against a cap now: live, or ended this month."""
         return self.store.list_leases(tenant=tenant, active_since=month_start(now))
 
-    def usage(self, tenant: str, now: float, leases: list[LeaseRecord] | None = None) -> tuple[int, int]:
+    def usage(self, tenant: str, now: float, leases: list[Lease] | None = None) -> tuple[int, int]:
         """(live rate micros/h, month spend micros) for ``tenant``."""
         since = month_start(now)
         rate = spend = 0
         for l in self._leases(tenant, now) if leases is None else leases:
-            if l.state in LIVE_STATES:
+            if l.state in LIVE:
                 rate += l.hourly_micros * l.nodes
             if (l.ended_at or now) >= since:
                 spend += lease_spend_since(l, since, now)
@@ -78,5 +76,5 @@ class Budgets:
             return {}
         leases = self._leases(tenant, now)
         rate, spend = self.usage(tenant, now, leases)
-        running = sorted((l for l in leases if l.state == "running"), key=lambda l: (l.created_at, l.lease_id))
+        running = sorted((l for l in leases if l.state is LeaseState.RUNNING), key=lambda l: (l.created_at, l.lease_id))
         return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)

@@ -7,6 +7,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from broker.lease import LeaseState
 from broker.v1 import broker_pb2 as pb
 from policies.causes import Verdict
 from policies.cost import ExclusionKind
@@ -19,11 +20,7 @@ if TYPE_CHECKING:
 
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
-STATE_TO_PB = {
-    "requested": pb.LEASE_STATE_REQUESTED, "provisioning": pb.LEASE_STATE_PROVISIONING,
-    "running": pb.LEASE_STATE_RUNNING, "draining": pb.LEASE_STATE_DRAINING,
-    "released": pb.LEASE_STATE_RELEASED, "failed": pb.LEASE_STATE_FAILED,
-}
+STATE_TO_PB = {s.value: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
 STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
 EVENT_TO_PB = {
     "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,

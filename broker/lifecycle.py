@@ -1,10 +1,8 @@
 """Leases: launch (persisted before the cloud call), fail over, hand off, release.
 
-The state machine::
-
-    requested ─▶ provisioning ─▶ running ─▶ draining ─▶ released
-         │             │            │
-         └─────────────┴────────────┴──▶ failed
+The states and the transitions between them are :mod:`broker.lease`'s; this module makes them
+happen, through named transitions (:meth:`Lifecycle.adopt`, :meth:`Lifecycle.drain`,
+:meth:`Lifecycle.resume`, :meth:`Lifecycle.mark_released`, ...) that the reconciler calls too.
 
 Every transition is written to the store (with its time and reason) BEFORE the cloud call it
 leads to. Each launch call is an attempt of its own, persisted first with its client token
@@ -17,7 +15,6 @@ scope and fail over to the next offer, across clouds.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -26,8 +23,9 @@ from typing import Any, Callable, Mapping, Sequence
 import structlog
 
 from broker.errors import NotFound
+from broker.lease import BILLED, ENDED, LAUNCHING, Lease, LeaseState, cost_so_far
 from broker.quote import QuoteEngine, Target, new_id, usd
-from broker.store import LeaseRecord, StaleLease, Store
+from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
@@ -76,20 +74,17 @@ class Settings:
         return cls(**known)
 
 
-def lease_view(lease: LeaseRecord, now: float) -> dict[str, Any]:
+def lease_view(lease: Lease, now: float) -> dict[str, Any]:
     """A lease as the API and the CLI show it, with cost so far."""
-    cost = lease.accrued_micros
-    if lease.state in ("running", "draining") and lease.accrued_at:
-        cost += int(lease.hourly_micros * lease.nodes * max(0.0, now - lease.accrued_at) / 3600.0)
     return {
-        "lease_id": lease.lease_id, "state": lease.state, "state_reason": lease.state_reason,
+        "lease_id": lease.lease_id, "state": lease.state.value, "state_reason": lease.state_reason,
         "provider": lease.provider, "region": lease.region, "zone": lease.zone,
         "instance_type": lease.instance_type, "market": lease.market, "nodes": lease.nodes,
-        "hourly_usd": usd(lease.hourly_micros * lease.nodes), "cost_so_far_usd": usd(cost),
-        "instances": json.loads(lease.instances), "idempotency_key": lease.idempotency_key,
-        "tenant": lease.tenant, "quote_id": lease.quote_id, "job": json.loads(lease.job),
+        "hourly_usd": usd(lease.rate_micros), "cost_so_far_usd": usd(cost_so_far(lease, now)),
+        "instances": lease.instances, "idempotency_key": lease.idempotency_key,
+        "tenant": lease.tenant, "quote_id": lease.quote_id, "job": lease.job,
         "created_at": lease.created_at, "updated_at": lease.updated_at, "replaces": lease.replaces,
-        "attempts": json.loads(lease.attempts),
+        "attempts": lease.attempts,
     }
 
 
@@ -107,7 +102,7 @@ class Lifecycle:
 
     def __init__(self, store: Store, providers: Mapping[str, Provider], engine: QuoteEngine, *,
                  owner: str, settings: Settings | None = None, budgets: Any = None,
-                 boot: Callable[[LeaseRecord, str], str] | None = None,
+                 boot: Callable[[Lease, str], str] | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.providers = dict(providers)
@@ -165,7 +160,7 @@ class Lifecycle:
     def create(self, *, idempotency_key: str, target: Target, tenant: str = "default",
                demand: Demand | None = None, alternatives: Sequence[Target] = (), quote_id: str = "",
                offer_rank: int = 0, job: Mapping[str, Any] | None = None, bootstrap: str = "",
-               max_lifetime_s: int = 0, replaces: str = "") -> tuple[LeaseRecord, bool]:
+               max_lifetime_s: int = 0, replaces: str = "") -> tuple[Lease, bool]:
         """Persist a new lease (state requested), or return the one that already has this key."""
         from broker.views import demand_to_dict
 
@@ -178,22 +173,22 @@ class Lifecycle:
         if self.budgets is not None:
             self.budgets.check_launch(tenant, target.hourly_micros * target.nodes, now)
         lease_id = new_id("l")
-        record = LeaseRecord(
-            lease_id=lease_id, tenant=tenant, idempotency_key=idempotency_key, state="requested",
+        record = Lease(
+            lease_id=lease_id, tenant=tenant, idempotency_key=idempotency_key, state=LeaseState.REQUESTED,
             provider=target.provider, region=target.region, zone=target.zone,
             instance_type=target.instance_type, market=target.market.value, nodes=target.nodes,
             hourly_micros=target.hourly_micros, reservation=target.reservation,
             client_token=f"{lease_id}-1", attempt=0, quote_id=quote_id, offer_rank=offer_rank,
-            bootstrap=bootstrap, job=json.dumps(dict(job or {})),
-            demand=json.dumps({**demand_to_dict(demand), "alternatives": [_t2d(t) for t in alternatives]})
-            if demand is not None else "{}",
+            bootstrap=bootstrap, job=dict(job or {}),
+            demand={**demand_to_dict(demand), "alternatives": [_t2d(t) for t in alternatives]}
+            if demand is not None else {},
             created_at=now, updated_at=now, state_since=now,
             max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
         )
         return self.store.create_lease(record)
 
     # -- provisioning ----------------------------------------------------------------------------
-    def provision(self, lease: LeaseRecord) -> LeaseRecord:
+    def provision(self, lease: Lease) -> Lease:
         """Launch the lease's instances, failing over across offers on capacity/quota errors."""
         with self._inflight_lock:
             if lease.lease_id in self.inflight:
@@ -208,8 +203,8 @@ class Lifecycle:
         finally:
             self.inflight.discard(lease.lease_id)
 
-    def _provision(self, lease: LeaseRecord) -> LeaseRecord:
-        attempts = json.loads(lease.attempts)
+    def _provision(self, lease: Lease) -> Lease:
+        attempts = list(lease.attempts)
         targets = [_lease_target(lease)] + self._alternatives(lease)
         tried = 0
         refused: dict[str, str] = {}  # provider -> why none of its offers is tried (auth errors)
@@ -235,12 +230,12 @@ class Lifecycle:
                 return self._launched_too_late(lease, instances)
         summary = "; ".join(f"{a['provider']}/{a['region']}/{a['instance_type']}/{a['market']}: "
                             f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
-        lease = self._set(lease, state="failed", message=f"every offer failed: {summary}"[:2000],
-                          attempts=json.dumps(attempts), ended_at=self.clock())
+        lease = self._write(lease, state=LeaseState.FAILED, message=f"every offer failed: {summary}"[:2000],
+                            attempts=attempts, ended_at=self.clock())
         raise LeaseError("failed", f"lease {lease.lease_id} could not be launched: {summary}", attempts)
 
-    def _try_offer(self, lease: LeaseRecord, t: Target,
-                   attempts: list) -> tuple[LeaseRecord, list[Instance] | None, ProviderError | None]:
+    def _try_offer(self, lease: Lease, t: Target,
+                   attempts: list) -> tuple[Lease, list[Instance] | None, ProviderError | None]:
         """Launch on one offer: (lease, instances, None), or (lease, None, the last error).
 
         Throttling and 5xx retry the same offer with backoff. Every call is an attempt of its
@@ -270,9 +265,8 @@ class Lifecycle:
             return lease, instances, None
         raise AssertionError("unreachable")
 
-    def _alternatives(self, lease: LeaseRecord) -> list[Target]:
-        d = json.loads(lease.demand)
-        return [_d2t(t) for t in d.get("alternatives", [])]
+    def _alternatives(self, lease: Lease) -> list[Target]:
+        return [_d2t(t) for t in lease.demand.get("alternatives", [])]
 
     def _blocked_reason(self, t: Target) -> tuple[str, str] | None:
         """(blocked scope, why) when an earlier failure or interruption rules ``t`` out for now."""
@@ -296,7 +290,7 @@ class Lifecycle:
             key = f"{t.provider}/{t.region}"
         self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
 
-    def _discard_attempt(self, lease: LeaseRecord, t: Target, keep: Sequence[Instance] = ()) -> None:
+    def _discard_attempt(self, lease: Lease, t: Target, keep: Sequence[Instance] = ()) -> None:
         """Terminate whatever failed attempts left in ``t``'s region (the providers roll a failed
         gang launch back themselves; this covers a rollback that failed or a call that timed out
         but went through). Best effort: what survives is an orphan to the reconciler."""
@@ -314,12 +308,12 @@ class Lifecycle:
             log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider, code=e.code,
                         error=str(e))
 
-    def _launched_too_late(self, lease: LeaseRecord, instances: Sequence[Instance]) -> LeaseRecord:
+    def _launched_too_late(self, lease: Lease, instances: Sequence[Instance]) -> Lease:
         """The launch finished but the lease moved on meanwhile (adopted by the reconciler,
         or released): keep it if it is running on these instances, else give them back."""
         fresh = self.get(lease.lease_id)
         ids = {i.instance_id for i in instances}
-        if fresh.state == "running" and ids <= {i["instance_id"] for i in json.loads(fresh.instances)}:
+        if fresh.state is LeaseState.RUNNING and ids <= fresh.instance_ids:
             return fresh
         log.warning("launched_after_release", lease=lease.lease_id, provider=lease.provider, state=fresh.state)
         provider = self.providers[lease.provider]
@@ -329,17 +323,17 @@ class Lifecycle:
             log.warning("terminate_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         return fresh
 
-    def _begin_attempt(self, lease: LeaseRecord, t: Target, attempts: list) -> LeaseRecord:
+    def _begin_attempt(self, lease: Lease, t: Target, attempts: list) -> Lease:
         attempt = lease.attempt + 1
-        return self._set(
-            lease, state="provisioning", message=f"launching {t.nodes} x {t.instance_type} ({t.market.value}) "
+        return self._write(
+            lease, state=LeaseState.PROVISIONING, message=f"launching {t.nodes} x {t.instance_type} ({t.market.value}) "
             f"in {t.provider}/{t.zone or t.region}, attempt {attempt}",
             provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
             market=t.market.value, nodes=t.nodes, hourly_micros=t.hourly_micros, reservation=t.reservation,
-            attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=json.dumps(attempts),
+            attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=attempts,
         )
 
-    def spec_for(self, lease: LeaseRecord) -> LaunchSpec:
+    def spec_for(self, lease: Lease) -> LaunchSpec:
         it = self.engine.catalog.instance(lease.provider, lease.instance_type)
         if it is None:
             raise InvalidRequestError(f"unknown instance type {lease.instance_type}", provider=lease.provider,
@@ -353,7 +347,7 @@ class Lifecycle:
             reservation=lease.reservation,
         )
 
-    def _launch(self, lease: LeaseRecord, t: Target) -> list[Instance]:
+    def _launch(self, lease: Lease, t: Target) -> list[Instance]:
         provider = self.providers.get(t.provider)
         if provider is None:
             raise InvalidRequestError(f"provider {t.provider} is not enabled", provider=t.provider,
@@ -379,54 +373,74 @@ class Lifecycle:
         raise CapacityError(f"only {len(up)} of {spec.count} nodes came up", provider=t.provider,
                             code="PartialLaunch", region=t.region, zone=t.zone)
 
-    def _mark_running(self, lease: LeaseRecord, instances: Sequence[Instance], attempts: list) -> LeaseRecord:
+    def _mark_running(self, lease: Lease, instances: Sequence[Instance], attempts: list) -> Lease:
         now = self.clock()
         zone = instances[0].zone if instances else lease.zone
-        return self._set(lease, state="running", message=f"{len(instances)} nodes running in {lease.provider}/{zone}",
-                         instances=json.dumps([instance_dict(i) for i in instances]), zone=zone,
-                         started_at=lease.started_at or now, accrued_at=now, idle_since=now,
-                         attempts=json.dumps(attempts))
+        return self._write(lease, state=LeaseState.RUNNING,
+                           message=f"{len(instances)} nodes running in {lease.provider}/{zone}",
+                           instances=[instance_dict(i) for i in instances], zone=zone,
+                           started_at=lease.started_at or now, accrued_at=now, idle_since=now, attempts=attempts)
 
-    def adopt(self, lease: LeaseRecord, instances: Sequence[Instance]) -> LeaseRecord:
-        """A lease whose launch finished in the cloud while the broker was down."""
-        return self._mark_running(lease, instances, json.loads(lease.attempts))
+    # -- named transitions (also the reconciler's) -------------------------------------------------
+    def adopt(self, lease: Lease, instances: Sequence[Instance]) -> Lease:
+        """provisioning → running: a launch that finished in the cloud while the broker was down."""
+        return self._mark_running(lease, instances, list(lease.attempts))
+
+    def resume(self, lease: Lease, message: str = "resuming launch after restart") -> Lease:
+        """provisioning → requested: a launch whose process died mid-call, to be repeated with the
+        SAME client token (the attempt counter steps back, so the retry reuses it)."""
+        return self._write(lease, state=LeaseState.REQUESTED, message=message, attempt=lease.attempt - 1)
+
+    def drain(self, lease: Lease, reason: str, *, event_kind: str = "", event_data: dict | None = None,
+              events: Sequence[tuple[str, str, dict]] = ()) -> Lease:
+        """→ draining: accrue what it cost so far, then record why it is being torn down (and, in the
+        same write, ``event_kind``/``events``: an interruption and the requeue of its job)."""
+        lease = self._accrue(lease)
+        return self._write(lease, state=LeaseState.DRAINING, message=reason, event_kind=event_kind,
+                           event_data=event_data, events=events)
+
+    def mark_released(self, lease: Lease) -> Lease:
+        """draining → released: nothing of it is left in the cloud."""
+        lease = self._accrue(lease)
+        return self._write(lease, state=LeaseState.RELEASED, message=lease.state_reason or "released",
+                           ended_at=self.clock(),
+                           instances=[{**i, "state": "terminated"} for i in lease.instances])
 
     # -- launch end to end -----------------------------------------------------------------------
-    def launch(self, **kwargs: Any) -> LeaseRecord:
+    def launch(self, **kwargs: Any) -> Lease:
         """Create and provision; a repeated key returns the same lease (waiting for a launch of it
         that this process is running, resuming one that nobody started)."""
         lease, _ = self.create(**kwargs)
-        if lease.state == "requested":
+        if lease.state is LeaseState.REQUESTED:
             lease = self.provision(lease)
         deadline = time.monotonic() + self.settings.provision_timeout_s
-        while lease.lease_id in self.inflight and lease.state in ("requested", "provisioning") \
+        while lease.lease_id in self.inflight and lease.state in LAUNCHING \
                 and time.monotonic() < deadline:
             self.store.wait_for_change(0.5)  # another thread of this process is launching it
             lease = self.get(lease.lease_id)
         return lease
 
     # -- hand-off and release --------------------------------------------------------------------
-    def handoff(self, lease_id: str, job: Mapping[str, Any]) -> LeaseRecord:
+    def handoff(self, lease_id: str, job: Mapping[str, Any]) -> Lease:
         lease = self.get(lease_id)
-        if lease.state != "running":
+        if lease.state is not LeaseState.RUNNING:
             raise LeaseError("invalid", f"lease {lease_id} is {lease.state}, not running: nothing to hand off to.")
         if not job.get("job_id"):
             raise LeaseError("invalid", "job.job_id is required.")
-        merged = {**json.loads(lease.job), **{k: v for k, v in job.items() if v}}
-        return self._set(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
-                         job=json.dumps(merged), idle_since=0.0, retry_stale=True)
+        merged = {**lease.job, **{k: v for k, v in job.items() if v}}
+        return self._write(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
+                           job=merged, idle_since=0.0, retry_stale=True)
 
-    def release(self, lease_id: str, reason: str = "released by request", event_kind: str = "") -> LeaseRecord:
+    def release(self, lease_id: str, reason: str = "released by request", event_kind: str = "") -> Lease:
         """Drain and terminate. Safe to repeat and to race with the reconciler or a launch: a
         launch that finishes after this is given back (see :meth:`_launched_too_late`)."""
         for _ in range(3):
             lease = self.get(lease_id)
-            if lease.state in ("released", "failed"):
+            if lease.state in ENDED:
                 return lease
             try:
-                lease = self._accrue(lease)
-                if lease.state != "draining":
-                    lease = self._set(lease, state="draining", message=reason, event_kind=event_kind)
+                if lease.state is not LeaseState.DRAINING:
+                    lease = self.drain(lease, reason, event_kind=event_kind)
                 return self.finish_drain(lease)
             except StaleLease:
                 continue  # someone else moved it: look again
@@ -435,7 +449,7 @@ class Lifecycle:
                                  "keeps terminating it, or retry the release.") from e
         raise LeaseError("unavailable", f"lease {lease_id} keeps changing; retry the release.")
 
-    def finish_drain(self, lease: LeaseRecord) -> LeaseRecord:
+    def finish_drain(self, lease: Lease) -> Lease:
         """Terminate everything of a draining lease (also what a crashed launch may have made).
 
         Stopped instances are terminated too: a preempted GCP VM kept TERMINATED still holds its
@@ -445,32 +459,24 @@ class Lifecycle:
             found = provider.describe(lease.lease_id, lease.region)
             if found:
                 provider.terminate(found)
-        now = self.clock()
-        lease = self._accrue(lease)
-        return self._set(lease, state="released", message=lease.state_reason or "released",
-                         ended_at=now, instances=json.dumps(
-                             [{**i, "state": "terminated"} for i in json.loads(lease.instances)]))
+        return self.mark_released(lease)
 
     # -- helpers ---------------------------------------------------------------------------------
-    def get(self, lease_id: str) -> LeaseRecord:
+    def get(self, lease_id: str) -> Lease:
         lease = self.store.get_lease(lease_id)
         if lease is None:
             raise LeaseError("not_found", f"lease {lease_id} does not exist.")
         return lease
 
-    def _accrue(self, lease: LeaseRecord) -> LeaseRecord:
-        if lease.state not in ("running", "draining") or not lease.accrued_at:
+    def _accrue(self, lease: Lease) -> Lease:
+        if lease.state not in BILLED or not lease.accrued_at:
             return lease
         now = self.clock()
-        add = int(lease.hourly_micros * lease.nodes * max(0.0, now - lease.accrued_at) / 3600.0)
-        return self._set(lease, accrued_micros=lease.accrued_micros + add, accrued_at=now, retry_stale=True)
+        return self._write(lease, accrued_micros=cost_so_far(lease, now), accrued_at=now, retry_stale=True)
 
-    def accrue(self, lease: LeaseRecord) -> LeaseRecord:
-        return self._accrue(lease)
-
-    def _set(self, lease: LeaseRecord, *, state: str | None = None, message: str = "",
+    def _write(self, lease: Lease, *, state: LeaseState | None = None, message: str = "",
              event_kind: str = "", event_data: dict | None = None, events: Sequence[tuple[str, str, dict]] = (),
-             retry_stale: bool = False, **fields: Any) -> LeaseRecord:
+             retry_stale: bool = False, **fields: Any) -> Lease:
         """Write a change at the version we read. Only bookkeeping (``retry_stale``) is re-applied
         on a fresh row; a state change that lost the race raises :class:`StaleLease`."""
         for _ in range(3 if retry_stale else 1):
@@ -490,11 +496,10 @@ class Lifecycle:
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
 
 
-def node_names(lease: LeaseRecord) -> tuple[str, ...]:
+def node_names(lease: Lease) -> tuple[str, ...]:
     """The nodes' names: the job's (a Slurm hand-off names its cloud nodes), else one set per
     launch attempt (``<lease>-<attempt>-<i>``)."""
-    job = json.loads(lease.job)
-    return tuple(job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{lease.attempt}-{i}"
+    return tuple(lease.job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{lease.attempt}-{i}"
                                                        for i in range(lease.nodes))
 
 
@@ -509,7 +514,7 @@ def _d2t(d: dict) -> Target:
                   int(d["nodes"]), int(d["hourly_micros"]), d.get("reservation", ""))
 
 
-def _lease_target(lease: LeaseRecord) -> Target:
+def _lease_target(lease: Lease) -> Target:
     return Target(lease.provider, lease.region, lease.zone, lease.instance_type, Market(lease.market),
                   lease.nodes, lease.hourly_micros, lease.reservation)
 

@@ -18,15 +18,15 @@ concluded (listings lag). It is safe to run after a ``kill -9`` at any point of 
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import structlog
 
+from broker.lease import LIVE, Lease, LeaseState
 from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names
-from broker.store import LIVE_STATES, LeaseRecord, StaleLease
+from broker.store import StaleLease
 from providers.base import Instance, Market, ProviderError, StopReason, offering_key
 
 log = structlog.get_logger("broker.reconciler")
@@ -71,7 +71,7 @@ class Reconciler:
                 by_lease.setdefault(i.lease_id, []).append(i)
         # Read after listing: a lease created meanwhile has nothing listed yet, which is harmless;
         # the other order could take a just-launched lease's instances for orphans.
-        live = {l.lease_id: l for l in self.store.list_leases(states=LIVE_STATES)}
+        live = {l.lease_id: l for l in self.store.list_leases(states=LIVE)}
 
         # sync -----------------------------------------------------------------------------
         for lease in list(live.values()):
@@ -92,7 +92,7 @@ class Reconciler:
         self._terminate_orphans(listings, live, report, now)
         budget_reasons = self._over_budget(live.values(), now)
         for lease in list(live.values()):
-            if lease.state not in LIVE_STATES:
+            if lease.state not in LIVE:
                 continue
             try:
                 self._step(lease, report, now, listed=lease.provider in listings,
@@ -105,10 +105,10 @@ class Reconciler:
         return report
 
     # -- sync: reflect what the clouds say ----------------------------------------------------
-    def _sync(self, lease: LeaseRecord, insts: list[Instance],
-              report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
+    def _sync(self, lease: Lease, insts: list[Instance],
+              report: PassReport) -> tuple[Lease, Lease | None]:
         up = [i for i in insts if alive(i)]
-        if lease.state == "provisioning":
+        if lease.state is LeaseState.PROVISIONING:
             if lease.lease_id in self.lc.inflight:
                 return lease, None  # this process is launching it: the launch records the result
             mine = [i for i in up if _attempt_of(i, lease)]
@@ -117,19 +117,16 @@ class Reconciler:
                 log.info("adopted", lease=lease.lease_id, provider=lease.provider, nodes=len(mine))
                 return self.lc.adopt(lease, mine), None
             return lease, None
-        if lease.state == "running":
+        if lease.state is LeaseState.RUNNING:
             return self._sync_running(lease, insts, report)
-        if lease.state == "draining" and not insts:
-            lease = self.lc.accrue(lease)
+        if lease.state is LeaseState.DRAINING and not insts:
             report.released += 1
-            return self.lc._set(lease, state="released", message=lease.state_reason or "released",
-                                ended_at=self.clock(), instances=json.dumps(
-                                    [{**i, "state": "terminated"} for i in json.loads(lease.instances)])), None
+            return self.lc.mark_released(lease), None
         return lease, None
 
-    def _sync_running(self, lease: LeaseRecord, insts: list[Instance],
-                      report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
-        known = _instance_ids(lease)
+    def _sync_running(self, lease: Lease, insts: list[Instance],
+                      report: PassReport) -> tuple[Lease, Lease | None]:
+        known = lease.instance_ids
         if known <= {i.instance_id for i in insts if alive(i)}:
             return lease, None
         # Something is missing from the listing. Listings lag (EC2's are eventually consistent):
@@ -147,17 +144,16 @@ class Reconciler:
         detail = ", ".join(f"{i.instance_id}: {i.stop_reason or i.state} {i.stop_detail}".strip()
                            for i in stopped) or "instances vanished"
         report.failed += 1
-        lease = self.lc.accrue(lease)
-        return self.lc._set(lease, state="draining", message=f"instances lost: {detail}"), None
+        return self.lc.drain(lease, f"instances lost: {detail}"), None
 
-    def _interrupted(self, lease: LeaseRecord, interrupted: list[Instance],
-                     report: PassReport) -> tuple[LeaseRecord, LeaseRecord | None]:
+    def _interrupted(self, lease: Lease, interrupted: list[Instance],
+                     report: PassReport) -> tuple[Lease, Lease | None]:
         """Block the offering, record a replacement, then — in one write — move the lease to
         draining with its ``interrupted`` and ``requeue`` events. A crash anywhere in between
         repeats the whole step on the next pass (the replacement's key makes it idempotent)."""
         report.interrupted += 1
         now = self.clock()
-        job = json.loads(lease.job)
+        job = lease.job
         detail = interrupted[0].stop_detail if interrupted else "spot instance vanished"
         key = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
         self.store.block(key, now + self.lc.settings.interruption_block_s, f"spot interruption on {key}")
@@ -173,19 +169,18 @@ class Reconciler:
         if job.get("job_id"):
             events.append(("requeue", f"job {job['job_id']} requeued from checkpoint "
                                       f"{job.get('checkpoint_uri') or '(none)'}; {outcome}", {**data, "job": job}))
-        lease = self.lc.accrue(lease)
-        lease = self.lc._set(lease, state="draining", message=f"spot interruption: {detail}; {outcome}",
-                             event_kind="interrupted", event_data=data, events=events)
+        lease = self.lc.drain(lease, f"spot interruption: {detail}; {outcome}", event_kind="interrupted",
+                              event_data=data, events=events)
         log.warning("interrupted", lease=lease.lease_id, provider=lease.provider, detail=detail,
                     replacement=data["replacement"])
         return lease, replacement
 
-    def _replace(self, lease: LeaseRecord, now: float) -> tuple[LeaseRecord | None, str]:
+    def _replace(self, lease: Lease, now: float) -> tuple[Lease | None, str]:
         """A replacement lease (state requested) for an interrupted lease whose demand is known,
         quoted afresh without the blocked offering; or None and why not."""
         from broker.views import demand_from_dict
 
-        d = json.loads(lease.demand)
+        d = lease.demand
         if not d.get("gpus"):
             return None, "launched without a demand (explicit offering)"
         demand = demand_from_dict(d)
@@ -199,7 +194,7 @@ class Reconciler:
             new, _ = self.lc.create(
                 idempotency_key=f"replace-{lease.lease_id}", target=targets[0], tenant=lease.tenant,
                 demand=demand, alternatives=targets[1:], quote_id=q.quote_id, offer_rank=1,
-                job=json.loads(lease.job), bootstrap=lease.bootstrap, max_lifetime_s=lease.max_lifetime_s,
+                job=lease.job, bootstrap=lease.bootstrap, max_lifetime_s=lease.max_lifetime_s,
                 replaces=lease.lease_id,
             )
         except LeaseError as e:
@@ -207,7 +202,7 @@ class Reconciler:
         return new, ""
 
     # -- step: act on the clouds ----------------------------------------------------------------
-    def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, LeaseRecord],
+    def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Lease],
                            report: PassReport, now: float) -> None:
         """Tagged instances that no live lease accounts for: of a lease that ended (or never
         existed), or of a running lease that does not list them (a launch attempt it moved on
@@ -221,7 +216,7 @@ class Reconciler:
             orphans = []
             for i in insts:
                 lease = live.get(i.lease_id)
-                if lease is not None and (lease.state != "running" or i.instance_id in _instance_ids(lease)):
+                if lease is not None and (lease.state is not LeaseState.RUNNING or i.instance_id in lease.instance_ids):
                     continue
                 seen.add(i.instance_id)
                 first = self._first_seen.setdefault(i.instance_id, now)
@@ -245,15 +240,15 @@ class Reconciler:
         if budgets is None or not budgets.budgets:
             return {}
         out: dict[str, str] = {}
-        for tenant in sorted({l.tenant for l in leases if l.state == "running"}):
+        for tenant in sorted({l.tenant for l in leases if l.state is LeaseState.RUNNING}):
             out.update(budgets.releases(tenant, now))
         return out
 
-    def _step(self, lease: LeaseRecord, report: PassReport, now: float, listed: bool,
+    def _step(self, lease: Lease, report: PassReport, now: float, listed: bool,
               budget_reason: str | None = None) -> None:
         s = self.lc.settings
         age = now - lease.state_since
-        if lease.state == "requested":
+        if lease.state is LeaseState.REQUESTED:
             # A replacement is launched at once; any other request this old was abandoned by a
             # crash between its creation and its launch.
             if lease.lease_id not in self.lc.inflight and (lease.replaces or age >= min(5.0, s.resume_after_s)):
@@ -263,31 +258,29 @@ class Reconciler:
                 except LeaseError:
                     report.failed += 1
             return
-        if lease.state == "provisioning":
+        if lease.state is LeaseState.PROVISIONING:
             if not listed:
                 return
             if age >= s.provision_timeout_s:
                 report.failed += 1
-                lease = self.lc._set(lease, state="draining",
-                                     message=f"launch did not finish within {s.provision_timeout_s:.0f} s")
+                lease = self.lc.drain(lease, f"launch did not finish within {s.provision_timeout_s:.0f} s")
                 self.lc.finish_drain(lease)
                 return
             if lease.lease_id not in self.lc.inflight and age >= s.resume_after_s:
                 # The launching process died mid-call: retry with the SAME client token (idempotent),
                 # which returns what the first call made or completes it.
                 report.resumed += 1
-                lease = self.lc._set(lease, state="requested", message="resuming launch after restart",
-                                     attempt=lease.attempt - 1)
+                lease = self.lc.resume(lease)
                 try:
                     self.lc.provision(lease)
                 except LeaseError:
                     report.failed += 1
             return
-        if lease.state == "draining":
+        if lease.state is LeaseState.DRAINING:
             self.lc.finish_drain(lease)
             report.released += 1
             return
-        if lease.state == "running":
+        if lease.state is LeaseState.RUNNING:
             reason, kind = None, ""
             if lease.max_lifetime_s and now - (lease.started_at or lease.created_at) >= lease.max_lifetime_s:
                 reason = f"maximum lifetime of {lease.max_lifetime_s} s reached"
@@ -300,11 +293,7 @@ class Reconciler:
                 self.lc.release(lease.lease_id, reason, event_kind=kind)
 
 
-def _instance_ids(lease: LeaseRecord) -> set[str]:
-    return {i["instance_id"] for i in json.loads(lease.instances)}
-
-
-def _attempt_of(i: Instance, lease: LeaseRecord) -> bool:
+def _attempt_of(i: Instance, lease: Lease) -> bool:
     """Is ``i`` from the lease's current attempt (not a leftover of an earlier one)? Its node
     name says so (a node not yet named — EC2 names a gang after launching it — is judged by
     its shape alone)."""

@@ -97,7 +97,7 @@ class Service:
         """One script for every node of the lease (each node finds its own name at boot)."""
         from providers.bootstrap import BootContext, render, resolve
 
-        job = json.loads(lease.job)
+        job = lease.job
         settings = dict(self.config.bootstrap)
         templates = settings.pop("templates", {})
         ctx = BootContext(

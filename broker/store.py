@@ -21,7 +21,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
-LIVE_STATES = ("requested", "provisioning", "running", "draining")
+from broker.lease import LIVE, Lease, LeaseState, check_transition, encode
 
 
 class StaleLease(RuntimeError):
@@ -72,23 +72,6 @@ class LeaseRecord(SQLModel, table=True):
     max_lifetime_s: int = 0
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
-
-
-class LeaseRow:
-    """A lease row as read: the attributes of :class:`LeaseRecord`, without ORM state.
-
-    Reads are snapshots; every change goes through :meth:`Store.update_lease`, which checks the
-    row's version, so a stale snapshot can never overwrite a newer state.
-    """
-
-    __slots__ = tuple(LeaseRecord.__table__.columns.keys())
-
-    def __init__(self, row) -> None:
-        for name, value in zip(self.__slots__, row):
-            object.__setattr__(self, name, value)
-
-    def __repr__(self) -> str:
-        return f"LeaseRow({self.lease_id!r}, {self.state!r}, v{self.version})"
 
 
 class LeaseEventRecord(SQLModel, table=True):
@@ -257,102 +240,113 @@ class Store:
             return conn.execute(delete(QuoteRecord.__table__).where(QuoteRecord.__table__.c.valid_until < before)).rowcount
 
     # -- leases ----------------------------------------------------------------------------------
-    def create_lease(self, lease: LeaseRecord, message: str = "lease requested") -> tuple[LeaseRecord, bool]:
+    # Leases are read as plain rows (no ORM state: a reconciler pass reads thousands) and handed
+    # out as :class:`broker.lease.Lease` snapshots with their JSON columns decoded once.
+    _leases = LeaseRecord.__table__
+    _lease_columns = tuple(LeaseRecord.__table__.columns.keys())
+
+    def _read_leases(self, conn, q) -> list[Lease]:
+        cols = self._lease_columns
+        return [Lease.from_row(cols, r) for r in conn.execute(q)]
+
+    def create_lease(self, lease: Lease, message: str = "lease requested") -> tuple[Lease, bool]:
         """Insert ``lease`` unless the tenant already used its idempotency key.
 
         Returns (lease, created): on a repeated key, the existing lease and False.
         """
-        with Session(self.engine) as s:
-            existing = self._by_key(s, lease.tenant, lease.idempotency_key)
-            if existing is not None:
-                return existing, False
-            s.add(lease)
-            s.add(LeaseEventRecord(lease_id=lease.lease_id, at=lease.created_at, kind="state_changed",
-                                   to_state=lease.state, message=message))
-            try:
-                s.commit()
-            except IntegrityError:
-                s.rollback()
-                existing = self._by_key(s, lease.tenant, lease.idempotency_key)
-                if existing is None:
-                    raise
-                return existing, False
-            s.refresh(lease)
+        t = self._leases
+        try:
+            with self.engine.begin() as conn:
+                existing = self._by_key(conn, lease.tenant, lease.idempotency_key)
+                if existing is not None:
+                    return existing, False
+                conn.execute(insert(t).values(**lease.to_row()))
+                conn.execute(insert(LeaseEventRecord.__table__).values(
+                    lease_id=lease.lease_id, at=lease.created_at, kind="state_changed", from_state="",
+                    to_state=LeaseState(lease.state).value, message=message, data="{}"))
+        except IntegrityError:
+            with self.engine.connect() as conn:
+                existing = self._by_key(conn, lease.tenant, lease.idempotency_key)
+            if existing is None:
+                raise
+            return existing, False
         self._notify()
-        return lease, True
+        return self.get_lease(lease.lease_id), True
 
-    @staticmethod
-    def _by_key(s: Session, tenant: str, key: str) -> LeaseRecord | None:
-        return s.exec(select(LeaseRecord).where(
-            LeaseRecord.tenant == tenant, LeaseRecord.idempotency_key == key)).first()
+    def _by_key(self, conn, tenant: str, key: str) -> Lease | None:
+        t = self._leases
+        found = self._read_leases(conn, select(t).where(t.c.tenant == tenant, t.c.idempotency_key == key))
+        return found[0] if found else None
 
-    def lease_by_key(self, tenant: str, key: str) -> LeaseRecord | None:
+    def lease_by_key(self, tenant: str, key: str) -> Lease | None:
         """The tenant's lease with this idempotency key (one indexed lookup)."""
-        with Session(self.engine) as s:
-            return self._by_key(s, tenant, key)
+        with self.engine.connect() as conn:
+            return self._by_key(conn, tenant, key)
 
-    def get_lease(self, lease_id: str) -> LeaseRecord | None:
-        with Session(self.engine) as s:
-            return s.get(LeaseRecord, lease_id)
+    def get_lease(self, lease_id: str) -> Lease | None:
+        t = self._leases
+        with self.engine.connect() as conn:
+            found = self._read_leases(conn, select(t).where(t.c.lease_id == lease_id))
+        return found[0] if found else None
 
     def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
-                    active_since: float | None = None) -> list["LeaseRow"]:
-        """Leases newest first, as plain rows (no ORM state: a reconciler pass reads thousands).
+                    active_since: float | None = None) -> list[Lease]:
+        """Leases newest first.
 
         ``active_since``: only leases that are live, have not ended, or ended at or after it.
         """
-        t = LeaseRecord.__table__
+        t = self._leases
         q = select(t)
         if states:
-            q = q.where(t.c.state.in_(list(states)))
+            q = q.where(t.c.state.in_([LeaseState(s).value for s in states]))
         if tenant:
             q = q.where(t.c.tenant == tenant)
         if active_since is not None:
-            q = q.where(t.c.state.in_(LIVE_STATES) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
+            q = q.where(t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
         q = q.order_by(t.c.created_at.desc())
         if limit:
             q = q.limit(limit)
         with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
-        return [LeaseRow(r) for r in rows]
+            return self._read_leases(conn, q)
 
-    def update_lease(self, lease: LeaseRecord, *, now: float, state: str | None = None,
+    def update_lease(self, lease: Lease, *, now: float, state: LeaseState | None = None,
                      message: str = "", event_kind: str = "", event_data: dict | None = None,
-                     events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> LeaseRecord:
+                     events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> Lease:
         """Write ``fields`` (and a state change) iff the lease is still at ``lease.version``.
 
+        This is the one place a lease's state is written: a change :data:`broker.lease.TRANSITIONS`
+        does not allow raises :class:`broker.lease.InvalidTransition` before anything is written.
+        JSON fields (job, instances, demand, attempts) are given as Python values.
         A state change, or ``event_kind``, also appends a lease event in the same transaction, as
         do ``events`` (``(kind, message, data)`` each), so a change and what it announces (an
         interruption and the requeue of its job) are written together or not at all.
         Raises :class:`StaleLease` when another writer got there first.
         """
-        values = dict(fields)
+        frm = LeaseState(lease.state)
+        to = frm if state is None else check_transition(frm, state)
+        values = encode(fields)
         values["version"] = lease.version + 1
         values["updated_at"] = now
-        if state is not None and state != lease.state:
-            values["state"] = state
-            values["state_since"] = now
-            values["state_reason"] = message
-        with Session(self.engine) as s:
-            res = s.exec(update(LeaseRecord).where(
-                LeaseRecord.lease_id == lease.lease_id, LeaseRecord.version == lease.version).values(**values))
+        if to is not frm:
+            values.update(state=to.value, state_since=now, state_reason=message)
+        t, ev = self._leases, LeaseEventRecord.__table__
+        rows = []
+        if to is not frm:
+            rows.append(("state_changed", message, event_data))
+        if event_kind:
+            rows.append((event_kind, message, event_data))
+        rows.extend(events)
+        with self.engine.begin() as conn:
+            res = conn.execute(update(t).where(t.c.lease_id == lease.lease_id, t.c.version == lease.version)
+                               .values(**values))
             if res.rowcount != 1:
-                s.rollback()
                 raise StaleLease(f"lease {lease.lease_id} changed since version {lease.version}")
-            if state is not None and state != lease.state:
-                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind="state_changed",
-                                       from_state=lease.state, to_state=state, message=message,
-                                       data=json.dumps(event_data or {})))
-            if event_kind:
-                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind=event_kind,
-                                       from_state=lease.state, to_state=values.get("state", lease.state),
-                                       message=message, data=json.dumps(event_data or {})))
-            for kind, msg, data in events:
-                s.add(LeaseEventRecord(lease_id=lease.lease_id, at=now, kind=kind, from_state=lease.state,
-                                       to_state=values.get("state", lease.state), message=msg,
-                                       data=json.dumps(data or {})))
-            s.commit()
-            fresh = s.get(LeaseRecord, lease.lease_id)
+            if rows:
+                conn.execute(insert(ev), [
+                    {"lease_id": lease.lease_id, "at": now, "kind": kind, "from_state": frm.value,
+                     "to_state": to.value, "message": msg, "data": json.dumps(data or {})}
+                    for kind, msg, data in rows])
+            (fresh,) = self._read_leases(conn, select(t).where(t.c.lease_id == lease.lease_id))
         self._notify()
         return fresh
 

@@ -144,6 +144,7 @@ class StoreCollector:
         from sqlalchemy import func
         from sqlmodel import Session, select
 
+        from broker.lease import LIVE, LeaseState
         from broker.store import DecisionRecord, LeaseEventRecord, LeaseRecord
 
         by_state = GaugeMetricFamily("broker_leases", "Leases by state", labels=["state", "provider", "market"])
@@ -167,10 +168,10 @@ class StoreCollector:
             agg[k] = agg.get(k, 0) + n
             spend_key = provider
             spend.add_metric([spend_key], (accrued or 0) / 1e6)
-            if state in ("requested", "provisioning", "running", "draining"):
+            if state in LIVE:
                 it = self.catalog.instance(provider, itype)
                 gpus.add_metric([provider, market], (nodes or 0) * (it.gpus if it else 0))
-            if state == "running":
+            if state == LeaseState.RUNNING:
                 rate.add_metric([provider, market], (hourly or 0) / 1e6)
         for (state, provider, market), n in agg.items():
             by_state.add_metric([state, provider, market], n)

@@ -5,7 +5,6 @@ which lease owns which live instance."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections import Counter
@@ -238,7 +237,7 @@ def states(store, lease_id: str) -> list[str]:
 
 
 def instances_of(lease) -> list[dict[str, Any]]:
-    return json.loads(lease.instances)
+    return lease.instances
 
 
 def offering(provider: str, region: str, instance_type: str, market: str = "on_demand", count: int = 1,

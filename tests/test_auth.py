@@ -8,7 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from broker.client import BrokerClient, ClientError, open_channel
-from broker.store import LeaseRecord
+from broker.lease import Lease
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
@@ -21,7 +21,7 @@ TOKENS = {"tok-a": "team-a", "tok-b": "team-b", "tok-op": "*"}
 def server(tmp_path, mini_catalog_dir):
     with running_server(tmp_path, config={"catalog.path": str(mini_catalog_dir), "auth.tokens": TOKENS}) as (addr, svc):
         for tenant, lid in (("team-a", "l-a"), ("team-b", "l-b")):
-            svc.store.create_lease(LeaseRecord(
+            svc.store.create_lease(Lease(
                 lease_id=lid, tenant=tenant, idempotency_key=lid, state="running", provider="aws",
                 region="us-east-1", instance_type="p5.48xlarge", market="on_demand", nodes=1,
                 hourly_micros=1, client_token="t", created_at=1, updated_at=1, state_since=1))

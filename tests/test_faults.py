@@ -6,7 +6,6 @@ blocked; throttling and 5xx retry the same offer with backoff; failover crosses 
 after releasing everything nothing is left alive in any cloud."""
 from __future__ import annotations
 
-import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -88,7 +87,7 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
         served, reported, crossed = [], [], []
         for n, _, error in results:
             lease = leases[f"demand-{n}"]
-            attempts = json.loads(lease.attempts)
+            attempts = lease.attempts
             for a in attempts:
                 assert a["provider"] in ("aws", "gcp", "azure") and a["code"] and a["scope"], a
                 assert a["scope"].split("/")[0] == a["provider"], a
@@ -109,7 +108,7 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
         assert len(served) + len(reported) == LAUNCHES and served
 
         # -- capacity and quota block their scope; throttling and 5xx retry the same offer ----------
-        every = [a for l in leases.values() for a in json.loads(l.attempts)]
+        every = [a for l in leases.values() for a in l.attempts]
         blocks = svc.store.active_blocks(svc.clock())
         limited = [a for a in every if a["kind"] in ("capacity", "quota")]
         assert limited and all(a["scope"] in blocks for a in limited)

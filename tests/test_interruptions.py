@@ -3,7 +3,6 @@
 offering, and a replacement lease launched elsewhere."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -67,7 +66,7 @@ def test_interrupted_spot_lease_requeues_blocks_and_is_replaced(clouds, tmp_path
         assert new.lease_id in rq.message
         assert new.state == "running", new.state_reason
         assert offering_key(new.provider, new.region, new.instance_type, new.market) != key
-        assert json.loads(new.job)["checkpoint_uri"] == "gs://ckpt/train-42/step-9000"
+        assert new.job["checkpoint_uri"] == "gs://ckpt/train-42/step-9000"
         assert svc.store.get_lease(old.lease_id).state == "released"
         live = live_by_lease(clouds)
         assert old.lease_id not in live and len(live[new.lease_id]) == new.nodes

@@ -4,7 +4,6 @@ An in-process Service with the real providers and a real SQLite store; gRPC wher
 what is tested (idempotent Launch, Handoff, Release, WatchLeases)."""
 from __future__ import annotations
 
-import json
 import threading
 
 import grpc
@@ -83,7 +82,7 @@ def test_every_transition_is_written_before_its_cloud_call(clouds, tmp_path, pro
         launches = [s for s in seen if s[0] == "launch"]
         assert launches[0] == ("launch", "provisioning", f"{lease.lease_id}-1", f"{lease.lease_id}-1")
         assert launches[-1] == ("launch", "provisioning", f"{lease.lease_id}-2", f"{lease.lease_id}-2")
-        attempts = json.loads(lease.attempts)
+        attempts = lease.attempts
         assert len(attempts) == 1 and attempts[0]["provider"] == provider
         assert attempts[0]["code"] and attempts[0]["scope"].startswith(f"{provider}/{region}")
         seen.clear()
@@ -136,7 +135,7 @@ def test_gang_second_node_fails_then_the_whole_gang_fails_over(clouds, tmp_path)
         live = live_by_lease(clouds)
         assert sorted(p for p, _ in live[lease.lease_id]) == ["azure", "azure"]
         assert [i for i in clouds.gcp.instances() if i["status"] != "TERMINATED"] == []
-        (a,) = json.loads(lease.attempts)
+        (a,) = lease.attempts
         assert (a["provider"], a["scope"]) == ("gcp", "gcp/us-central1/us-central1-a")
         assert "blocked" not in a["code"] and a["code"]
         svc.lifecycle.release(lease.lease_id)
@@ -162,7 +161,7 @@ def test_gang_cloud_gives_fewer_nodes(clouds, tmp_path):  # noqa: F811
         lease = svc.lifecycle.provision(lease)
         assert lease.state == "running" and lease.provider == "gcp"
         assert clouds.azure.instances() == []
-        (a,) = json.loads(lease.attempts)
+        (a,) = lease.attempts
         assert a["code"] == "PartialLaunch" and a["scope"].startswith("azure/eastus")
         assert any(k.startswith("azure/eastus") for k in svc.store.active_blocks(svc.clock()))
         svc.lifecycle.release(lease.lease_id)
@@ -191,7 +190,7 @@ def test_handoff_attaches_a_job(clouds, tmp_path):  # noqa: F811
         out = stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=job), timeout=30).lease
         assert out.job.job_id == "train-7" and out.job.checkpoint_uri.endswith("step-400")
         rec = svc.store.get_lease(lease.lease_id)
-        assert json.loads(rec.job)["job_id"] == "train-7" and rec.idle_since == 0.0
+        assert rec.job["job_id"] == "train-7" and rec.idle_since == 0.0
         assert ("handoff", "running", "running", "job train-7 handed off") in events(svc.store, lease.lease_id)
         with pytest.raises(grpc.RpcError) as e:
             stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=pb.Job()), timeout=30)

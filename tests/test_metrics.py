@@ -5,7 +5,7 @@ import urllib.request
 
 import grpc
 
-from broker.store import LeaseRecord
+from broker.lease import Lease
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from tests.grpc_server import running_server
@@ -16,7 +16,7 @@ def test_metrics_endpoint(tmp_path, mini_catalog_dir):
         port = svc.metrics.serve("127.0.0.1:0")
         with grpc.insecure_channel(addr) as ch:
             pb_grpc.BrokerStub(ch).Quote(pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=1)))
-        svc.store.create_lease(LeaseRecord(
+        svc.store.create_lease(Lease(
             lease_id="l-1", idempotency_key="k", state="running", provider="aws", region="us-east-1",
             instance_type="p5.48xlarge", market="spot", nodes=2, hourly_micros=40_000_000, client_token="t",
             created_at=1, updated_at=1, state_since=1, accrued_micros=5_000_000))

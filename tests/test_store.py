@@ -5,12 +5,13 @@ import threading
 
 import pytest
 
-from broker.store import LeaseRecord, StaleLease, Store
+from broker.lease import Lease
+from broker.store import StaleLease, Store
 from tests.stores import db_url  # noqa: F401  (fixture)
 
 
 def lease(key="k1", tenant="default", lid="l-1"):
-    return LeaseRecord(lease_id=lid, tenant=tenant, idempotency_key=key, state="requested", provider="aws",
+    return Lease(lease_id=lid, tenant=tenant, idempotency_key=key, state="requested", provider="aws",
                        region="us-east-1", instance_type="p5.48xlarge", market="on_demand", nodes=1,
                        hourly_micros=98_320_000, client_token=f"{lid}-1", created_at=1.0, updated_at=1.0,
                        state_since=1.0)

@@ -9,6 +9,7 @@ import typer
 
 from broker.cli.app import (app, check_format, console, exit_error, exit_usage, print_json,
                             server_option_default)
+from broker.lease import LeaseState
 
 SERVER_HELP = "Broker address host:port (env BROKER_SERVER, default 127.0.0.1:50051)."
 
@@ -42,7 +43,7 @@ def _print_leases(leases: list[dict], fmt: str) -> None:
                   (l.get("job") or {}).get("job_id", ""))
     console().print(t)
     for l in leases:
-        if l["state"] in ("failed", "draining") and l["state_reason"]:
+        if l["state"] in (LeaseState.FAILED, LeaseState.DRAINING) and l["state_reason"]:
             console().print(f"{l['lease_id']}: {l['state_reason']}")
 
 

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import hostlist
 import structlog
 
+from broker.lease import SERVING, LeaseState
 from broker.slurm.commands import Scontrol
 from broker.slurm.groups import (Group, ResumeRequest, SlurmHandoffError, demand_for, expand,
                                  group_nodes, idempotency_key, lease_nodes, resume_digest,
@@ -41,8 +42,9 @@ from policies.demand import Demand
 
 log = structlog.get_logger("broker.slurm")
 
-LIVE = ("requested", "provisioning", "running")
-ENDED = ("released", "failed", "draining")
+# Leases that serve their nodes or are about to; any other (draining, released, failed) is on its
+# way out, and Slurm asking for its nodes again needs a new lease.
+SERVING_STATES = [s.value for s in LeaseState if s in SERVING]
 
 
 def node_reason(text: str) -> str:
@@ -79,7 +81,7 @@ class Outcome:
 
 def _live_by_node(broker: BrokerApi) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for lease in broker.list_leases(list(LIVE)):
+    for lease in broker.list_leases(SERVING_STATES):
         for n in lease_nodes(lease):
             out[n] = lease
     return out
@@ -114,7 +116,7 @@ def _launch_group(group: Group, settings: SlurmSettings, broker: BrokerApi, scon
     for attempt in range(1, 6):
         key = idempotency_key(group, digest, attempt)
         lease = broker.launch(_launch_request(group, q["quote_id"], key, settings, jobs[0] if jobs else None))
-        if lease["state"] not in ENDED:
+        if lease["state"] in SERVING:
             break
         lg.info("key_ended", key=key, lease=lease["lease_id"], state=lease["state"],
                 why="that lease has ended: Slurm asks for the nodes again")
@@ -124,7 +126,7 @@ def _launch_group(group: Group, settings: SlurmSettings, broker: BrokerApi, scon
     lg.info("launched", state=lease["state"], region=lease["region"], instance_type=lease["instance_type"],
             market=lease["market"], key=key, quote=q["quote_id"])
     try:
-        if lease["state"] != "running":
+        if lease["state"] != LeaseState.RUNNING:
             raise SlurmHandoffError(f"lease {lease['lease_id']} is {lease['state']}: {lease['state_reason']}")
         by_name = {i["node_name"]: i for i in lease["instances"]}
         missing = [n for n in group.nodes if n not in by_name]
@@ -247,7 +249,7 @@ def suspend(nodes_arg: str, settings: SlurmSettings, broker: BrokerApi, *,
     nodes = set(expand(nodes_arg))
     out = Outcome()
     seen: set[str] = set()
-    for lease in broker.list_leases(list(LIVE)):
+    for lease in broker.list_leases(SERVING_STATES):
         carried = lease_nodes(lease)
         hit = carried & nodes
         if not hit:
@@ -278,7 +280,7 @@ def resume_fail(nodes_arg: str, settings: SlurmSettings, broker: BrokerApi) -> O
     nodes = set(expand(nodes_arg))
     out = Outcome()
     seen: set[str] = set()
-    for lease in broker.list_leases(list(LIVE)):
+    for lease in broker.list_leases(SERVING_STATES):
         hit = lease_nodes(lease) & nodes
         if hit:
             seen |= hit
