@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from sqlalchemy import UniqueConstraint, delete, event, func, insert, text, update
+from sqlalchemy import BigInteger, Integer, UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -22,6 +22,15 @@ if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
 from broker.lease import LIVE, Lease, LeaseState, check_transition, encode
+
+
+#: Money (micro-dollars) and counters are 64-bit on every store: a 32-bit column of micro-dollars
+#: overflows at $2,147.48, which one large lease accrues in hours.
+INT64 = BigInteger().with_variant(Integer, "sqlite")  # SQLite's INTEGER is 64-bit (and the rowid)
+
+
+def int64(default: int = 0) -> Any:
+    return Field(default=default, sa_type=INT64)
 
 
 class StaleLease(RuntimeError):
@@ -44,19 +53,19 @@ class LeaseRecord(SQLModel, table=True):
     idempotency_key: str = Field(index=True)
     state: str = Field(index=True)
     state_reason: str = ""
-    version: int = 1
+    version: int = int64(1)
     provider: str
     region: str
     zone: str = ""
     instance_type: str
     market: str
-    nodes: int
-    hourly_micros: int  # per node
+    nodes: int = Field(sa_type=INT64)
+    hourly_micros: int = Field(sa_type=INT64)  # per node
     reservation: str = ""
     client_token: str  # the cloud-side idempotency token of the current launch attempt
-    attempt: int = 0
+    attempt: int = int64()
     quote_id: str = ""
-    offer_rank: int = 0
+    offer_rank: int = int64()
     bootstrap: str = ""
     job: str = "{}"  # JSON: job_id, owner, queue, checkpoint_uri, dataset_uri, env
     instances: str = "[]"  # JSON list of instance dicts
@@ -67,16 +76,16 @@ class LeaseRecord(SQLModel, table=True):
     state_since: float
     started_at: float = 0.0  # first time running
     ended_at: float = 0.0
-    accrued_micros: int = 0  # spend accrued up to accrued_at
+    accrued_micros: int = int64()  # spend accrued up to accrued_at
     accrued_at: float = 0.0
-    max_lifetime_s: int = 0
+    max_lifetime_s: int = int64()
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
 
 
 class LeaseEventRecord(SQLModel, table=True):
     __tablename__ = "lease_events"
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=INT64)
     lease_id: str = Field(index=True)
     at: float
     kind: str  # state_changed, interrupted, requeue, budget, decision

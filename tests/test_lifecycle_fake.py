@@ -13,6 +13,7 @@ from policies.demand import Demand
 from providers.base import AuthError, CapacityError, InstanceState, Market, ThrottledError, TransientError
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock, states
+from tests.stores import db_url  # noqa: F401  (fixture)
 
 S = LeaseState
 
@@ -159,3 +160,24 @@ def test_a_provider_whose_listing_fails_is_skipped_not_concluded_from(kit):
     assert report.skipped_providers == ["aws"] and lc.get(lease.lease_id).state is S.RUNNING
     assert all(i.state is InstanceState.RUNNING for i in clouds["aws"].alive())
 
+
+def test_spend_past_2_to_the_31_micro_dollars_accrues_and_releases(db_url, mini_catalog):  # noqa: F811
+    """$2,147.48 is 2^31 micro-dollars: one p5.48xlarge node passes it in under a day. Every money
+    and counter column is 64-bit, so the lease accrues, reconciles and releases on both stores."""
+    clock = Clock(1_800_000_000.0)
+    aws = FakeProvider("aws", clock=clock)
+    store = Store(db_url)
+    try:
+        lc = Lifecycle(store, {"aws": aws}, QuoteEngine(mini_catalog), owner="test", clock=clock)
+        rec = Reconciler(lc, clock=clock)
+        lease = lc.launch(idempotency_key="big", target=h100(lc, count=2))
+        clock.advance(30 * 3600)  # 2 x $98.32/h x 30 h = $5,899.20
+        rec.run_pass()
+        lc.handoff(lease.lease_id, {"job_id": "j"})  # a write while the accrual is past 2^31 in view
+        clock.advance(3600)
+        done = lc.release(lease.lease_id, "done")
+        assert done.state is S.RELEASED and aws.alive() == []
+        assert done.accrued_micros == 2 * 98_320_000 * 31 > 2**31
+        assert store.get_lease(lease.lease_id).accrued_micros == done.accrued_micros
+    finally:
+        store.close()
