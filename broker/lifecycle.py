@@ -402,7 +402,7 @@ class Lifecycle:
     def mark_released(self, lease: Lease) -> Lease:
         """draining → released: nothing of it is left in the cloud."""
         lease = self._accrue(lease)
-        return self._write(lease, state=LeaseState.RELEASED, message=lease.state_reason or "released",
+        return self._write(lease, state=LeaseState.RELEASED, message=lease.state_reason or LeaseState.RELEASED.value,
                            ended_at=self.clock(),
                            instances=[{**i, "state": "terminated"} for i in lease.instances])
 
