@@ -229,6 +229,16 @@ def _error_code_message(exc: HttpResponseError) -> tuple[str, str]:
     return code, message or exc.message or str(exc)
 
 
+def _gone(exc: ResourceNotFoundError, kind: str, name: str) -> bool:
+    """Does this 404 say that the resource ``kind/name`` (``virtualMachines/node-1``) does not
+    exist? Only ARM's ``ResourceNotFound`` naming it does. The SDK raises ResourceNotFoundError
+    for every 404 — a missing resource group, a parent, a regional front end's ``NotFound``, or
+    another resource — and none of those says the VM is gone: taking them for "gone" would skip
+    the DELETE and leave a VM running."""
+    code, message = _error_code_message(exc)
+    return code == "ResourceNotFound" and f"/{kind}/{name}'".lower() in message.lower()
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Map an Azure SDK error onto the broker's error types (``provider="azure"``)."""
     if isinstance(exc, ProviderError):
@@ -657,8 +667,10 @@ class AzureProvider:
         while True:
             try:
                 self._vms.get(self.resource_group, name)
-            except ResourceNotFoundError:
-                return
+            except ResourceNotFoundError as e:
+                if _gone(e, "virtualMachines", name):
+                    return
+                raise map_error(e, region=region, zone=zone) from e
             except AzureError as e:
                 raise map_error(e, region=region, zone=zone) from e
             if time.monotonic() >= deadline:
@@ -691,8 +703,10 @@ class AzureProvider:
             for vm in vms:
                 try:
                     view = self._vms.instance_view(self.resource_group, vm.name)
-                except ResourceNotFoundError:
-                    continue  # vanished between the list and now (deleted or evicted)
+                except ResourceNotFoundError as e:
+                    if _gone(e, "virtualMachines", vm.name):
+                        continue  # vanished between the list and now (deleted or evicted)
+                    raise
                 inst = self._instance(vm, view)
                 if inst.state in (InstanceState.RUNNING, InstanceState.PENDING):
                     inst = self._instance(vm, view, ip=self._private_ip(vm, region, ""))
@@ -775,16 +789,18 @@ class AzureProvider:
         pollers, errors = [], []
         for rg, name in targets:
             try:
-                pollers.append(self._vms.begin_delete(rg, name))
-            except ResourceNotFoundError:
-                continue
+                pollers.append((name, self._vms.begin_delete(rg, name)))
+            except ResourceNotFoundError as e:
+                if not _gone(e, "virtualMachines", name):
+                    errors.append(e)
             except AzureError as e:
                 errors.append(e)
-        for poller in pollers:
+        for name, poller in pollers:
             try:
                 self._wait(poller, deadline)
-            except ResourceNotFoundError:
-                continue
+            except ResourceNotFoundError as e:
+                if not _gone(e, "virtualMachines", name):
+                    errors.append(e)
             except (AzureError, _OperationTimeout) as e:
                 errors.append(e)
         if errors:
@@ -795,16 +811,20 @@ class AzureProvider:
         groups = self._client.proximity_placement_groups
         try:
             ppg = groups.get(self.resource_group, name)
-        except ResourceNotFoundError:
-            return
+        except ResourceNotFoundError as e:
+            if _gone(e, "proximityPlacementGroups", name):
+                return
+            raise map_error(e) from e
         except AzureError as e:
             raise map_error(e) from e
         if _tag(ppg, TAG_OWNER) != self.owner or ppg.virtual_machines:
             return  # not ours, or another node of the lease still lives in it
         try:
             groups.delete(self.resource_group, name)
-        except ResourceNotFoundError:
-            return
+        except ResourceNotFoundError as e:
+            if _gone(e, "proximityPlacementGroups", name):
+                return
+            raise map_error(e) from e
         except AzureError as e:
             raise map_error(e) from e
         self._log.info("placement_group.deleted", lease=lease_id, name=name)

@@ -154,3 +154,22 @@ def test_invalid_demands_name_the_field(kw, field):
         Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"))
     assert e.value.field == field
     assert str(e.value).endswith(".")
+
+
+def test_the_marginal_job_pays_egress_on_every_cloud():
+    """The free 100 GB/month of AWS and Azure is account-wide, spent by the account's other
+    traffic: no cloud prices a job's first GB out at $0, so 50 GB out costs 50 GB at the first
+    paid tier everywhere (Azure used to price it at $0 while AWS did not)."""
+    from providers.catalog import bundled
+
+    cat = bundled()
+    d = Demand(gpus=1, hours=1, gpu_model="A100", data_out_gb=50).validate()
+    for provider, region, itype in (("aws", "us-east-1", "p4d.24xlarge"), ("gcp", "us-central1", "a2-highgpu-1g"),
+                                    ("azure", "eastus", "Standard_NC24ads_A100_v4")):
+        terms = cat.terms[provider]
+        first_paid = terms.egress_tiers[0][1]
+        assert first_paid > 0, f"{provider} prices a job's first GB out at $0"
+        p = price(replace(d, gpus=cat.instance(provider, itype).gpus), offering(cat, provider, region, itype),
+                  ctx(cat))
+        assert isinstance(p, PricedOffer), p
+        assert p.cost.data_transfer == 50 * first_paid, provider

@@ -491,6 +491,28 @@ def test_terminate_errors_are_mapped(az: AzureProvider, fake_arm: FakeArm) -> No
     assert leftovers(fake_arm) == NOTHING
 
 
+@pytest.mark.parametrize("code", ["ResourceGroupNotFound", "ParentResourceNotFound", "NotFound", "ResourceNotFound"])
+@pytest.mark.parametrize("where", ["instanceView", "DELETE"])
+def test_only_resource_not_found_for_that_vm_means_gone(az: AzureProvider, fake_arm: FakeArm, code: str,
+                                                        where: str) -> None:
+    """A teardown reads the VM (describe) and deletes it. A 404 that is not ARM's ResourceNotFound
+    naming that VM — the resource group, a parent, a regional front end, the VM's NIC — says
+    nothing about the VM: it is an error, the VM is not taken for gone, and the next teardown
+    deletes it."""
+    out = az.launch(spec("lease-404"))
+    fake_arm.inject("not_found", code=code, match=where)
+    with pytest.raises(ProviderError):
+        az.terminate(az.describe("lease-404", "eastus"))
+    assert [v["name"] for v in fake_arm.instances()] == ["lease-404-n0"], "taken for gone, never deleted"
+    got = az.describe("lease-404", "eastus")
+    assert [i.node_name for i in got] == ["lease-404-n0"]
+    az.terminate(got)
+    assert leftovers(fake_arm) == NOTHING
+    # ARM's own ResourceNotFound for the VM does mean gone: nothing to describe, nothing to delete
+    assert az.describe("lease-404", "eastus") == []
+    az.terminate(out)
+
+
 # ------------------------------------------------------------------------------------ listing
 
 

@@ -64,7 +64,7 @@ BUILTIN_REGIONS = (
     "southeastasia", "eastasia", "australiaeast", "centralindia", "southindia", "uaenorth",
     "southafricanorth", "qatarcentral",
 )
-FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth")
+FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "not_found")
 _CREATE_ONLY = ("capacity", "quota")  # faults that only a VM create can meet
 _CAPACITY_LRO = ("AllocationFailed", "OverconstrainedAllocationRequest", "ZonalAllocationFailed")
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
@@ -308,6 +308,10 @@ class FakeArm(ArmMarketMixin):
         * ``5xx``: ``500 InternalServerError`` (``code="ServiceUnavailable"`` gives 503).
         * ``slow``: sleeps ``slow_s`` before answering normally (the work is still done).
         * ``auth``: ``401 InvalidAuthenticationToken`` (``code="AuthorizationFailed"`` gives 403).
+        * ``not_found``: a ``404`` that is not "this resource does not exist": ARM's
+          ``ResourceGroupNotFound`` (the default), ``ParentResourceNotFound``, the generic
+          ``NotFound`` of a regional front end, or ``code="ResourceNotFound"`` naming ANOTHER
+          resource (the VM's network interface), each with the real message.
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
@@ -809,7 +813,7 @@ class FakeArm(ArmMarketMixin):
                 time.sleep(self.slow_s)
                 if generation != self._generation:  # reset() while asleep: act on nothing
                     raise ArmError(503, "ServiceUnavailable", "The fake was reset.")
-            self._raise_fault(fault)
+            self._raise_fault(fault, path)
         if self.require_auth and not headers.get("authorization", "").lower().startswith("bearer "):
             raise ArmError(401, "AuthenticationFailed", "Authentication failed. The "
                            "'Authorization' header is missing.")
@@ -833,7 +837,21 @@ class FakeArm(ArmMarketMixin):
             return self._route(route, method, g, query, body, api_version,
                                fault if fault is not None and fault.kind in _CREATE_ONLY else None)
 
-    def _raise_fault(self, f: _Fault) -> None:
+    def _raise_fault(self, f: _Fault, path: str = "") -> None:
+        if f.kind == "not_found":
+            m = re.search(r"/resourceGroups/([^/]+)(?:/providers/[^/]+/[^/]+/([^/?]+))?", path, re.I)
+            rg, name = (m.group(1), m.group(2) or "") if m else ("", "")
+            code = f.code or "ResourceGroupNotFound"
+            message = {
+                "ResourceGroupNotFound": f"Resource group '{rg}' could not be found.",
+                "ParentResourceNotFound": "Can not perform requested operation on nested resource. "
+                                          f"Parent resource '{name}' not found.",
+                "NotFound": "The entity was not found in this Azure location.",
+                "ResourceNotFound": f"The Resource 'Microsoft.Network/networkInterfaces/{name}-nic' under "
+                                    f"resource group '{rg}' was not found. For more details please go to "
+                                    "https://aka.ms/ARMResourceNotFoundFix",
+            }[code]
+            raise ArmError(404, code, message)
         if f.kind == "throttle":
             raise ArmError(429, f.code or "TooManyRequests", "The request is being throttled as "
                            "the limit has been reached for operation type - Write_30Min.",
@@ -893,7 +911,8 @@ class FakeArm(ArmMarketMixin):
             if vm is None:
                 raise ArmError(404, "ResourceNotFound", f"The Resource 'Microsoft.Compute/"
                                f"virtualMachines/{g['name']}' under resource group '{g['rg']}' "
-                               "was not found.")
+                               "was not found. For more details please go to "
+                               "https://aka.ms/ARMResourceNotFoundFix")
             if route == "vm" and method == "GET":
                 expand = {e.strip() for e in query.get("$expand", "").split(",") if e.strip()}
                 return 200, self._vm_json(vm, expand), {}
