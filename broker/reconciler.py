@@ -53,6 +53,9 @@ class Reconciler:
         self.orphan_grace_s = orphan_grace_s
         self.clock = clock
         self._first_seen: dict[str, float] = {}  # orphan instance id -> first time seen
+        # Called before every side-effecting step; raises (broker.leader.NotLeader) when this
+        # replica no longer leads, which ends the pass. The service sets it; alone, it leads.
+        self.fence: Callable[[], object] = lambda: None
 
     # -----------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -77,6 +80,7 @@ class Reconciler:
         for lease in list(live.values()):
             if lease.provider not in listings:
                 continue
+            self.fence()
             try:
                 live[lease.lease_id], replacement = self._sync(lease, by_lease.get(lease.lease_id, []), report)
             except StaleLease:  # someone (a Release, a Launch) moved it meanwhile: next pass
@@ -94,6 +98,7 @@ class Reconciler:
         for lease in list(live.values()):
             if lease.state not in LIVE:
                 continue
+            self.fence()
             try:
                 self._step(lease, report, now, listed=lease.provider in listings,
                            budget_reason=budget_reasons.get(lease.lease_id))
@@ -101,6 +106,7 @@ class Reconciler:
                 log.info("step_superseded", lease=lease.lease_id, provider=lease.provider)
             except (ProviderError, LeaseError) as e:
                 log.warning("step_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
+        self.fence()
         self.store.prune_quotes(now - 86400)
         return report
 
@@ -223,6 +229,7 @@ class Reconciler:
                 if now - first >= self.orphan_grace_s:
                     orphans.append(i)
             if orphans:
+                self.fence()
                 try:
                     self.lc.providers[name].terminate(orphans)
                     report.orphans_terminated += len(orphans)

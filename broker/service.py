@@ -115,6 +115,7 @@ class Service:
 
         self.leadership = Leadership(self.store, ttl_s=self.leader_ttl_s, renew_s=self.leader_renew_s,
                                      on_change=self.metrics.set_leader).start()
+        self.reconciler.fence = self.fence
         interval = float(self.config.reconciler["interval_s"])
         self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
         if self.autoscaler is not None:

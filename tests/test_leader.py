@@ -144,3 +144,40 @@ def test_takeover_within_15_s_of_a_freeze_and_of_a_kill(tmp_path, pg):
             if p.proc is not None and p.proc.poll() is None:
                 os.kill(p.proc.pid, signal.SIGCONT)
             p.stop()
+
+
+def test_the_reconciler_checks_the_fence_before_every_step(tmp_path, mini_catalog):
+    """Fencing is per step: a reconciler whose replica stops leading in the middle of a pass
+    releases the lease it was at and touches no other."""
+    from broker.lease import LeaseState
+    from broker.lifecycle import Lifecycle, Settings
+    from broker.quote import QuoteEngine
+    from broker.reconciler import Reconciler
+    from tests.fake_provider import FakeProvider
+    from tests.lease_kit import Clock
+
+    clock = Clock(1_800_000_000.0)
+    clouds = {"aws": FakeProvider("aws", clock=clock)}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    try:
+        lc = Lifecycle(store, clouds, QuoteEngine(mini_catalog), owner="test", clock=clock,
+                       settings=Settings(backoff_s=0.0), sleep=lambda s: None)
+        rec = Reconciler(lc, clock=clock)
+        target = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 1)
+        leases = [lc.launch(idempotency_key=f"k{i}", target=target, max_lifetime_s=60) for i in range(3)]
+        clock.advance(61)  # every lease is past its lifetime: three releases are due
+        allowed = [len(leases) + 1]  # the sync of each lease, then one step
+
+        def fence():
+            allowed[0] -= 1
+            if allowed[0] < 0:
+                raise NotLeader("another replica leads now")
+
+        rec.fence = fence
+        with pytest.raises(NotLeader):
+            rec.run_pass()
+        after = [lc.get(l.lease_id).state for l in leases]
+        assert sorted(after) == sorted([LeaseState.RELEASED, LeaseState.RUNNING, LeaseState.RUNNING]), after
+        assert len(clouds["aws"].alive()) == 2
+    finally:
+        store.close()
