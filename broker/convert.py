@@ -76,6 +76,7 @@ def demand_to_pb(d: Demand) -> pb.Demand:
 # -- quote -------------------------------------------------------------------------------------
 def quote_to_pb(q: "Quote") -> pb.Quote:
     from broker.quote import usd
+    from broker.views import market_fields
 
     m = pb.Quote(quote_id=q.quote_id, catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
     m.valid_until.CopyFrom(ts(q.valid_until))
@@ -86,7 +87,7 @@ def quote_to_pb(q: "Quote") -> pb.Quote:
             gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
             market=MARKET_TO_PB[o.market.value], hourly_usd=money(usd(o.hourly_micros)),
             interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
-            runtime_hours=p.runtime_hours,
+            runtime_hours=p.runtime_hours, **market_fields(o),
             cost=pb.CostBreakdown(
                 compute_usd=money(usd(c.compute)), interruption_usd=money(usd(c.interruption)),
                 storage_usd=money(usd(c.storage)), data_transfer_usd=money(usd(c.data_transfer)),
@@ -121,6 +122,9 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
                     "storage": float(o.cost.storage_usd), "data_transfer": float(o.cost.data_transfer_usd),
                     "sla_risk": float(o.cost.sla_risk_usd), "total": float(o.cost.total_usd),
                 },
+                "price_as_of": o.price_as_of, "price_source": o.price_source, "stale": o.stale,
+                "zones": list(o.zones), "interruptions_per_hour": o.interruptions_per_hour,
+                "interruption_source": o.interruption_source,
             }
             for o in q.offers
         ],

@@ -172,7 +172,10 @@ class QuoteEngine:
         ttl_s: int = QUOTE_TTL_S,
     ) -> None:
         extra = []
+        live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
         for r in reservations:
+            if r.reservation_id in live:  # the cloud's own account of it (refreshed) wins
+                continue
             it = catalog.instance(r.provider, r.instance_type)
             reg = catalog.region(r.provider, r.region)
             if it is None or reg is None:
@@ -194,6 +197,12 @@ class QuoteEngine:
         self._cache: OrderedDict = OrderedDict()
         self._shape_groups: dict[str, list] = {}
         self._lock = threading.Lock()
+        # Reservation id -> since when live leases count against its free nodes: configured ones
+        # always, refreshed ones from the refresh on (earlier leases are in the cloud's count).
+        from providers.market.overlay import epoch
+
+        self.reservation_since = {o.reservation: 0.0 if o.source == "configured reservation" else epoch(o.as_of)
+                                  for o in self.catalog.offerings if o.market is Market.RESERVED}
         self._by_gpu = self.catalog.by_gpu  # the catalog's index, narrowed to enabled providers
         if self.enabled is not None:
             narrowed = {g: tuple(o for o in offs if o.instance.provider in self.enabled)
@@ -225,18 +234,20 @@ class QuoteEngine:
         return d.validate(self.gpu_models)
 
     def quote(self, d: Demand, now: float | None = None, top: int = 0,
-              blocked: dict[str, str] | None = None) -> Quote:
-        """Price ``d`` (validated) over every matching offering and market."""
+              blocked: dict[str, str] | None = None, held: dict[str, int] | None = None) -> Quote:
+        """Price ``d`` (validated) over every matching offering and market. ``held``: reservation
+        nodes live leases hold (see :attr:`reservation_since`)."""
         now = time.time() if now is None else now
         # Prices do not move between catalog loads, so a demand without a deadline (the only
         # input that depends on the clock) prices the same every time: serve repeats from cache.
-        key = (d, top, tuple(sorted(blocked.items())) if blocked else ()) if d.deadline is None else None
+        key = (d, top, tuple(sorted(blocked.items())) if blocked else (),
+               tuple(sorted(held.items())) if held else ()) if d.deadline is None else None
         hit = self._cache_get(key) if key is not None else None
         if hit is not None:
             offers, excluded = hit
         else:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
-                          self.onprem_egress_micros, blocked)
+                          self.onprem_egress_micros, blocked, held)
             ok: list[PricedOffer] = []
             out: list[Exclusion] = []
             price_one = pricer(d, ctx)
@@ -302,12 +313,13 @@ class DerivedCache:
         return value
 
 
-def engine_for(config) -> QuoteEngine:
-    """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers)."""
+def engine_for(config, catalog: Catalog | None = None) -> QuoteEngine:
+    """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
+    ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`)."""
     from broker.config import ConfigError
     from providers.catalog import bundled
 
-    catalog = bundled(config.catalog_path or None)
+    catalog = catalog or bundled(config.catalog_path or None)
     reservations = [
         Reservation(provider=r["provider"], region=r["region"], instance_type=r["instance_type"],
                     nodes=int(r.get("nodes", 1)), reservation_id=r["reservation_id"],
@@ -322,6 +334,9 @@ def engine_for(config) -> QuoteEngine:
 
 
 def quote_engine_from_config(path: str | None) -> QuoteEngine:
+    """The engine of an in-process quote: the config's catalog with the stored live market."""
+    from broker import market, market_store
     from broker.config import load
 
-    return engine_for(load(path))
+    config = load(path)
+    return market.quote_engine(config, market_store.reader(config.db_url), log_refused=False)

@@ -10,7 +10,8 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from broker.config import Config
-from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote, engine_for
+from broker import market_store
+from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from policies.demand import Demand
 
 log = structlog.get_logger("broker.service")
@@ -32,8 +33,10 @@ class Service:
         self.config = config
         self.clock = clock
         self.auth = Auth(config.section("auth").get("tokens"))
-        self.engine = engine_for(config)
+        from broker import market
+
         self.store = Store(config.db_url)
+        self.engine = market.quote_engine(config, self.store.engine)
         self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
         self.budgets = Budgets(self.store, config.budgets)
         self.lifecycle = Lifecycle(
@@ -60,7 +63,9 @@ class Service:
         """Validate, price, persist (with its launchable offers) and return a quote."""
         demand = self.engine.validate(demand)
         now = self.clock()
-        q = self.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
+        engine = self.engine
+        held = market_store.held(self.store.engine, engine.reservation_since) if engine.reservation_since else None
+        q = engine.quote(demand, now=now, blocked=self.store.active_blocks(now), held=held)
         limit = max(top, LAUNCHABLE_OFFERS)
         targets = self._derived.get((q.offers,), lambda: q.targets(limit), extra=("targets", limit))
         self.store.save_quote(StoredQuote(q.quote_id, q.created_at, q.valid_until, demand, targets))
@@ -121,6 +126,17 @@ class Service:
         if self.autoscaler is not None:
             self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                             self._leading(self.autoscaler.tick)))
+        from broker.market import Refresher
+
+        # The leader refreshes the live market; every replica re-prices when it changes.
+        refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
+                              clock=self.clock)
+        self._threads.append(self._loop("market", refresher.poll_s, refresher.tick))
+
+    def install_engine(self, engine) -> None:
+        """Quote with ``engine`` from now on (a new live market), here and in failover."""
+        self.engine = engine
+        self.lifecycle.engine = engine
 
     def is_leader(self) -> bool:
         """Whether this replica decides (reconciles, scales). A service that runs no background

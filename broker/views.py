@@ -64,8 +64,18 @@ def offer_to_dict(rank: int, p: PricedOffer) -> dict[str, Any]:
         "instance_type": it.name, "gpu": it.gpu, "gpus_per_node": it.gpus, "nodes": p.nodes,
         "market": o.market.value, "hourly_usd": _money(o.hourly_micros),
         "interconnect_gbps": it.interconnect_gbps, "sla_pct": o.sla_pct,
-        "cost_usd": cost_lines(c),
+        "cost_usd": cost_lines(c), **market_fields(o),
     }
+
+
+def market_fields(o) -> dict[str, Any]:
+    """What a quote knows about an offering's price: when and where it was taken, whether it is
+    stale, the zones that sell it and, for spot, the interruption rate priced in and its signal
+    (the same keys in JSON and in the protobuf Offer)."""
+    spot = o.market.value == "spot"
+    return {"price_as_of": o.as_of, "price_source": o.price_source or f"bundled:{o.as_of}", "stale": o.stale,
+            "zones": list(o.zones), "interruptions_per_hour": max(0.0, o.spot_rate) if spot else 0.0,
+            "interruption_source": o.spot_rate_source if spot else ""}
 
 
 def quote_to_dict(q: Quote) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class ExclusionKind(str, enum.Enum):
     SLA = "sla"  # the published SLA is under the demand's minimum
     DEADLINE = "deadline"  # the job would finish after its deadline
     BLOCKED = "blocked"  # a recent capacity/quota error or interruption blocks the scope for now
+    QUOTA = "quota"  # the account's remaining quota in the region cannot hold the offer
 
     def __str__(self) -> str:
         return self.value
@@ -99,6 +100,8 @@ class Context:
     # Blocked scopes ("gcp", "aws/us-east-1", "azure/eastus/1", "aws/us-east-1/p5.48xlarge/spot")
     # mapped to the reason they are blocked.
     blocked: dict[str, str] | None = None
+    # Nodes of each reservation (by id) that live leases hold beyond what its offering counts.
+    held: dict[str, int] | None = None
 
 
 def nodes_for(d: Demand, gpus_per_node: int) -> int | None:
@@ -161,9 +164,15 @@ def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> Reason 
                           f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}")
     if o.market is Market.SPOT and not d.interruptible:
         return Reason(ExclusionKind.MARKET, "spot capacity needs an interruptible (checkpointing) job")
-    if o.market is Market.RESERVED and o.reserved_nodes and nodes > o.reserved_nodes:
-        return Reason(ExclusionKind.RESERVATION,
-                      f"reservation {o.reservation} holds {o.reserved_nodes} nodes, demand needs {nodes}")
+    if o.market is Market.RESERVED and o.reservation:
+        held = ctx.held.get(o.reservation, 0) if ctx.held else 0
+        if nodes > o.reserved_nodes - held:
+            free = f"holds {o.reserved_nodes} nodes" if not held else \
+                f"has {max(0, o.reserved_nodes - held)} of {o.reserved_nodes} nodes free ({held} held by live leases)"
+            return Reason(ExclusionKind.RESERVATION, f"reservation {o.reservation} {free}, demand needs {nodes}")
+    if o.quota_left >= 0 and nodes * o.quota_per_node > o.quota_left:
+        return Reason(ExclusionKind.QUOTA, f"quota: {o.quota_left:g} of {o.quota_limit:g} {o.quota_label} left "
+                                           f"in {o.region}, the offer needs {nodes * o.quota_per_node:g}")
     if d.min_sla_pct and o.sla_pct < d.min_sla_pct:
         sla = "no SLA" if o.sla_pct == 0 else f"SLA {o.sla_pct}%"
         return Reason(ExclusionKind.SLA, f"{sla} is under the minimum {d.min_sla_pct}%")
@@ -225,7 +234,8 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
         interruption = 0
         wall_h = run_h + startup_h
         if o.market is spot:
-            expected = terms.spot_interruptions_per_hour * nodes * run_h
+            rate = o.spot_rate if o.spot_rate >= 0 else terms.spot_interruptions_per_hour
+            expected = rate * nodes * run_h
             rework_h = checkpoint_half_h + startup_h
             interruption = int(expected * rework_h * gang_hourly)
             wall_h += expected * rework_h

@@ -63,6 +63,20 @@ class Offering:
     # For reserved offerings: the reservation's id/name in the cloud, and how many nodes it holds.
     reservation: str = ""
     reserved_nodes: int = 0
+    # Where the price comes from ("bundled:2025-06-01", "aws:spot_price_history") and whether it
+    # is older than the catalog's maximum age.
+    price_source: str = ""
+    stale: bool = False
+    # Spot interruptions per node-hour for this offering (< 0: the provider's catalog rate), and
+    # which signal gave it ("aws:spot_placement_score", "observed", "catalog").
+    spot_rate: float = -1.0
+    spot_rate_source: str = ""
+    # The account quota this offering draws on: what is left and the limit (< 0: unknown), in
+    # the quota's unit per node, and its name ("H100 GPUs", "P on-demand vCPUs").
+    quota_left: float = -1.0
+    quota_limit: float = 0.0
+    quota_per_node: float = 0.0
+    quota_label: str = ""
 
     @property
     def provider(self) -> str:

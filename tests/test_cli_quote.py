@@ -31,7 +31,12 @@ def test_json_has_exactly_the_documented_shape(mini):
     assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded"}
     offer = doc["offers"][0]
     assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
-                          "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd"}
+                          "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd",
+                          "price_as_of", "price_source", "stale", "zones", "interruptions_per_hour",
+                          "interruption_source"}
+    # No live market refreshed: the bundled catalog's price, its date, and every zone it knows.
+    assert offer["price_source"] == f"bundled:{offer['price_as_of']}" and offer["stale"] is True
+    assert offer["zone"] == offer["zones"][0]
     assert set(offer["cost_usd"]) == {"compute", "interruption", "storage", "data_transfer", "sla_risk", "total"}
     assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "kind", "reason"}
     totals = [o["cost_usd"]["total"] for o in doc["offers"]]

@@ -67,7 +67,11 @@ def _table(doc: dict) -> None:
     console = make_console()
     d = doc["demand"]
     what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
-    t = Table(title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  prices as of {doc['catalog_as_of']}",
+    offers = doc["offers"]
+    oldest = min(offers, key=lambda o: o.get("price_as_of") or "", default=None)
+    prices = (f"oldest price {oldest['price_as_of'][:10]} ({oldest['price_source'].split(':')[0]})"
+              if oldest and oldest.get("price_source") else f"prices as of {doc['catalog_as_of']}")
+    t = Table(title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  {prices}",
               title_justify="left")
     for col in ("#", "provider", "region", "instance", "market", "nodes", "$/h", "compute", "interrupt",
                 "storage", "transfer", "sla risk", "total $"):
@@ -76,10 +80,13 @@ def _table(doc: dict) -> None:
     for o in doc["offers"]:
         c = o["cost_usd"]
         t.add_row(str(o["rank"]), o["provider"], o["region"], o["instance_type"], o["market"], str(o["nodes"]),
-                  f"{o['hourly_usd']:.2f}", f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
+                  f"{o['hourly_usd']:.2f}" + ("*" if o.get("stale") else ""), f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
                   f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
                   f"[bold]{c['total']:.2f}[/bold]")
     console.print(t)
+    if any(o.get("stale") for o in offers):
+        console.print("* stale: the price is older than [catalog] max_age_h (broker catalog refresh)",
+                      highlight=False, markup=False)
     _excluded(console, doc["excluded"])
 
 

@@ -29,6 +29,7 @@ class ExclusionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSION_KIND_SLA: _ClassVar[ExclusionKind]
     EXCLUSION_KIND_DEADLINE: _ClassVar[ExclusionKind]
     EXCLUSION_KIND_BLOCKED: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_QUOTA: _ClassVar[ExclusionKind]
 
 class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -71,6 +72,7 @@ EXCLUSION_KIND_RESERVATION: ExclusionKind
 EXCLUSION_KIND_SLA: ExclusionKind
 EXCLUSION_KIND_DEADLINE: ExclusionKind
 EXCLUSION_KIND_BLOCKED: ExclusionKind
+EXCLUSION_KIND_QUOTA: ExclusionKind
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_REQUESTED: LeaseState
 LEASE_STATE_PROVISIONING: LeaseState
@@ -144,7 +146,7 @@ class CostBreakdown(_message.Message):
     def __init__(self, compute_usd: _Optional[str] = ..., interruption_usd: _Optional[str] = ..., storage_usd: _Optional[str] = ..., data_transfer_usd: _Optional[str] = ..., sla_risk_usd: _Optional[str] = ..., total_usd: _Optional[str] = ...) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "gpu_memory_gb", "nodes", "market", "hourly_usd", "interconnect", "interconnect_gbps", "sla_pct", "runtime_hours", "cost")
+    __slots__ = ("rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "gpu_memory_gb", "nodes", "market", "hourly_usd", "interconnect", "interconnect_gbps", "sla_pct", "runtime_hours", "cost", "price_as_of", "price_source", "stale", "zones", "interruptions_per_hour", "interruption_source")
     RANK_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +163,12 @@ class Offer(_message.Message):
     SLA_PCT_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_HOURS_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
+    PRICE_AS_OF_FIELD_NUMBER: _ClassVar[int]
+    PRICE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    ZONES_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTIONS_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTION_SOURCE_FIELD_NUMBER: _ClassVar[int]
     rank: int
     provider: str
     region: str
@@ -177,7 +185,13 @@ class Offer(_message.Message):
     sla_pct: float
     runtime_hours: float
     cost: CostBreakdown
-    def __init__(self, rank: _Optional[int] = ..., provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., market: _Optional[_Union[Market, str]] = ..., hourly_usd: _Optional[str] = ..., interconnect: _Optional[str] = ..., interconnect_gbps: _Optional[int] = ..., sla_pct: _Optional[float] = ..., runtime_hours: _Optional[float] = ..., cost: _Optional[_Union[CostBreakdown, _Mapping]] = ...) -> None: ...
+    price_as_of: str
+    price_source: str
+    stale: bool
+    zones: _containers.RepeatedScalarFieldContainer[str]
+    interruptions_per_hour: float
+    interruption_source: str
+    def __init__(self, rank: _Optional[int] = ..., provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., market: _Optional[_Union[Market, str]] = ..., hourly_usd: _Optional[str] = ..., interconnect: _Optional[str] = ..., interconnect_gbps: _Optional[int] = ..., sla_pct: _Optional[float] = ..., runtime_hours: _Optional[float] = ..., cost: _Optional[_Union[CostBreakdown, _Mapping]] = ..., price_as_of: _Optional[str] = ..., price_source: _Optional[str] = ..., stale: _Optional[bool] = ..., zones: _Optional[_Iterable[str]] = ..., interruptions_per_hour: _Optional[float] = ..., interruption_source: _Optional[str] = ...) -> None: ...
 
 class ExcludedOffer(_message.Message):
     __slots__ = ("provider", "region", "instance_type", "market", "reason", "kind")

@@ -1,0 +1,155 @@
+"""`broker catalog refresh | show`: the live market (prices, zones, quotas, reservations)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+
+catalog_app = typer.Typer(
+    name="catalog", no_args_is_help=True, rich_markup_mode=None,
+    help="The prices, zones, quotas and reservations quotes use: the clouds' own APIs over the "
+         "bundled catalog.")
+app.add_typer(catalog_app)
+
+REFRESH_HELP = """Ask the enabled clouds' APIs for prices, zones, quotas, reservations and spot
+signals now, and store them (dated) for every replica. A provider whose refresh fails keeps its
+last good data; a price under 5 % or over 300 % of the list price is refused with a warning.
+Exit 1 when any provider failed.
+
+\b
+Examples:
+  broker catalog refresh
+  broker catalog refresh --provider aws --format json
+"""
+
+SHOW_HELP = """List what a quote would use: each offering's price with its source and date,
+stale marks, zones and the quota left; then each provider's last refresh.
+
+\b
+Examples:
+  broker catalog show --gpu H100
+  broker catalog show --provider gcp --format json
+"""
+
+
+def _load(config: Optional[str]):
+    from broker.config import ConfigError, load
+    from broker.errors import BrokerError
+
+    try:
+        return load(config)
+    except (ConfigError, BrokerError, ValueError) as e:
+        exit_usage(str(e))
+
+
+@catalog_app.command("refresh", help=REFRESH_HELP)
+def refresh_cmd(
+    provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider (aws, gcp, azure)."),
+    config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    from broker import market, market_store
+    from broker.errors import BrokerError
+
+    check_format(fmt)
+    cfg = _load(config)
+    if provider is not None and provider not in ("aws", "gcp", "azure"):
+        exit_usage(f"--provider must be aws, gcp or azure, got {provider!r}.")
+    if provider is None and not market.enabled_providers(cfg):
+        exit_usage("no provider is enabled in the config: nothing to refresh.")
+    from broker.store import Store
+
+    store = Store(cfg.db_url)
+    try:
+        outcomes = market.refresh(cfg, store.engine, [provider] if provider else None)
+        _, warnings = market.live_catalog(cfg, store.engine)
+    except BrokerError as e:
+        exit_usage(str(e))
+    finally:
+        store.close()
+    if fmt == "json":
+        print_json({"providers": [vars(o) for o in outcomes], "warnings": warnings})
+    else:
+        for o in outcomes:
+            print(o.sentence())
+        for w in warnings:
+            print(f"warning: {w}")
+    if not all(o.ok for o in outcomes):
+        raise typer.Exit(1)
+
+
+@catalog_app.command("show", help=SHOW_HELP)
+def show_cmd(
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU model (H100, A100, ...)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider."),
+    config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    import time
+
+    from broker import market, market_store
+    from broker.views import iso, market_fields
+
+    check_format(fmt)
+    cfg = _load(config)
+    if provider is not None and provider not in ("aws", "gcp", "azure"):
+        exit_usage(f"--provider must be aws, gcp or azure, got {provider!r}.")
+    db = market_store.reader(cfg.db_url)
+    now = time.time()
+    try:
+        catalog, warnings = market.live_catalog(cfg, db, now)
+    except ValueError as e:
+        exit_usage(str(e))
+    if gpu and gpu.upper() not in catalog.by_gpu:
+        exit_usage(f"--gpu {gpu} is not in the catalog; known: {', '.join(catalog.gpu_models)}.")
+    rows = []
+    for o in catalog.offerings:
+        if (gpu and o.instance.gpu.upper() != gpu.upper()) or (provider and o.provider != provider):
+            continue
+        rows.append({"provider": o.provider, "region": o.region, "instance_type": o.instance.name,
+                     "gpu": o.instance.gpu, "gpus_per_node": o.instance.gpus, "market": o.market.value,
+                     "hourly_usd": o.hourly_micros / 1e6, "reservation": o.reservation,
+                     "free_nodes": o.reserved_nodes if o.reservation else None,
+                     "quota_left": o.quota_left if o.quota_left >= 0 else None,
+                     "quota": o.quota_label or None, **market_fields(o)})
+    stored = market_store.load(db) if db is not None else {}
+    refreshes = [{"provider": p, "fetched_at": iso(r.snapshot.fetched_at) if r.snapshot.fetched_at else None,
+                  "attempted_at": iso(r.attempted_at), "last_error": r.last_error}
+                 for p, r in sorted(stored.items()) if not provider or p == provider]
+    if fmt == "json":
+        print_json({"offerings": rows, "refreshes": refreshes, "warnings": warnings})
+        return
+    _table(rows, refreshes, warnings)
+
+
+def _table(rows: list[dict], refreshes: list[dict], warnings: list[str]) -> None:
+    from rich.table import Table
+
+    from broker.cli.app import console as make_console
+
+    console = make_console()
+    t = Table(title="what a quote uses (* stale)", title_justify="left")
+    for col in ("provider", "region", "instance", "market", "$/h", "source", "as of", "zones", "quota left"):
+        t.add_column(col, justify="right" if col in ("$/h", "quota left") else "left")
+    for r in rows:
+        quota = "" if r["quota_left"] is None else f"{r['quota_left']:g} {r['quota']}"
+        if r["reservation"]:
+            quota = f"{r['free_nodes']} nodes free in {r['reservation']}"
+        t.add_row(r["provider"], r["region"], r["instance_type"], r["market"],
+                  f"{r['hourly_usd']:.2f}" + ("*" if r["stale"] else ""), r["price_source"].split(":", 1)[0]
+                  + ":" + r["price_source"].split(":", 1)[-1] if ":" in r["price_source"] else r["price_source"],
+                  (r["price_as_of"] or "")[:10], " ".join(z.rsplit("-", 1)[-1] for z in r["zones"]), quota)
+    console.print(t)
+    for r in refreshes:
+        state = f"last error: {r['last_error']}" if r["last_error"] else "ok"
+        console.print(f"{r['provider']}: data of {r['fetched_at'] or 'never'}, last tried {r['attempted_at']}, {state}",
+                      highlight=False, markup=False)
+    for w in warnings:
+        console.print(f"warning: {w}", highlight=False, markup=False)
+    if not refreshes:
+        console.print("no live market stored yet: the bundled catalog (broker catalog refresh)", markup=False)
+
+
+__all__ = ["catalog_app", "exit_error"]

@@ -1,0 +1,171 @@
+"""The live market for quotes: refresh it from the clouds, keep it in the store, lay it over the
+bundled catalog.
+
+``[catalog]`` settings: ``refresh_interval_s`` (default 14400: every 4 hours; 0 turns the
+background refresh of ``broker serve`` off) and ``max_age_h`` (default 48: a price older than
+this is marked stale in quotes; 0 never marks one).
+
+A refresh asks every enabled provider's market APIs (:mod:`providers.market`); a provider whose
+refresh fails keeps its last good data (and the store says when it last tried and why it failed),
+a part that fails (one API, one region) keeps that part's last good data. Implausible prices are
+refused when the data is laid over the catalog (:mod:`providers.market.overlay`), with a warning.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import structlog
+
+from broker.errors import ConfigError
+from providers.base import ConfigError as ProviderConfigError, ProviderError
+
+log = structlog.get_logger("broker.market")
+
+DEFAULT_REFRESH_INTERVAL_S = 4 * 3600.0
+DEFAULT_MAX_AGE_H = 48.0
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S
+    max_age_h: float = DEFAULT_MAX_AGE_H
+
+    @classmethod
+    def of(cls, config: Any) -> "CatalogSettings":
+        raw = config.section("catalog")
+        out = {}
+        for key, default in (("refresh_interval_s", DEFAULT_REFRESH_INTERVAL_S), ("max_age_h", DEFAULT_MAX_AGE_H)):
+            v = raw.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"config: catalog.{key} must be a number of {key[-1] == 's' and 'seconds' or 'hours'} "
+                                  f"(0 or more), got {v!r}", field=f"catalog.{key}")
+            out[key] = float(v)
+        return cls(**out)
+
+
+@dataclass
+class Outcome:
+    """What one provider's refresh did."""
+
+    provider: str
+    ok: bool
+    prices: int = 0
+    zones: int = 0
+    quotas: int = 0
+    reservations: int = 0
+    errors: list[str] = field(default_factory=list)
+    kept_from: float = 0.0  # fetched_at of the data kept after a failure (0: none)
+
+    def sentence(self) -> str:
+        if self.ok and not self.errors:
+            return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
+                    f"{self.reservations} reservations")
+        if self.ok:
+            return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
+                    f"{self.reservations} reservations; kept the last good data where these failed: "
+                    + "; ".join(self.errors))
+        from broker.views import iso
+
+        kept = f"kept the data of {iso(self.kept_from)}" if self.kept_from else "no earlier data: the bundled catalog stays"
+        return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
+
+
+def enabled_providers(config: Any) -> list[str]:
+    return [n for n, t in config.providers.items() if t.get("enabled", False)]
+
+
+def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now: float | None = None,
+            fetcher: Callable[..., Any] | None = None) -> list[Outcome]:
+    """Refresh the market of ``providers`` (default: every enabled one) into the store ``db``
+    (an SQLAlchemy engine)."""
+    from broker import market_store
+    from providers.catalog import bundled
+    from providers.market import fetch
+
+    fetcher = fetcher or fetch
+    now = time.time() if now is None else now
+    names = list(providers) if providers else enabled_providers(config)
+    for name in names:
+        if name not in config.providers:
+            raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
+                              field="provider")
+    catalog = bundled(config.catalog_path or None)
+    stored = market_store.load(db)
+    out = []
+    for name in names:
+        old = stored.get(name)
+        try:
+            snap = fetcher(name, config.providers[name], catalog, now)
+        except (ProviderError, ProviderConfigError, ValueError) as e:
+            market_store.record_failure(db, name, now, str(e))
+            kept = old.snapshot.fetched_at if old is not None else 0.0
+            log.warning("market.refresh_failed", provider=name, error=str(e), kept_from=kept)
+            out.append(Outcome(name, False, errors=[str(e)], kept_from=kept))
+            continue
+        merged = snap.merged_over(old.snapshot if old is not None and old.snapshot.fetched_at else None)
+        market_store.save(db, merged, now, "; ".join(snap.errors))
+        log.info("market.refreshed", provider=name, prices=len(snap.prices), failed=len(snap.failed))
+        out.append(Outcome(name, True, len(snap.prices), len(snap.zones), len(snap.quotas),
+                           len(snap.reservations), list(snap.errors)))
+    return out
+
+
+def live_catalog(config: Any, db: Any, now: float | None = None) -> tuple[Any, list[str]]:
+    """The bundled catalog with the stored market laid over it, and the overlay's warnings."""
+    from broker import market_store
+    from providers.catalog import bundled
+    from providers.market.overlay import overlay
+
+    now = time.time() if now is None else now
+    settings = CatalogSettings.of(config)
+    rows = market_store.load(db) if db is not None else {}
+    snaps = {p: r.snapshot for p, r in rows.items() if r.snapshot.fetched_at > 0}
+    observed = market_store.observed_spot(db, now) if db is not None else {}
+    return overlay(bundled(config.catalog_path or None), snaps, now=now, max_age_h=settings.max_age_h,
+                   observed=observed)
+
+
+def quote_engine(config: Any, db: Any, now: float | None = None, *, log_refused: bool = True) -> Any:
+    """The quote engine for ``config`` over the live catalog (refused prices are logged unless
+    ``log_refused`` is false: `broker catalog refresh` and `show` report them)."""
+    from broker.quote import engine_for
+
+    catalog, warnings = live_catalog(config, db, now)
+    for w in warnings if log_refused else ():
+        log.warning("market.price_refused", detail=w)
+    return engine_for(config, catalog=catalog)
+
+
+class Refresher:
+    """The background side of ``broker serve``: the leader refreshes every ``refresh_interval_s``;
+    every replica rebuilds its quote engine when the stored market changes."""
+
+    def __init__(self, config: Any, db: Any, is_leader: Callable[[], bool], install: Callable[[Any], None],
+                 clock: Callable[[], float] = time.time, poll_s: float = 30.0) -> None:
+        self.config, self.db, self.is_leader, self.install, self.clock = config, db, is_leader, install, clock
+        self.settings = CatalogSettings.of(config)
+        self.poll_s = max(0.05, min(poll_s, self.settings.refresh_interval_s or poll_s))
+        self._seen = -1.0
+
+    def due(self) -> bool:
+        from broker import market_store
+
+        if not self.settings.refresh_interval_s or not enabled_providers(self.config):
+            return False
+        rows = market_store.load(self.db)
+        last = min((r.attempted_at for r in rows.values()), default=0.0) if len(rows) >= len(
+            enabled_providers(self.config)) else 0.0
+        return self.clock() - last >= self.settings.refresh_interval_s
+
+    def tick(self) -> None:
+        from broker import market_store
+
+        if self.is_leader() and self.due():
+            for o in refresh(self.config, self.db, now=self.clock()):
+                (log.info if o.ok else log.warning)("market.refresh", summary=o.sentence())
+        v = market_store.version(self.db)
+        if v != self._seen:
+            self._seen = v
+            self.install(quote_engine(self.config, self.db, self.clock()))
