@@ -10,7 +10,8 @@ from sqlalchemy import text
 from broker import market, market_store
 from broker.config import load
 from broker.service import Service
-from broker.store import LeaseRecord, Store
+from broker.lease import Lease
+from broker.store import Store
 from policies.cost import ExclusionKind
 from policies.demand import Demand
 from providers.base import AuthError
@@ -41,8 +42,8 @@ def fake_fetch(snap):
     return fetch
 
 
-def lease(lid: str, reservation: str, nodes: int, created_at: float, state: str = "running") -> LeaseRecord:
-    return LeaseRecord(lease_id=lid, tenant="default", idempotency_key=lid, state=state, provider="aws",
+def lease(lid: str, reservation: str, nodes: int, created_at: float, state: str = "running") -> Lease:
+    return Lease(lease_id=lid, tenant="default", idempotency_key=lid, state=state, provider="aws",
                        region="us-east-1", instance_type="p5.48xlarge", market="reserved", nodes=nodes,
                        hourly_micros=0, reservation=reservation, client_token=lid, created_at=created_at,
                        updated_at=created_at, state_since=created_at)
