@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from broker.simulate import (  # noqa: E402
-    POLICY_NAMES, SimConfig, load_lifetimes, load_trace, run_policies,
+    POLICY_NAMES, SimConfig, load_lifetimes, read_trace, run_policies,
 )
 from providers.catalog import bundled  # noqa: E402
 
@@ -49,7 +49,8 @@ def main() -> int:
     life = a.data / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv"
     lifetimes = None if a.no_lifetimes or not life.exists() else load_lifetimes(life)
     catalog = bundled()
-    jobs = load_trace(trace, a.interruptible_share, a.seed, a.gpu_model)
+    tr = read_trace(trace, a.interruptible_share, a.seed, a.gpu_model)
+    jobs = tr.jobs
     cfg = SimConfig(onprem_gpus=a.onprem_gpus, seed=a.seed, default_gpu_model=a.gpu_model.upper())
     res = run_policies(jobs, catalog, POLICY_NAMES, cfg, lifetimes)
     d = {n: r.to_dict() for n, r in res.items()}

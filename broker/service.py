@@ -29,12 +29,10 @@ class Service:
         from providers.registry import build_enabled
 
         from broker.auth import Auth
-        from broker.limits import Limits
 
         self.config = config
         self.clock = clock
         self.auth = Auth(config.section("auth").get("tokens"))
-        self.limits = Limits.from_mapping(config.section("limits"), config.workers)
         from broker import market
 
         self.store = Store(config.db_url)

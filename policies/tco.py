@@ -9,10 +9,11 @@ break-even utilisation is one division:
 
     fixed + idle_power + (full_power - idle_power) * u  =  u * N * 8760 * price
 
-The recommendation follows the usual bands — build at or above ~60 % sustained utilisation,
-rent at or below ~40 %, hybrid (own the base load, burst the peaks) in between — and never
-says "build" when building is not actually cheaper than the cheapest rental at that
-utilisation, nor "rent" when building is cheaper than every rental.
+The recommendation follows the figures: the cheapest per year of owning, renting (the cheapest
+rental) and the hybrid (own the servers the base load fills at ``build_at``, rent the rest on
+demand), with the break-even utilisation. The usual rule of thumb — build at or above ~60 %
+sustained utilisation, rent at or below ~40 %, hybrid between — is reported beside it, and the
+reason says when the two disagree.
 
 Pure: numbers in, numbers out; the catalog lookup takes offerings as a value.
 """
@@ -159,11 +160,13 @@ class Advice:
     rent_per_year: dict[str, float]
     break_even: dict[str, float | None]
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # choice -> {"1y", "3y"}
+    rule_of_thumb: str = ""  # what the utilisation bands alone would say
 
     def to_dict(self) -> dict:
         return {
             "utilization": round(self.utilization, 4),
             "recommendation": self.recommendation,
+            "rule_of_thumb": self.rule_of_thumb,
             "reason": self.reason,
             "onprem_per_year_usd": round(self.onprem_per_year, 2),
             "onprem_lines_per_year_usd": {k: round(v, 2) for k, v in self.onprem_lines.items()},
@@ -224,26 +227,34 @@ def advise(
     for years in (1, 3):
         costs.setdefault("hybrid", {})[f"{years}y"] = hyb * years
 
-    pct = f"{u * 100:.0f} %"
-    be_txt = ", ".join(f"{k.replace('_', ' ')} {('%.0f %%' % (v * 100)) if v is not None else 'never'}"
-                       for k, v in be.items())
-    money = (f"owning costs ${own:,.0f}/yr, renting {cheapest_kind.replace('_', ' ')} "
-             f"({prices[cheapest_kind].label}, ${prices[cheapest_kind].usd_per_gpu_hour:.2f}/GPU-h) ${cheapest:,.0f}/yr")
-    if u >= build_at and own < cheapest:
-        rec = "build"
-        reason = (f"build: {pct} sustained utilisation is at or above {build_at * 100:.0f} %, and {money}; "
-                  f"break-even utilisation: {be_txt}")
-    elif u <= rent_at or own >= cheapest:
-        rec = "rent"
-        why = (f"{pct} sustained utilisation is at or under {rent_at * 100:.0f} %" if u <= rent_at
-               else f"even at {pct} owning is not cheaper")
-        reason = f"rent: {why}, and {money}; break-even utilisation: {be_txt}"
-    else:
-        rec = "hybrid"
-        reason = (f"hybrid: {pct} sustained utilisation sits between {rent_at * 100:.0f} % and "
-                  f"{build_at * 100:.0f} %; own {base_gpus} GPUs for the base load and burst the peaks "
-                  f"(${hyb:,.0f}/yr); {money}; break-even utilisation: {be_txt}")
-    return Advice(u, rec, reason, own, lines, dict(prices), rent, be, costs)
+    rec, reason, thumb = _verdict(u, own, cheapest_kind, cheapest, prices, be, hyb, base_gpus, build_at, rent_at)
+    return Advice(u, rec, reason, own, lines, dict(prices), rent, be, costs, thumb)
+
+
+def rule_of_thumb(u: float, build_at: float = 0.60, rent_at: float = 0.40) -> str:
+    """The usual bands: build at or above ``build_at`` sustained utilisation, rent at or under
+    ``rent_at``, hybrid between. Shown beside the verdict, never instead of it."""
+    return "build" if u >= build_at else "rent" if u <= rent_at else "hybrid"
+
+
+def _verdict(u, own, rent_kind, rent, prices, be, hyb, base_gpus, build_at, rent_at) -> tuple[str, str, str]:
+    """The cheapest of owning, renting and the hybrid at ``u``, with the figures behind it."""
+    options = {"build": own, "rent": rent, "hybrid": hyb}
+    rec = min(options, key=lambda k: (options[k], k != "build"))
+    thumb = rule_of_thumb(u, build_at, rent_at)
+    kinds = {k: k.replace("_", " ") for k in be}
+    be_txt = ", ".join(f"{kinds[k]} {'never' if v is None else f'{v * 100:.0f} %'}" for k, v in be.items())
+    p = prices[rent_kind]
+    figures = (f"at {u * 100:.0f} % utilisation owning costs ${own:,.0f}/yr, renting {kinds[rent_kind]} "
+               f"({p.label}, ${p.usd_per_gpu_hour:.2f}/GPU-h) ${rent:,.0f}/yr, hybrid (own {base_gpus} GPUs, "
+               f"burst the rest on demand) ${hyb:,.0f}/yr")
+    be_rent = be.get(rent_kind)
+    pays = ("owning never pays against renting" if be_rent is None
+            else f"owning pays above {be_rent * 100:.0f} % utilisation")
+    agree = "agrees" if thumb == rec else "disagrees; the figures decide"
+    reason = (f"{rec}: {figures}; {pays} (break-even: {be_txt}). Rule of thumb (>= {build_at * 100:.0f} % build, "
+              f"<= {rent_at * 100:.0f} % rent): {thumb}, which {agree}.")
+    return rec, reason, thumb
 
 
 def _fields(o: OnPrem) -> dict:
@@ -347,3 +358,58 @@ def sacct_usage(text: str, source: str = "sacct") -> SacctUsage:
         raise ValueError(f"{source} holds no jobs")
     window = (last - first) if first is not None and last is not None else float(longest)
     return SacctUsage(gpu_s, jobs, max(window, 0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Build vs rent per pool size, from simulated replays (broker simulate --onprem-gpus A,B,C).
+
+
+@dataclass(frozen=True, slots=True)
+class SizeCost:
+    """One simulated pool size: owning it plus bursting what it cannot hold, per year."""
+
+    gpus: int
+    utilization: float
+    wait_p95_s: float
+    own_per_year: float
+    cloud_per_year: float
+    break_even: float | None  # utilisation at which owning this pool pays against renting it
+
+    @property
+    def total_per_year(self) -> float:
+        return self.own_per_year + self.cloud_per_year
+
+
+def size_costs(
+    spec: OnPrem,
+    runs: Iterable[tuple[int, float, float, float]],
+    price: CloudPrice,
+) -> list[SizeCost]:
+    """``runs``: (pool GPUs, simulated on-prem utilisation, cloud USD per year, p95 wait s) per
+    size; owning is priced with ``spec``'s inputs at each size (a size of 0 owns nothing)."""
+    out = []
+    for gpus, u, cloud, p95 in runs:
+        if gpus < 0 or not 0 <= u <= 1 or cloud < 0:
+            raise TcoError(f"a simulated size needs gpus >= 0, utilisation in 0..1 and cloud cost >= 0, "
+                           f"got {gpus}, {u}, {cloud}")
+        if gpus == 0:
+            out.append(SizeCost(0, 0.0, p95, 0.0, cloud, None))
+            continue
+        own = OnPrem(**{**_fields(spec), "gpus": gpus}).validate()
+        out.append(SizeCost(gpus, u, p95, own.cost_per_year(u), cloud, break_even(own, price)))
+    return sorted(out, key=lambda r: r.gpus)
+
+
+def best_size(rows: list[SizeCost], rent_all_per_year: float) -> tuple[str, str]:
+    """The cheapest size (or renting everything), as a verdict and one sentence with the figures."""
+    if not rows:
+        raise TcoError("no simulated pool size to compare")
+    best = min(rows, key=lambda r: (r.total_per_year, r.gpus))
+    if best.gpus == 0 or rent_all_per_year <= best.total_per_year:
+        return "rent", (f"rent: renting everything on demand costs ${rent_all_per_year:,.0f}/yr; the cheapest pool "
+                        f"({best.gpus} GPUs) costs ${best.total_per_year:,.0f}/yr with its bursts")
+    be = "never pays" if best.break_even is None else f"pays above {best.break_even * 100:.0f} % utilisation"
+    return "build", (f"build {best.gpus} GPUs and burst the rest: ${best.total_per_year:,.0f}/yr (owning "
+                     f"${best.own_per_year:,.0f} at {best.utilization * 100:.0f} % utilisation + cloud "
+                     f"${best.cloud_per_year:,.0f}), p95 wait {best.wait_p95_s:,.0f} s, against "
+                     f"${rent_all_per_year:,.0f}/yr renting everything on demand; owning {best.gpus} GPUs {be}")

@@ -31,8 +31,8 @@ def test_given_utilisation_json(cat):
     assert d["cloud"]["committed_1y"]["usd_per_gpu_hour"] == pytest.approx(17.34 / 8)
     assert set(d["cost_usd"]) == {"build", "rent_on_demand", "rent_committed_1y", "hybrid"}
     assert d["utilization_source"] == "given"
-    # "70" and "0.7" mean the same
-    a = json.loads(adv(cat, "--gpus", 64, "--utilization", "70", "--format", "json").stdout)
+    # "70%" and "0.7" mean the same
+    a = json.loads(adv(cat, "--gpus", 64, "--utilization", "70%", "--format", "json").stdout)
     b = json.loads(adv(cat, "--gpus", 64, "--utilization", "0.7", "--format", "json").stdout)
     assert a["utilization"] == b["utilization"] == 0.7
 
@@ -40,7 +40,7 @@ def test_given_utilisation_json(cat):
 def test_low_utilisation_rents_and_the_table_gives_the_numbers(cat):
     r = adv(cat, "--gpus", 64, "--utilization", "0.2")
     assert r.exit_code == 0, r.output
-    assert "recommendation: rent" in r.stdout
+    assert "recommendation: rent" in r.stdout and "Rule of thumb" in r.stdout
     assert "break-even" in r.stdout and "capex amortised" in r.stdout and "3 years" in r.stdout
 
 
@@ -84,6 +84,9 @@ def test_plot_is_a_png(cat, tmp_path):
     (["--gpus", 8, "--utilization", "0.5", "--sacct", "x.txt"], "exactly one way"),
     (["--gpus", 8, "--utilization", "lots"], "must be a number"),
     (["--gpus", 8, "--utilization", "150%"], "between 0 and 1"),
+    (["--gpus", 8, "--utilization", "2"], "between 0 and 1, or 0% and 100% with the % sign"),
+    (["--gpus", 8, "--utilization", "1.5"], "between 0 and 1, or 0% and 100% with the % sign"),
+    (["--gpus", 8, "--utilization", "70"], "between 0 and 1, or 0% and 100% with the % sign"),
     (["--gpus", 0, "--utilization", "0.5"], "--gpus must be a positive"),
     (["--utilization", "0.5"], "--gpus must be a positive"),
     (["--gpus", 8, "--utilization", "0.5", "--format", "yaml"], "--format"),

@@ -142,7 +142,7 @@ def test_load_trace_optional_columns_and_sorting(tmp_path):
 def test_malformed_rows_name_their_line(tmp_path, row, needle):
     p = write_trace(tmp_path / "bad.csv", [("ok", 0, 1, 10), row])
     with pytest.raises(TraceError) as e:
-        load_trace(p)
+        load_trace(p, strict=True)
     assert needle in str(e.value) and "bad.csv" in str(e.value)
 
 

@@ -38,21 +38,35 @@ def test_break_even_is_where_the_lines_cross():
     assert break_even(s, CloudPrice("on_demand", 0.5, "x", "r", "t")) is None
 
 
-@pytest.mark.parametrize("u,expected", [(0.85, "build"), (0.2, "rent"), (0.5, "hybrid")])
-def test_recommendation_bands(u, expected):
+@pytest.mark.parametrize("u,thumb", [(0.85, "build"), (0.2, "rent"), (0.5, "hybrid")])
+def test_the_verdict_is_the_cheapest_option_and_the_rule_of_thumb_stands_beside_it(u, thumb):
     a = advise(spec(), u, {"on_demand": OD, "committed_1y": C1Y})
-    assert a.recommendation == expected
-    assert a.reason.startswith(expected)
-    assert f"{u * 100:.0f} %" in a.reason and "break-even utilisation" in a.reason
+    yearly = {"build": a.costs["build"]["1y"], "hybrid": a.costs["hybrid"]["1y"],
+              "rent": min(a.costs["rent_on_demand"]["1y"], a.costs["rent_committed_1y"]["1y"])}
+    assert a.recommendation == min(yearly, key=yearly.get)
+    assert a.rule_of_thumb == thumb and a.to_dict()["rule_of_thumb"] == thumb
+    assert a.reason.startswith(a.recommendation)
+    assert f"at {u * 100:.0f} % utilisation" in a.reason and "break-even" in a.reason
+    assert f"Rule of thumb (>= 60 % build, <= 40 % rent): {thumb}" in a.reason
     assert set(a.costs) == {"build", "rent_on_demand", "rent_committed_1y", "hybrid"}
     for c in a.costs.values():
         assert c["3y"] == pytest.approx(3 * c["1y"])
 
 
+def test_at_30_percent_owning_cheaper_than_renting_is_not_called_rent():
+    # 512 GPUs at 30 %: owning costs less than renting on demand, the bands alone would say rent.
+    a = advise(spec(gpus=512), 0.30, {"on_demand": OD})
+    assert a.costs["build"]["1y"] < a.costs["rent_on_demand"]["1y"]
+    assert a.recommendation != "rent" and a.rule_of_thumb == "rent"
+    be = break_even(spec(gpus=512), OD)
+    assert f"owning pays above {be * 100:.0f} % utilisation" in a.reason
+    assert "which disagrees; the figures decide" in a.reason
+
+
 def test_never_build_when_the_cloud_is_cheaper_even_at_high_utilisation():
     cheap = CloudPrice("on_demand", 0.5, "x", "r", "t")
     a = advise(spec(), 0.9, {"on_demand": cheap})
-    assert a.recommendation == "rent" and "not cheaper" in a.reason
+    assert a.recommendation == "rent" and "owning never pays against renting" in a.reason
 
 
 def test_hybrid_owns_the_base_and_costs_less_than_either_extreme_midway():

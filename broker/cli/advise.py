@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -10,28 +11,82 @@ import typer
 from broker.cli.app import app, check_format, exit_usage, print_json
 
 
-
 def _utilization_arg(text: str) -> float:
+    """A fraction 0..1 ("0.7") or a percentage with its sign ("70%"); anything else is refused
+    (a bare "70" or "1.5" is ambiguous)."""
     t = text.strip()
+    pct = t.endswith("%")
     try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        v = float(t[:-1]) / 100 if pct else float(t)
     except ValueError:
-        exit_usage(f"--utilization must be a number such as 0.7 or 70%, got {text!r}.")
-    if v > 1 and not t.endswith("%"):
-        v = v / 100  # "70" means 70 %
+        exit_usage(f"--utilization must be a number: a fraction such as 0.7 or a percentage such as 70%, got {text!r}.")
     if not 0 <= v <= 1:
-        exit_usage(f"--utilization must lie between 0 and 1 (0-100 %), got {text!r}.")
+        exit_usage(f"--utilization must lie between 0 and 1, or 0% and 100% with the % sign, got {text!r}.")
     return v
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        exit_usage(f"cannot read {path}: {e.strerror or e}.")
+    except ValueError:
+        exit_usage(f"{path} is not JSON; write it with `broker simulate --format json`.")
+    if not isinstance(doc, dict):
+        exit_usage(f"{path} is not a `broker simulate --format json` output.")
+    return doc
+
+
+def _policy_of(doc: dict, path: Path, policy: str) -> dict:
+    pols = doc.get("policies")
+    if not isinstance(pols, dict) or not pols:
+        exit_usage(f"{path} has no \"policies\"; write it with `broker simulate --format json`.")
+    if policy not in pols:
+        exit_usage(f"{path} has no policy {policy!r}; it has {', '.join(pols)}.")
+    d = pols[policy]
+    u = d.get("onprem_utilization") if isinstance(d, dict) else None
+    if not isinstance(u, (int, float)) or not 0 <= u <= 1:
+        exit_usage(f"{path} policy {policy!r} has no valid onprem_utilization.")
+    return d
+
+
+def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[float, int | None, str]:
+    """The utilisation, the GPUs it applies to and where it came from."""
+    from policies.tco import sacct_usage
+
+    if from_simulate is not None:
+        doc = _read_json(from_simulate)
+        u = _policy_of(doc, from_simulate, sim_policy)["onprem_utilization"]
+        return u, gpus if gpus is not None else doc.get("onprem_gpus"), \
+            f"simulated ({sim_policy}, {from_simulate.name})"
+    if sacct is not None:
+        if gpus is None:
+            exit_usage("--sacct needs --gpus: the GPUs the accounted cluster has.")
+        try:
+            usage = sacct_usage(sacct.read_text(), sacct.name)
+        except OSError as e:
+            exit_usage(f"cannot read {sacct}: {e.strerror or e}.")
+        except ValueError as e:
+            exit_usage(f"{str(e).rstrip('.')}.")
+        if gpus <= 0:
+            exit_usage(f"--gpus must be positive, got {gpus}.")
+        return usage.utilization(gpus), gpus, (f"Slurm accounting ({usage.jobs} jobs, {usage.gpu_seconds / 3600:,.0f} "
+                                               f"GPU-h over {usage.window_s / 86400:.1f} days)")
+    return _utilization_arg(utilization), gpus, "given"
 
 
 @app.command("advise")
 def advise_cmd(
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs to own (default: --from-simulate's on-prem GPUs)."),
-    utilization: Optional[str] = typer.Option(None, "--utilization", help="Sustained utilisation: 0.7 or 70%."),
+    utilization: Optional[str] = typer.Option(None, "--utilization", help="Sustained utilisation: a fraction "
+                                              "(0.7) or a percentage with its sign (70%)."),
     from_simulate: Optional[Path] = typer.Option(None, "--from-simulate", help="A `broker simulate --format json` "
                                                  "output: use its on-prem utilisation."),
-    sim_policy: str = typer.Option("onprem-only", "--sim-policy", help="Which policy's utilisation to read from "
-                                   "--from-simulate."),
+    simulation: Optional[Path] = typer.Option(None, "--simulation", help="A `broker simulate --format json` output, "
+                                              "one pool size or a sweep (--onprem-gpus 256,512,...): build vs rent "
+                                              "per size from its simulated cloud cost, wait and utilisation."),
+    sim_policy: str = typer.Option("", "--sim-policy", help="Which policy to read from --from-simulate "
+                                   "(default onprem-only) or --simulation (default broker)."),
     sacct: Optional[Path] = typer.Option(None, "--sacct", help="A Slurm accounting export (sacct --parsable2 "
                                          "--format=JobID,AllocTRES,Elapsed,Start,End): utilisation = GPU-time used "
                                          "/ (GPUs x the window it covers)."),
@@ -48,98 +103,78 @@ def advise_cmd(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of yearly cost against utilisation."),
 ) -> None:
-    """Build or rent? Break-even utilisation against the cheapest matching cloud offer."""
-    from policies.tco import OnPrem, TcoError, advise, cheapest_prices, sacct_usage
-    from providers.catalog import CatalogError, bundled, load
+    """Build or rent? The cheapest of owning, renting and a hybrid, with the break-even utilisation.
+
+    Examples: broker advise --gpus 512 --utilization 0.55;
+    broker advise --simulation sweep.json (from broker simulate --onprem-gpus 256,512,1024 --format json).
+    """
+    from policies.tco import OnPrem, TcoError, advise, cheapest_prices
 
     check_format(fmt)
-    sources = [s for s in (utilization, from_simulate, sacct) if s is not None]
+    sources = [s for s in (utilization, from_simulate, sacct, simulation) if s is not None]
     if len(sources) != 1:
-        exit_usage("give the utilisation exactly one way: --utilization, --from-simulate or --sacct.")
+        exit_usage("give the utilisation exactly one way: --utilization, --from-simulate, --sacct or --simulation.")
     if plot is not None and plot.suffix.lower() != ".png":
         exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
-
-    source = ""
-    if from_simulate is not None:
-        try:
-            doc = json.loads(from_simulate.read_text())
-        except OSError as e:
-            exit_usage(f"cannot read {from_simulate}: {e.strerror or e}.")
-        except ValueError:
-            exit_usage(f"{from_simulate} is not JSON; write it with `broker simulate --format json`.")
-        pols = doc.get("policies") if isinstance(doc, dict) else None
-        if not isinstance(pols, dict) or not pols:
-            exit_usage(f"{from_simulate} has no \"policies\"; write it with `broker simulate --format json`.")
-        if sim_policy not in pols:
-            exit_usage(f"{from_simulate} has no policy {sim_policy!r}; it has {', '.join(pols)}.")
-        u = pols[sim_policy].get("onprem_utilization")
-        if not isinstance(u, (int, float)) or not 0 <= u <= 1:
-            exit_usage(f"{from_simulate} policy {sim_policy!r} has no valid onprem_utilization.")
-        if gpus is None:
-            gpus = doc.get("onprem_gpus")
-        source = f"simulated ({sim_policy}, {from_simulate.name})"
-    elif sacct is not None:
-        if gpus is None:
-            exit_usage("--sacct needs --gpus: the GPUs the accounted cluster has.")
-        try:
-            usage = sacct_usage(sacct.read_text(), sacct.name)
-        except OSError as e:
-            exit_usage(f"cannot read {sacct}: {e.strerror or e}.")
-        except ValueError as e:
-            exit_usage(f"{str(e).rstrip('.')}.")
-        if gpus <= 0:
-            exit_usage(f"--gpus must be positive, got {gpus}.")
-        u = usage.utilization(gpus)
-        source = (f"Slurm accounting ({usage.jobs} jobs, {usage.gpu_seconds / 3600:,.0f} GPU-h over "
-                  f"{usage.window_s / 86400:.1f} days)")
-    else:
-        u = _utilization_arg(utilization)
-        source = "given"
-    if not isinstance(gpus, int) or gpus <= 0:
-        exit_usage("--gpus must be a positive whole number.")
-
-    try:
-        catalog = load(catalog_dir) if catalog_dir else bundled()
-    except (CatalogError, OSError, ValueError) as e:
-        exit_usage(f"cannot load the price catalog: {str(e).rstrip('.')}.")
+    catalog = _catalog(catalog_dir)
     prices = cheapest_prices(catalog.offerings, catalog.committed_micros, gpu_model)
     if not prices:
         exit_usage(f"the catalog sells no {gpu_model.upper()} on demand; known: {', '.join(catalog.gpu_models)}.")
-    spec = OnPrem(gpus=gpus, gpus_per_server=gpus_per_server, server_capex_usd=server_capex,
+    spec = OnPrem(gpus=1, gpus_per_server=gpus_per_server, server_capex_usd=server_capex,
                   amortisation_years=amortisation_years, kw_per_server=kw_per_server, pue=pue,
                   usd_per_kwh=usd_per_kwh, staff_usd_per_year=staff_per_year,
                   facility_usd_per_year=facility_per_year)
+    if simulation is not None:
+        from broker.cli.advise_sweep import advise_simulation
+
+        advise_simulation(simulation, sim_policy or "broker", spec, prices, gpu_model.upper(), catalog.as_of, fmt)
+        return
+    u, gpus, source = _measured(gpus, utilization, from_simulate, sim_policy or "onprem-only", sacct)
+    if not isinstance(gpus, int) or gpus <= 0:
+        exit_usage("--gpus must be a positive whole number.")
+    spec = replace(spec, gpus=gpus)
     try:
         adv = advise(spec, u, prices)
     except TcoError as e:
         exit_usage(f"{str(e).rstrip('.')}.")
-
     if plot is not None:
         try:
             _plot(spec, adv, plot, gpu_model.upper())
         except OSError as e:
             exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
-
     out = {"gpus": gpus, "gpu_model": gpu_model.upper(), "utilization_source": source,
            "catalog_as_of": catalog.as_of, **adv.to_dict()}
     if fmt == "json":
         print_json(out)
         return
+    _print_advice(adv, gpus, gpu_model.upper(), u, source)
+
+
+def _catalog(catalog_dir: Optional[Path]):
+    from providers.catalog import CatalogError, bundled, load
+
+    try:
+        return load(catalog_dir) if catalog_dir else bundled()
+    except (CatalogError, OSError, ValueError) as e:
+        exit_usage(f"cannot load the price catalog: {str(e).rstrip('.')}.")
+
+
+def _print_advice(adv, gpus: int, model: str, u: float, source: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=140)
-    t = Table(title=f"Build vs rent: {gpus} {gpu_model.upper()} GPUs at {u * 100:.0f} % utilisation ({source})")
-    for c in ("choice", "per GPU-hour", "break-even utilisation", "1 year", "3 years"):
+    con = Console(width=80)
+    t = Table(title=f"Build vs rent: {gpus} {model} GPUs at {u * 100:.0f} % utilisation ({source})")
+    for c in ("choice", "per GPU-h", "break-even", "1 year", "3 years"):
         t.add_column(c, justify="left" if c == "choice" else "right")
     t.add_row("build (own)", f"${adv.onprem_per_year / max(1e-9, gpus * 8760 * max(u, 1e-9)):.2f} used", "-",
               f"${adv.costs['build']['1y']:,.0f}", f"${adv.costs['build']['3y']:,.0f}")
     for k, p in adv.prices.items():
         be = adv.break_even[k]
-        t.add_row(f"rent {k.replace('_', ' ')} ({p.label})", f"${p.usd_per_gpu_hour:.2f}",
+        t.add_row(f"rent {k.replace('_', ' ')}\n({p.label})", f"${p.usd_per_gpu_hour:.2f}",
                   "never" if be is None else f"{be * 100:.0f} %",
                   f"${adv.costs['rent_' + k]['1y']:,.0f}", f"${adv.costs['rent_' + k]['3y']:,.0f}")
-    t.add_row("hybrid (own base, burst peaks on demand)", "-", "-", f"${adv.costs['hybrid']['1y']:,.0f}",
+    t.add_row("hybrid (own the base,\nburst on demand)", "-", "-", f"${adv.costs['hybrid']['1y']:,.0f}",
               f"${adv.costs['hybrid']['3y']:,.0f}")
     con.print(t)
     lines = ", ".join(f"{k.replace('_', ' ')} ${v:,.0f}" for k, v in adv.onprem_lines.items())

@@ -10,51 +10,52 @@ import typer
 from broker.cli.app import FORMATS, app, exit_usage, print_json
 
 _POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker")
+LIFETIMES_FILE = "spot_instance_lifetimes_aws_gcp_2020.csv"
+_REPO = Path(__file__).resolve().parents[2]
 
 
-@app.command("simulate")
-def simulate_cmd(
-    trace: Path = typer.Option(..., "--trace", help="Job trace CSV: job_id, submit_time_s, num_gpus, duration_s "
-                               "[, queue|vc, interruptible, gpu_model, data_gb, kind, checkpoint_minutes]."),
-    onprem_gpus: int = typer.Option(..., "--onprem-gpus", help="On-prem GPUs (a multiple of --gpus-per-node)."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per on-prem node."),
-    policy: Optional[list[str]] = typer.Option(None, "--policy", help="Policy to replay (repeatable): "
-                                               + ", ".join(_POLICIES) + ". Default: all."),
-    spot_lifetimes: Optional[Path] = typer.Option(None, "--spot-lifetimes", help="Observed spot lifetimes CSV "
-                                                  "(cloud, observed_lifetime_s, ended_by); default: the catalog's "
-                                                  "interruption rates as exponential lifetimes."),
-    interruptible_share: float = typer.Option(0.5, "--interruptible-share", help="Share of jobs marked "
-                                              "interruptible (by a seeded hash of the job id) when the trace has "
-                                              "no interruptible column."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the interruptible marks and spot lifetimes."),
-    gpu_model: str = typer.Option("A100", "--gpu-model", help="Cloud GPU model for jobs whose row names none."),
-    checkpoint_minutes: int = typer.Option(30, "--checkpoint-minutes", help="Checkpoint interval of interruptible "
-                                           "jobs whose row names none."),
-    catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Price catalog directory (default: bundled)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: queue depth, cloud GPUs by market and "
-                                        "cumulative cloud spend over time, one line per policy."),
-) -> None:
-    """Replay a trace: on-prem FIFO with backfill, bursting by each policy; cost and waits."""
-    if fmt not in FORMATS:
-        exit_usage(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
-    names = list(dict.fromkeys(policy or _POLICIES))
+def default_lifetimes(trace: Path) -> Path | None:
+    """The observed spot lifetimes of the shared data, when present: beside the trace's
+    directory (``data/traces/x.csv`` -> ``data/spot/``) or in ``../shared/data/spot/``."""
+    for d in (trace.resolve().parent.parent / "spot", _REPO.parent / "shared" / "data" / "spot"):
+        if (d / LIFETIMES_FILE).is_file():
+            return d / LIFETIMES_FILE
+    return None
+
+
+def _sizes(text: str, per_node: int) -> list[int]:
+    if per_node <= 0:
+        exit_usage(f"--gpus-per-node must be positive, got {per_node}.")
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        exit_usage(f"--onprem-gpus takes whole numbers separated by commas, such as 512 or 256,512,1024; "
+                   f"got {text!r}.")
+    bad = [s for s in sizes if s < 0 or s % per_node]
+    if not sizes or bad:
+        exit_usage(f"--onprem-gpus must be a non-negative multiple of --gpus-per-node ({per_node}) or a comma-separated list of them, got {text!r}.")
+    return list(dict.fromkeys(sizes))
+
+
+def _check(names, share, ckpt, plot, fractional, jobs) -> None:
     bad = [n for n in names if n not in _POLICIES]
     if bad:
         exit_usage(f"unknown policy {bad[0]!r}; known: {', '.join(_POLICIES)}.")
-    if gpus_per_node <= 0:
-        exit_usage(f"--gpus-per-node must be positive, got {gpus_per_node}.")
-    if onprem_gpus < 0 or onprem_gpus % gpus_per_node:
-        exit_usage(f"--onprem-gpus must be a non-negative multiple of --gpus-per-node ({gpus_per_node}), "
-                   f"got {onprem_gpus}.")
-    if not 0.0 <= interruptible_share <= 1.0:
-        exit_usage(f"--interruptible-share must be between 0 and 1, got {interruptible_share}.")
-    if checkpoint_minutes < 0:
-        exit_usage(f"--checkpoint-minutes must be zero or positive, got {checkpoint_minutes}.")
+    if not 0.0 <= share <= 1.0:
+        exit_usage(f"--interruptible-share must be between 0 and 1, got {share}.")
+    if ckpt < 0:
+        exit_usage(f"--checkpoint-minutes must be zero or positive, got {ckpt}.")
     if plot is not None and plot.suffix.lower() != ".png":
         exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
+    if fractional not in ("round-up", "skip"):
+        exit_usage(f"--fractional-gpus must be round-up or skip, got {fractional!r}.")
+    if jobs is not None and jobs <= 0:
+        exit_usage(f"--jobs must be positive, got {jobs}.")
 
-    from broker.simulate import SimConfig, TraceError, load_lifetimes, load_trace, run_policies
+
+def _inputs(trace, catalog_dir, gpu_model, share, seed, strict, fractional, columns, spot_lifetimes):
+    """The catalog, the trace and the spot lifetimes (with where they came from)."""
+    from broker.simulate import TraceError, load_lifetimes, parse_columns, read_trace
     from providers.catalog import CatalogError, bundled, load
 
     try:
@@ -64,141 +65,92 @@ def simulate_cmd(
     model = gpu_model.strip().upper()
     if model not in catalog.by_gpu:
         exit_usage(f"--gpu-model {gpu_model!r} is not in the catalog; known: {', '.join(catalog.gpu_models)}.")
+    life_path = None
+    if spot_lifetimes == "auto":
+        life_path = default_lifetimes(trace)
+    elif spot_lifetimes != "catalog":
+        life_path = Path(spot_lifetimes)
     try:
-        jobs = load_trace(trace, interruptible_share, seed, model)
-        lifetimes = load_lifetimes(spot_lifetimes) if spot_lifetimes else None
+        tr = read_trace(trace, share, seed, model, strict=strict, fractional=fractional,
+                        columns=parse_columns(columns) if columns else None)
+        lifetimes = load_lifetimes(life_path) if life_path else None
     except TraceError as e:
         exit_usage(f"{str(e).rstrip('.')}.")
-    unknown = sorted({j.gpu_model for j in jobs if j.gpu_model not in catalog.by_gpu})
+    unknown = sorted({j.gpu_model for j in tr.jobs if j.gpu_model not in catalog.by_gpu})
     if unknown:
         exit_usage(f"the trace names GPU model(s) {', '.join(unknown)} that the catalog does not sell; "
                    f"known: {', '.join(catalog.gpu_models)}.")
-    cfg = SimConfig(onprem_gpus=onprem_gpus, gpus_per_node=gpus_per_node, seed=seed,
-                    default_gpu_model=model, checkpoint_minutes=checkpoint_minutes)
+    return catalog, model, tr, lifetimes, life_path
 
-    progress = None
-    bar = None
-    if sys.stderr.isatty() and len(jobs) >= 20_000:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-        from rich.console import Console
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
-                       TimeRemainingColumn(), console=Console(file=sys.stderr), transient=True)
-        tasks = {n: bar.add_task(n, total=len(jobs)) for n in names}
+@app.command("simulate")
+def simulate_cmd(
+    trace: Path = typer.Option(..., "--trace", help="Job trace CSV: job_id, submit_time_s, num_gpus, duration_s "
+                               "[, queue|vc, interruptible, gpu_model, data_gb, kind, checkpoint_minutes]; public "
+                               "cluster traces' column names are recognised (see --columns)."),
+    onprem_gpus: str = typer.Option(..., "--onprem-gpus", help="On-prem GPUs (a multiple of --gpus-per-node), or "
+                                    "several sizes to sweep: 256,384,512,768,1024."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per on-prem node."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="Policy to replay (repeatable): "
+                                               + ", ".join(_POLICIES) + ". Default: all."),
+    spot_lifetimes: str = typer.Option("auto", "--spot-lifetimes", help="Spot lifetimes: a CSV (cloud, "
+                                       "observed_lifetime_s, ended_by); 'auto' (default) uses the shared data's "
+                                       "observed 2020 lifetimes when present; 'catalog' the catalog's rates."),
+    interruptible_share: float = typer.Option(0.5, "--interruptible-share", help="Share of jobs marked "
+                                              "interruptible (by a seeded hash of the job id) when the trace has "
+                                              "no interruptible column."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the interruptible marks and spot lifetimes."),
+    gpu_model: str = typer.Option("A100", "--gpu-model", help="Cloud GPU model for jobs whose row names none."),
+    checkpoint_minutes: int = typer.Option(30, "--checkpoint-minutes", help="Checkpoint interval of interruptible "
+                                           "jobs whose row names none."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse CPU-only, fractional, never-started, "
+                                "unfinished and duration-less rows instead of skipping and counting them."),
+    fractional_gpus: str = typer.Option("round-up", "--fractional-gpus", help="A share of a GPU: round-up to "
+                                        "whole GPUs or skip the row."),
+    columns: Optional[str] = typer.Option(None, "--columns", help="Map fields to headers the aliases miss: "
+                                          "submit=creation_time,gpus=num_gpu,duration=run_s (fields: job_id, "
+                                          "submit, gpus, duration, start, end, gpu_milli, queue, ...)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes for a sweep (default: CPUs)."),
+    catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Price catalog directory (default: bundled)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: over time for one size (queue, cloud "
+                                        "GPUs, spend), or per size for a sweep (cost, p95 wait, utilisation)."),
+) -> None:
+    """Replay a trace: on-prem FIFO with backfill, bursting by each policy; cost and waits.
 
-        def progress(name: str, done: int) -> None:
-            bar.update(tasks[name], completed=done)
+    Examples: broker simulate --trace philly.csv --onprem-gpus 512;
+    broker simulate --trace philly.csv --onprem-gpus 256,512,1024 --format json > sweep.json
+    """
+    if fmt not in FORMATS:
+        exit_usage(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}.")
+    names = list(dict.fromkeys(policy or _POLICIES))
+    sizes = _sizes(onprem_gpus, gpus_per_node)
+    _check(names, interruptible_share, checkpoint_minutes, plot, fractional_gpus, jobs)
+    catalog, model, tr, lifetimes, life_path = _inputs(trace, catalog_dir, gpu_model, interruptible_share, seed,
+                                                       strict, fractional_gpus, columns, spot_lifetimes)
+    from broker.cli import simulate_report as report
+    from broker.simulate import SimConfig
 
-        bar.start()
-    try:
-        results = run_policies(jobs, catalog, names, cfg, lifetimes, progress)
-    finally:
-        if bar is not None:
-            bar.stop()
-
+    warn = tr.warning()
+    if warn:
+        sys.stderr.write(f"broker: {trace.name}: {warn}\n")
+    sys.stderr.write(f"broker: spot lifetimes: {f'observed ({life_path})' if life_path else 'the catalog rates'}\n")
+    cfg = SimConfig(onprem_gpus=sizes[0], gpus_per_node=gpus_per_node, seed=seed, default_gpu_model=model,
+                    checkpoint_minutes=checkpoint_minutes)
+    doc = {"trace": tr.to_dict(), "gpus_per_node": gpus_per_node, "interruptible_share": interruptible_share,
+           "seed": seed, "gpu_model": model, "spot_lifetimes": str(life_path) if life_path else "catalog",
+           "catalog_as_of": catalog.as_of}
+    if len(sizes) > 1:
+        report.sweep(doc, tr.jobs, catalog, names, sizes, cfg, lifetimes, jobs, fmt, plot)
+        return
+    results = report.run_one(tr.jobs, catalog, names, cfg, lifetimes)
     if plot is not None:
         try:
-            write_plot(results, plot)
+            report.write_plot(results, plot)
         except OSError as e:
             exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
-
-    doc = {
-        "trace": str(trace),
-        "jobs": len(jobs),
-        "onprem_gpus": onprem_gpus,
-        "gpus_per_node": gpus_per_node,
-        "interruptible_share": interruptible_share,
-        "seed": seed,
-        "gpu_model": model,
-        "spot_lifetimes": str(spot_lifetimes) if spot_lifetimes else None,
-        "catalog_as_of": catalog.as_of,
-        "policies": {n: r.to_dict() for n, r in results.items()},
-    }
+    doc.update({"jobs": len(tr.jobs), "onprem_gpus": sizes[0], "policies": {n: r.to_dict() for n, r in results.items()}})
     if fmt == "json":
         print_json(doc)
         return
-    _print_table(doc)
-
-
-def _fmt_s(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
-
-
-def _print_table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    pols = doc["policies"]
-    t = Table(title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
-                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})")
-    for col in ("policy", "cloud $", "lower bound $", "lost to execution", "wait p50", "p95", "p99", "mean",
-                "jobs burst", "cloud GPU-h", "interruptions", "on-prem util"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
-    for name, d in pols.items():
-        lb, cost = d["lower_bound_cost_usd"], d["cloud_cost_usd"]
-        lost = f"{(cost / lb - 1) * 100:+.0f} %" if lb > 0 else "-"
-        t.add_row(name, f"{cost:,.0f}", f"{lb:,.0f}", lost, _fmt_s(d["wait_p50_s"]), _fmt_s(d["wait_p95_s"]),
-                  _fmt_s(d["wait_p99_s"]), _fmt_s(d["wait_mean_s"]), f"{d['jobs_burst']:,}",
-                  f"{d['cloud_gpu_hours']:,.0f}", f"{d['interruptions']:,}", f"{d['onprem_utilization'] * 100:.1f} %")
-    con = Console(width=160)
-    con.print(t)
-    for name, d in pols.items():
-        if d["jobs_burst"] == 0:
-            continue
-        lb, cost = d["lower_bound_cost_usd"], d["cloud_cost_usd"]
-        markets = ", ".join(f"{k} ${v:,.0f}" for k, v in d["cost_by_market_usd"].items())
-        provs = ", ".join(f"{k} ${v:,.0f}" for k, v in d["cost_by_provider_usd"].items())
-        con.print(f"{name}: spent ${cost:,.0f} ({markets}; {provs}). Running exactly the jobs it burst, each on the "
-                  f"cheapest market it was eligible for with no start-up, rework or failed launch, would cost "
-                  f"${lb:,.0f}: it loses ${cost - lb:,.0f} ({(cost / lb - 1) * 100 if lb else 0:.0f} %) to "
-                  f"execution (start-ups, preemption rework, on-demand fallbacks).", highlight=False)
-    if "broker" in pols and "ondemand-cheapest" in pols and pols["ondemand-cheapest"]["cloud_cost_usd"] > 0:
-        b, o = pols["broker"], pols["ondemand-cheapest"]
-        con.print(f"broker spends {b['cloud_cost_usd'] / o['cloud_cost_usd']:.2f}x what ondemand-cheapest does, "
-                  f"at a p95 wait of {_fmt_s(b['wait_p95_s'])} against {_fmt_s(o['wait_p95_s'])}.", highlight=False)
-    unserved = {n: d["unserved_jobs"] for n, d in pols.items() if d["unserved_jobs"]}
-    if unserved:
-        con.print("jobs never run (bigger than the cluster and no cloud offer, or never burst): "
-                  + ", ".join(f"{n} {k}" for n, k in unserved.items()), highlight=False)
-
-
-def write_plot(results: dict, path: Path) -> None:
-    """Three panels over time: pending GPUs on-prem, cloud GPUs (spot solid, on-demand dashed),
-    cumulative cloud spend; one colour per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(12, 9), sharex=True, constrained_layout=True)
-    colors = {"onprem-only": "tab:gray", "ondemand-cheapest": "tab:red", "spot-greedy": "tab:orange",
-              "broker": "tab:blue"}
-    for name, r in results.items():
-        s = r.series
-        days = [h / 24.0 for h in s["t_h"]]
-        c = colors.get(name)
-        axes[0].plot(days, s["pending_gpus"], label=name, color=c, linewidth=0.9)
-        if any(s["cloud_gpus_spot"]):
-            axes[1].plot(days, s["cloud_gpus_spot"], label=f"{name} spot", color=c, linewidth=0.9)
-        if any(s["cloud_gpus_on_demand"]):
-            axes[1].plot(days, s["cloud_gpus_on_demand"], label=f"{name} on-demand", color=c, linewidth=0.9,
-                         linestyle="--")
-        axes[2].plot(days, [v / 1000.0 for v in s["cloud_cost_usd"]], label=name, color=c, linewidth=1.2)
-    axes[0].set_ylabel("GPUs pending on-prem")
-    axes[0].set_yscale("symlog", linthresh=10)
-    axes[0].set_title("Queue depth")
-    axes[1].set_ylabel("cloud GPUs")
-    axes[1].set_title("Cloud GPUs by market (solid: spot, dashed: on-demand)")
-    axes[2].set_ylabel("cumulative cloud spend (k$)")
-    axes[2].set_title("Cloud spend")
-    axes[2].set_xlabel("days since the first job")
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper left", fontsize=8, ncol=2)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.print_table(doc)

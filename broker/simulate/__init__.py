@@ -2,7 +2,8 @@
 
 One event-driven replay per policy over one job trace, in five parts:
 
-- :mod:`~broker.simulate.trace`: reading the job trace and observed spot lifetimes;
+- :mod:`~broker.simulate.trace`: reading a job trace, cleaned or a public cluster's;
+- :mod:`~broker.simulate.lifetimes`: observed spot lifetimes;
 - :mod:`~broker.simulate.chooser`: where a burst job goes, by policy, priced with
   :func:`policies.cost.price`;
 - :mod:`~broker.simulate.onprem`: the on-prem cluster, FIFO with EASY backfill on whole GPUs;
@@ -15,9 +16,11 @@ policy meets the same luck.
 """
 from broker.simulate.model import POLICY_NAMES, Policy, PolicyResult, SimConfig, builtin_policies
 from broker.simulate.replay import Replay, run_policies, simulate
-from broker.simulate.trace import Lifetimes, TraceError, TraceJob, hash_unit, load_lifetimes, load_trace
+from broker.simulate.lifetimes import Lifetimes, load_lifetimes
+from broker.simulate.trace import Trace, TraceError, TraceJob, hash_unit, load_trace, parse_columns, read_trace
 
 __all__ = [
-    "POLICY_NAMES", "Lifetimes", "Policy", "PolicyResult", "Replay", "SimConfig", "TraceError", "TraceJob",
-    "builtin_policies", "hash_unit", "load_lifetimes", "load_trace", "run_policies", "simulate",
+    "POLICY_NAMES", "Lifetimes", "Policy", "PolicyResult", "Replay", "SimConfig", "Trace", "TraceError", "TraceJob",
+    "builtin_policies", "hash_unit", "load_lifetimes", "load_trace", "parse_columns", "read_trace",
+    "run_policies", "simulate",
 ]

@@ -18,7 +18,8 @@ from providers.catalog import Catalog
 
 from broker.simulate.chooser import Chooser, Pick
 from broker.simulate.model import CLOUD, DONE, E_CLOUD_END, Policy, SimConfig
-from broker.simulate.trace import Lifetimes, TraceJob, hash_unit
+from broker.simulate.lifetimes import Lifetimes
+from broker.simulate.trace import TraceJob, hash_unit
 
 BILLING_MINIMUM_S = 60.0
 

@@ -24,7 +24,8 @@ from broker.simulate.model import (
     SimConfig, builtin_policies,
 )
 from broker.simulate.onprem import Cluster
-from broker.simulate.trace import Lifetimes, TraceJob
+from broker.simulate.lifetimes import Lifetimes
+from broker.simulate.trace import TraceJob
 
 
 def simulate(

@@ -1,0 +1,170 @@
+"""Real cluster traces (CPU-only, fractional, never-started and unfinished rows), pool-size
+sweeps and `broker advise --simulation`."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from broker.cli import app
+from broker.simulate import TraceError, parse_columns, read_trace
+from tests.test_simulate import write_catalog
+
+runner = CliRunner()
+
+# A public-cluster-style pod list (Kubernetes-like names, ISO timestamps): two GPU jobs that
+# ran, a CPU-only pod, a half-GPU share, a pod that never started, one still running at the end
+# of the trace, and one with no start/end at all but a status.
+PODS = """name,cpu_milli,num_gpu,gpu_milli,creation_time,scheduled_time,deletion_time,pod_phase
+p-ok1,8000,2,1000,2023-05-01T00:00:00Z,2023-05-01T00:00:10Z,2023-05-01T01:00:10Z,Succeeded
+p-ok2,8000,1,1000,2023-05-01T00:05:00Z,2023-05-01T00:05:00Z,2023-05-01T00:35:00Z,Succeeded
+p-cpu,4000,0,0,2023-05-01T00:06:00Z,2023-05-01T00:06:01Z,2023-05-01T00:10:00Z,Succeeded
+p-half,2000,1,500,2023-05-01T00:07:00Z,2023-05-01T00:07:00Z,2023-05-01T00:17:00Z,Succeeded
+p-never,8000,4,1000,2023-05-01T00:08:00Z,,,Pending
+p-running,8000,8,1000,2023-05-01T00:09:00Z,2023-05-01T00:20:00Z,,Running
+"""
+
+
+def pods(tmp_path, text=PODS):
+    p = tmp_path / "data" / "traces" / "pods.csv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def test_a_public_cluster_trace_replays_with_its_skip_counts(tmp_path):
+    tr = read_trace(pods(tmp_path), 0.0, 0, "V100")
+    by_id = {j.job_id: j for j in tr.jobs}
+    assert set(by_id) == {"p-ok1", "p-ok2", "p-half", "p-running"}
+    assert tr.skipped == {"no_gpus": 1, "never_ran": 1}
+    assert (by_id["p-ok1"].gpus, by_id["p-ok1"].duration_s) == (2, 3600.0)
+    assert by_id["p-half"].gpus == 1 and tr.rounded_up == 1
+    # Still running: replayed up to the trace's last timestamp (p-ok1's end, 01:00:10), flagged.
+    run = by_id["p-running"]
+    assert run.censored and run.duration_s == pytest.approx(40 * 60 + 10) and tr.censored == 1
+    assert [j.job_id for j in tr.jobs] == ["p-ok1", "p-ok2", "p-half", "p-running"]  # by submit time
+    d = tr.to_dict()
+    assert d["skipped"] == {"no_gpus": 1, "never_ran": 1} and d["skipped_rows"] == 2 and d["censored_jobs"] == 1
+    assert "skipped 2 rows (1 no gpus, 1 never ran)" in tr.warning()
+
+
+def test_fractional_shares_can_be_skipped_and_strict_refuses_naming_the_line(tmp_path):
+    p = pods(tmp_path)
+    tr = read_trace(p, fractional="skip")
+    assert tr.skipped["fractional"] == 1 and "p-half" not in {j.job_id for j in tr.jobs}
+    with pytest.raises(TraceError, match="pods.csv line 4: num_gpus must be a whole number of at least 1, got 0"):
+        read_trace(p, strict=True)
+    ok = pods(tmp_path, "\n".join(PODS.splitlines()[:3]) + "\n")
+    assert len(read_trace(ok, strict=True).jobs) == 2
+
+
+def test_rows_without_a_duration_are_skipped_and_columns_can_be_mapped(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("id,t_sub,g,secs\na,0,1,60\nb,5,1,\nc,9,2,30\n")
+    with pytest.raises(TraceError, match="lacks column.*submit_time_s.*num_gpus.*duration_s.*--columns"):
+        read_trace(p)
+    cols = parse_columns("submit=t_sub, gpus=g,duration=secs")
+    tr = read_trace(p, columns=cols)
+    assert [j.job_id for j in tr.jobs] == ["a", "c"] and tr.skipped == {"no_duration": 1}
+    with pytest.raises(TraceError, match="no column 'nope'"):
+        read_trace(p, columns={"submit": "nope", "gpus": "g", "duration": "secs"})
+    with pytest.raises(TraceError, match="unknown field 'wait'"):
+        parse_columns("wait=x")
+    with pytest.raises(TraceError, match="field=header"):
+        parse_columns("submit")
+
+
+def test_aliases_find_helios_style_columns(tmp_path):
+    p = tmp_path / "h.csv"
+    p.write_text("job_id,vc,gpu_num,submit_time,start_time,end_time,duration\n"
+                 "1,vcA,8,100,110,710,600\n2,vcB,1,200,,,\n")
+    tr = read_trace(p)
+    assert [(j.job_id, j.gpus, j.duration_s, j.queue) for j in tr.jobs] == [("1", 8, 600.0, "vcA")]
+    assert tr.skipped == {"never_ran": 1}
+
+
+def cli(*args):
+    return runner.invoke(app, ["simulate", *map(str, args)])
+
+
+def test_cli_counts_skips_in_json_warns_once_and_uses_the_lifetimes_beside_the_trace(tmp_path):
+    cat = write_catalog(tmp_path / "catalog")
+    trace = pods(tmp_path)
+    spot = tmp_path / "data" / "spot"
+    spot.mkdir()
+    (spot / "spot_instance_lifetimes_aws_gcp_2020.csv").write_text(
+        "cloud,observed_lifetime_s,ended_by\naws,900,preempted\ngcp,600,preempted\n")
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["trace"]["skipped"] == {"no_gpus": 1, "never_ran": 1} and doc["trace"]["censored_jobs"] == 1
+    assert doc["policies"]["onprem-only"]["jobs"] == 4
+    assert doc["spot_lifetimes"].endswith("spot_instance_lifetimes_aws_gcp_2020.csv")
+    warn = [ln for ln in r.stderr.splitlines() if "skipped" in ln]
+    assert len(warn) == 1 and "pods.csv" in warn[0]
+    assert "spot lifetimes: observed" in r.stderr
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--format", "json",
+            "--spot-lifetimes", "catalog")
+    assert json.loads(r.stdout)["spot_lifetimes"] == "catalog" and "the catalog rates" in r.stderr
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--strict")
+    assert r.exit_code == 2 and "line 4" in r.stderr and "Traceback" not in r.output
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--fractional-gpus", "x")
+    assert r.exit_code == 2 and "--fractional-gpus must be round-up or skip" in r.stderr
+
+
+def flood(tmp_path):
+    p = tmp_path / "flood.csv"
+    p.write_text("job_id,submit_time_s,num_gpus,duration_s\n"
+                 + "".join(f"j{k},{k * 20},{1 + k % 4},{3600 + (k % 5) * 900}\n" for k in range(200)))
+    return p
+
+
+def test_a_sweep_replays_every_size_in_workers_with_one_table_one_plot_and_advise_reads_it(tmp_path):
+    cat = write_catalog(tmp_path / "catalog")
+    trace = flood(tmp_path)
+    png = tmp_path / "sweep.png"
+    base = ["--trace", trace, "--onprem-gpus", "8,16,32", "--catalog", cat, "--gpu-model", "V100",
+            "--policy", "onprem-only", "--policy", "broker", "--jobs", 2, "--spot-lifetimes", "catalog"]
+    r = cli(*base, "--format", "json", "--plot", png)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [s["onprem_gpus"] for s in doc["sizes"]] == [8, 16, 32]
+    p95 = [s["policies"]["onprem-only"]["wait_p95_s"] for s in doc["sizes"]]
+    assert p95[0] > p95[1] > p95[2]  # more GPUs, shorter waits
+    cost = [s["policies"]["broker"]["cloud_cost_usd"] for s in doc["sizes"]]
+    assert cost[0] > cost[2]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # the same figures from one process
+    one = json.loads(cli(*base[:-4], "--jobs", 1, "--spot-lifetimes", "catalog", "--format", "json").stdout)
+    def figures(d):
+        return [{n: {k: v for k, v in r.items() if k != "replay_jobs_per_s"} for n, r in s["policies"].items()}
+                for s in d["sizes"]]
+    assert figures(one) == figures(doc)
+    table = cli(*base)
+    assert table.exit_code == 0 and "3 pool sizes" in table.stdout
+    assert all(len(line) <= 80 for line in table.stdout.splitlines())
+    path = tmp_path / "sweep.json"
+    path.write_text(r.stdout)
+    a = runner.invoke(app, ["advise", "--simulation", str(path), "--catalog", str(cat), "--gpu-model", "V100",
+                            "--format", "json"])
+    assert a.exit_code == 0, a.output
+    adv = json.loads(a.stdout)
+    assert [s["onprem_gpus"] for s in adv["sizes"]] == [8, 16, 32] and adv["policy"] == "broker"
+    for s in adv["sizes"]:
+        assert s["total_per_year_usd"] == pytest.approx(s["own_per_year_usd"] + s["cloud_per_year_usd"], abs=0.05)
+    best = min(adv["sizes"], key=lambda s: s["total_per_year_usd"])
+    assert adv["recommendation"] in ("build", "rent")
+    if adv["recommendation"] == "build":
+        assert adv["reason"].startswith(f"build {best['onprem_gpus']} GPUs")
+    t = runner.invoke(app, ["advise", "--simulation", str(path), "--catalog", str(cat), "--gpu-model", "V100"])
+    assert t.exit_code == 0 and "recommendation:" in t.stdout and "break-even" in t.stdout
+    bad = runner.invoke(app, ["advise", "--simulation", str(path), "--catalog", str(cat), "--gpu-model", "V100",
+                              "--sim-policy", "spot-greedy"])
+    assert bad.exit_code == 2 and "has no policy 'spot-greedy'" in bad.stderr
+
+
+@pytest.mark.parametrize("sizes,needle", [("8,abc", "whole numbers separated by commas"),
+                                          ("8,12", "multiple of --gpus-per-node")])
+def test_bad_sweep_sizes_exit_2(tmp_path, sizes, needle):
+    cat = write_catalog(tmp_path / "catalog")
+    r = cli("--trace", flood(tmp_path), "--onprem-gpus", sizes, "--catalog", cat, "--gpu-model", "V100")
+    assert r.exit_code == 2 and needle in r.stderr
