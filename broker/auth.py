@@ -221,19 +221,24 @@ class _AuthInterceptor(grpc.ServerInterceptor):
                                                    handler.response_serializer)
 
 
-def server_credentials(server_cfg: Mapping) -> grpc.ServerCredentials | None:
-    """TLS (and mutual TLS with ``tls_client_ca_file``) from ``[server]``, or None for plaintext."""
-    cert, key = server_cfg.get("tls_cert_file"), server_cfg.get("tls_key_file")
-    if not cert and not key:
+def server_credentials(server) -> grpc.ServerCredentials | None:
+    """TLS (and mutual TLS with ``tls_client_ca_file``) from the typed ``[server]`` settings (the
+    schema has checked that cert and key go together), or None for plaintext."""
+    if not server.tls:
         return None
-    from broker.config import ConfigError as LegacyConfigError
+    from broker.errors import ConfigError
 
-    if not (cert and key):
-        raise LegacyConfigError("config: server.tls_cert_file and server.tls_key_file go together")
-    try:
-        pair = (open(key, "rb").read(), open(cert, "rb").read())
-        ca = server_cfg.get("tls_client_ca_file")
-        roots = open(ca, "rb").read() if ca else None
-    except OSError as e:
-        raise LegacyConfigError(f"config: cannot read a server.tls_* file: {e}") from None
-    return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=bool(roots))
+    files = {}
+    for key in ("tls_key_file", "tls_cert_file", "tls_client_ca_file"):
+        path = getattr(server, key)
+        if not path:
+            continue
+        try:
+            files[key] = open(path, "rb").read()
+        except OSError as e:
+            raise ConfigError(f"config: server.{key} {path} cannot be read: {e.strerror}", field=f"server.{key}") from None
+        if b"-----BEGIN " not in files[key]:
+            raise ConfigError(f"config: server.{key} {path} is not a PEM file", field=f"server.{key}")
+    roots = files.get("tls_client_ca_file")
+    return grpc.ssl_server_credentials([(files["tls_key_file"], files["tls_cert_file"])], root_certificates=roots,
+                                       require_client_auth=bool(roots))

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol
 
 import structlog
 
+from broker.config import AutoscalerSettings
 from broker.lifecycle import LeaseError
 from broker.quote import new_id
 from broker.lease import LIVE, LeaseState
 from policies.demand import Demand, DemandError
 from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
 from policies.queue import PendingJob, QueueSnapshot
-from policies.selection import SelectionConfig
 from policies.triggers import (BURST, SCALE_IN, Decision, TriggerConfig, TriggerState,
                                candidates_from_snapshot, evaluate, signals_from_snapshot)
 
@@ -38,50 +38,6 @@ class BurstTarget(Protocol):
     """Where a chosen job goes: a scheduler that can hand it to cloud capacity itself (Slurm)."""
 
     def allow_burst(self, job_ids: list[str]) -> None: ...
-
-
-@dataclass
-class AutoscalerSettings:
-    interval_s: float = 30.0
-    default_gpu_model: str = ""  # for jobs that name no GPU model or memory
-    default_min_gpu_memory_gb: int = 16
-    runtime_margin: float = 1.2  # hours quoted = expected runtime x this
-    default_runtime_s: int = 3600  # for jobs with no time limit or estimate
-    data_location: str = "onprem"
-    history_s: float = 3600.0
-    tenant_from_queue: bool = False  # charge bursts to the job's queue instead of "default"
-
-
-def _dataclass_from(cls, m: Mapping[str, Any], where: str):
-    from broker.config import ConfigError
-
-    known = {f.name: f for f in fields(cls)}
-    out = {}
-    for k, v in m.items():
-        if k not in known:
-            raise ConfigError(f"config: {where}.{k} is not a known key ({', '.join(known)})")
-        if k in ("selection", "burst_verdicts"):
-            continue
-        out[k] = v
-    if "burst_verdicts" in m:
-        out["burst_verdicts"] = tuple(m["burst_verdicts"])
-    try:
-        return cls(**out)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"config: {where}: {e}") from None
-
-
-def settings_from_config(section: Mapping[str, Any]):
-    """(AutoscalerSettings, TriggerConfig, DiagnoseConfig) from ``[autoscaler]`` and its
-    ``[autoscaler.trigger]`` / ``[autoscaler.diagnose]`` / ``[autoscaler.selection]`` tables."""
-    top = {k: v for k, v in section.items() if not isinstance(v, Mapping) and k != "enabled"}
-    settings = _dataclass_from(AutoscalerSettings, top, "autoscaler")
-    sel = _dataclass_from(SelectionConfig, section.get("selection", {}), "autoscaler.selection")
-    trig = _dataclass_from(TriggerConfig, section.get("trigger", {}), "autoscaler.trigger")
-    trig = TriggerConfig(**{f.name: getattr(trig, f.name) for f in fields(TriggerConfig) if f.name != "selection"},
-                         selection=sel)
-    diag = _dataclass_from(DiagnoseConfig, section.get("diagnose", {}), "autoscaler.diagnose")
-    return settings, trig, diag
 
 
 @dataclass
@@ -274,10 +230,10 @@ class Autoscaler:
 
 def attach(service) -> Autoscaler | None:
     """Wire an autoscaler into ``service`` when ``[autoscaler] enabled = true``."""
-    section = dict(service.config.autoscaler)
-    if not section.get("enabled", False):
+    settings = service.config.autoscaler
+    if not settings.enabled:
         return None
-    settings, trig, diag = settings_from_config(section)
+    trig, diag = settings.trigger_config(), settings.diagnose_config()
     watchers: dict[str, Any] = {}
     targets: dict[str, BurstTarget] = {}
     slurm_cfg = dict(service.config.slurm)

@@ -1,59 +1,55 @@
-"""Configuration: one TOML file, overridden by ``BROKER_<SECTION>__<KEY>`` environment variables.
+"""Configuration: ONE schema for the TOML file and its ``BROKER_<SECTION>__<KEY>`` overrides.
 
-Read with the standard library's ``tomllib`` into plain dataclasses: the file is small, and
-keeping a validation framework out of the import path keeps every ``broker`` command fast.
-Errors name the key: ``config: reconciler.interval_s must be a positive number``.
+The schema is a tree of msgspec ``Struct``s (:class:`providers.settings.Table`: typed keys with
+defaults, unknown keys refused). Why msgspec: it checks types and refuses unknown keys for
+~15 ms of imports; pydantic-settings does the same for ~270 ms, paid by every command that reads
+the configuration (figures in the README). :func:`load` reads the file with ``tomllib``, lays the
+environment over it, and converts the whole tree at once: every unknown key, unknown ``BROKER_*``
+variable, wrong type, NaN/inf or out-of-range number is a :class:`broker.errors.ConfigError`
+whose message is one sentence naming the full dotted key (and the key probably meant)::
 
-Example (every key optional)::
+    config: budgets.default.usd_per_hr is not a setting (did you mean usd_per_hour?)
 
-    owner = "broker-prod"                 # written in every cloud resource's broker:owner tag
-
-    [server]
-    listen = "127.0.0.1:50051"
-    workers = 32
-
-    [store]
-    url = "sqlite:////var/lib/broker/broker.db"   # or postgresql+psycopg://user@host/db
-
-    [quote]
-    ttl_s = 900
-    onprem_egress_usd_per_gb = 0.0
-
-    [[reservations]]
-    provider = "aws"
-    region = "us-east-1"
-    instance_type = "p5.48xlarge"
-    nodes = 2
-    reservation_id = "cr-0123456789abcdef0"
-    hourly_usd = 0
-
-    [providers.aws]
-    enabled = true
-    regions = ["us-east-1", "us-west-2"]
-
-    [reconciler]
-    interval_s = 30
-    orphan_grace_s = 120
-
-    [budgets.default]
-    usd_per_hour = 500
-    usd_per_month = 100000
+What comes out is typed: ``cfg.lifecycle`` is a :class:`LifecycleSettings`, ``cfg.providers.aws``
+an :class:`providers.settings.AwsSettings`, ``cfg.autoscaler.trigger_config()`` a
+:class:`policies.triggers.TriggerConfig`; nothing downstream parses a table again.
+``deploy/broker.example.toml`` documents every key (a test loads it through this schema).
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import ipaddress
 import os
+import re
 import socket
 import tomllib
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+import typing
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Union
+
+import msgspec
+from msgspec import Meta, field
+
+from broker.errors import ConfigError
+from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
+                                convert)
+
+__all__ = ["Config", "ConfigError", "Budget", "LifecycleSettings", "AutoscalerSettings", "load",
+           "default_db_url", "default_state_dir"]
 
 ENV_PREFIX = "BROKER_"
+#: ``BROKER_*`` variables that are not settings: read by the CLI and the client, or set by the
+#: boot script on a cloud node. Any other ``BROKER_X`` (no ``__``) is refused as a typo.
+PROCESS_VARIABLES = frozenset({
+    "BROKER_CONFIG", "BROKER_HOME", "BROKER_SERVER", "BROKER_TOKEN", "BROKER_TLS_CA", "BROKER_LOG",
+    "BROKER_LEASE_ID", "BROKER_NODE_NAME", "BROKER_PROVIDER", "BROKER_REGION", "BROKER_JOB_ID",
+    "BROKER_CHECKPOINT_URI", "BROKER_DATASET_URI",
+})
 
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key."""
+NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
+Usd = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
 
 def default_state_dir() -> Path:
@@ -66,38 +62,404 @@ def default_db_url() -> str:
     return f"sqlite:///{default_state_dir() / 'broker.db'}"
 
 
-@dataclass(frozen=True)
+def _default_owner() -> str:
+    return f"broker-{socket.gethostname()}"[:63]
+
+
+def split_host_port(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``) → (host, port); ValueError with a sentence when it is not."""
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})", listen.strip())
+    if not m or int(m[2]) > 65535:
+        raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:50051), got {listen!r}")
+    host = m[1].strip("[]")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:50051), got {listen!r}") from None
+    return host, int(m[2])
+
+
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables
+
+
+class ServerSettings(Table):
+    """``[server]``: where the gRPC API listens, its workers and TLS."""
+
+    listen: str = "127.0.0.1:50051"
+    workers: Annotated[int, Meta(ge=1, le=4096)] = 32
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    #: Serve beyond loopback without TLS and bearer tokens (a trusted network, or TLS ending in
+    #: a proxy in front). Without it such a listen address is refused at start-up.
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            split_host_port(self.listen)
+        except ValueError as e:
+            raise bad("listen", str(e)) from None
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            given, missing = (("tls_cert_file", "tls_key_file") if self.tls_cert_file
+                              else ("tls_key_file", "tls_cert_file"))
+            raise bad(missing, f"is required when server.{given} is set (TLS needs both)")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise bad("tls_client_ca_file", "needs server.tls_cert_file and server.tls_key_file")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
+
+
+class StoreSettings(Table):
+    """``[store]``: the SQLAlchemy URL (SQLite by default, PostgreSQL for several replicas)."""
+
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        if self.url and not re.match(r"(sqlite|postgresql(\+psycopg)?)://", self.url):
+            raise bad("url", "must be sqlite:///PATH or postgresql+psycopg://USER@HOST/DB, got "
+                      f"{self.url.split('@')[-1]!r}")
+
+
+class QuoteSettings(Table):
+    ttl_s: Annotated[int, Meta(ge=1, le=NUMBER_LIMIT)] = 900
+    onprem_egress_usd_per_gb: Usd = 0.0
+
+
+class CatalogSettings(Table):
+    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
+
+    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
+    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
+    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
+
+
+class ReservationSettings(Table):
+    """``[[reservations]]``: capacity the organisation already holds."""
+
+    provider: Literal["aws", "gcp", "azure"]
+    region: Annotated[str, Meta(min_length=1)]
+    instance_type: Annotated[str, Meta(min_length=1)]
+    reservation_id: Annotated[str, Meta(min_length=1)]
+    zone: str = ""
+    nodes: Annotated[int, Meta(ge=1, le=100000)] = 1
+    hourly_usd: Usd = 0.0
+
+
+class ReconcilerSettings(Table):
+    interval_s: Seconds = 30.0
+    orphan_grace_s: NonNegative = 120.0
+
+
+class LeaderSettings(Table):
+    """``[leader]``: the leader's lease in the store, renewed well inside its time to live."""
+
+    ttl_s: Seconds = 10.0
+    renew_s: Seconds = 2.0
+
+    def __post_init__(self) -> None:
+        if self.renew_s * 2 > self.ttl_s:
+            raise bad("renew_s", f"({self.renew_s:g}) must be at most half of leader.ttl_s ({self.ttl_s:g})")
+
+
+class LifecycleSettings(Table):
+    """``[lifecycle]``: failover, retries and timeouts of a lease."""
+
+    block_s: NonNegative = 900.0  # how long a capacity/quota scope stays blocked
+    interruption_block_s: NonNegative = 1800.0  # how long an interrupted offering stays blocked
+    max_failover: Annotated[int, Meta(ge=1, le=1000)] = 4  # offers tried per launch
+    retries: Annotated[int, Meta(ge=0, le=100)] = 3  # attempts per offer on throttling / transient errors
+    backoff_s: NonNegative = 1.0  # first backoff; doubles
+    provision_timeout_s: NonNegative = 900.0
+    resume_after_s: NonNegative = 60.0  # a launch this old with no process working on it is resumed
+    idle_timeout_s: NonNegative = 0.0  # release a running lease with no job after this long (0 = never)
+    max_lifetime_s: NonNegative = 0.0  # default lease lifetime (0 = none)
+
+
+def _table_of(cls: type, exclude: tuple[str, ...] = ()) -> type[Table]:
+    """A Table with the fields and defaults of the policy dataclass ``cls`` (one definition: the
+    policy's), every number bounded to zero or more."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        t = hints[f.name]
+        if t is float or t is int:
+            t = Annotated[t, Meta(ge=0, le=NUMBER_LIMIT)]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        fields.append((f.name, t, default))
+    return msgspec.defstruct(f"{cls.__name__}Table", fields, bases=(Table,), kw_only=True,
+                             forbid_unknown_fields=True, module=__name__)
+
+
+def _policy_tables() -> tuple[type[Table], type[Table], type[Table]]:
+    from policies.diagnose import DiagnoseConfig
+    from policies.selection import SelectionConfig
+    from policies.triggers import TriggerConfig
+
+    return (_table_of(TriggerConfig, exclude=("selection",)), _table_of(DiagnoseConfig),
+            _table_of(SelectionConfig))
+
+
+TriggerTable, DiagnoseTable, SelectionTable = _policy_tables()
+
+
+def _as(cls: type, table: Table, key: str):
+    """The policy dataclass ``cls`` from its table; its own checks raise ``ValueError("KEY ...")``."""
+    try:
+        return cls(**msgspec.structs.asdict(table))
+    except (TypeError, ValueError) as e:
+        text = str(e)
+        first = text.split(" ", 1)[0]
+        if first in table.__struct_fields__:
+            raise bad(f"{key}.{first}", text.split(" ", 1)[1]) from None
+        raise bad(key, f"is not valid: {text}") from None
+
+
+class AutoscalerSettings(Table):
+    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` tables."""
+
+    enabled: bool = False
+    interval_s: Seconds = 30.0
+    default_gpu_model: str = ""  # for jobs that name no GPU model or memory
+    default_min_gpu_memory_gb: Annotated[int, Meta(ge=0, le=100000)] = 16
+    runtime_margin: Annotated[float, Meta(gt=0, le=1000)] = 1.2  # hours quoted = expected runtime x this
+    default_runtime_s: Annotated[int, Meta(gt=0, le=NUMBER_LIMIT)] = 3600  # jobs with no limit or estimate
+    data_location: str = "onprem"
+    history_s: Seconds = 3600.0
+    tenant_from_queue: bool = False  # charge bursts to the job's queue instead of "default"
+    trigger: TriggerTable = field(default_factory=TriggerTable)  # type: ignore[valid-type]
+    diagnose: DiagnoseTable = field(default_factory=DiagnoseTable)  # type: ignore[valid-type]
+    selection: SelectionTable = field(default_factory=SelectionTable)  # type: ignore[valid-type]
+
+    def __post_init__(self) -> None:
+        self.trigger_config(), self.diagnose_config()  # the policies' own cross-checks
+
+    def trigger_config(self):
+        """The :class:`policies.triggers.TriggerConfig` (with its selection thresholds)."""
+        from policies.selection import SelectionConfig
+        from policies.triggers import TriggerConfig
+
+        selection = _as(SelectionConfig, self.selection, "selection")
+        trig = _as(TriggerConfig, self.trigger, "trigger")
+        return dataclasses.replace(trig, selection=selection)
+
+    def diagnose_config(self):
+        from policies.diagnose import DiagnoseConfig
+
+        return _as(DiagnoseConfig, self.diagnose, "diagnose")
+
+
+class BudgetSettings(Table):
+    usd_per_hour: Union[Usd, None] = None
+    usd_per_month: Union[Usd, None] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Budget:
+    """A tenant's spending caps (None = no cap)."""
+
     tenant: str
     usd_per_hour: Decimal | None = None
     usd_per_month: Decimal | None = None
 
 
-@dataclass(frozen=True)
-class Config:
-    owner: str = field(default_factory=lambda: f"broker-{socket.gethostname()}"[:63])
-    listen: str = "127.0.0.1:50051"
-    workers: int = 32
-    db_url: str = field(default_factory=default_db_url)
-    quote_ttl_s: int = 900
-    onprem_egress_usd_per_gb: Decimal = Decimal(0)
-    catalog_path: str = ""
-    reservations: tuple[dict, ...] = ()
-    providers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    reconciler: Mapping[str, Any] = field(default_factory=dict)
-    lifecycle: Mapping[str, Any] = field(default_factory=dict)
-    autoscaler: Mapping[str, Any] = field(default_factory=dict)
-    bootstrap: Mapping[str, Any] = field(default_factory=dict)
-    slurm: Mapping[str, Any] = field(default_factory=dict)
-    budgets: Mapping[str, Budget] = field(default_factory=dict)
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+class AuthSettings(Table):
+    """``[auth]``: with this section present, every Broker RPC needs a bearer token.
 
-    def section(self, name: str) -> Mapping[str, Any]:
-        v = self.raw.get(name, {})
-        return v if isinstance(v, Mapping) else {}
+    ``tokens``: token = tenant (``"*"``: an operator acting for any tenant). An empty table, an
+    empty token or tenant is refused: auth never silently turns itself off."""
+
+    tokens: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise bad("tokens", "is empty: with an [auth] section every call needs a bearer token, "
+                      "so list at least one (token = tenant)")
+        for token, tenant in self.tokens.items():
+            if not token.strip():
+                raise bad("tokens", "holds an empty token")
+            if not tenant.strip():
+                raise bad("tokens", "maps a token to an empty tenant (use \"*\" for an operator)")
+
+
+class TelemetrySettings(Table):
+    #: Prometheus /metrics HOST:PORT; empty = off. Loopback unless ``metrics_public`` is set.
+    metrics_listen: str = ""
+    metrics_public: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.metrics_listen:
+            return
+        try:
+            host, _ = split_host_port(self.metrics_listen)
+        except ValueError as e:
+            raise bad("metrics_listen", str(e)) from None
+        if not self.metrics_public and not is_loopback_host(host):
+            raise bad("metrics_listen", f"binds {host}, beyond loopback: /metrics shows spend by "
+                      "provider; set telemetry.metrics_public = true to serve it there")
+
+
+_Scalar = Union[str, int, float, bool, list[str]]
+
+
+class SlurmBootSettings(Table):
+    conf_server: str = ""
+    munge_key: str = ""
+    munge_key_path: str = ""
+    slurmd_args: list[str] = []
+
+
+class KubernetesBootSettings(Table):
+    api_server: str = ""
+    token: str = ""
+    ca_cert_hash: str = ""
+    node_labels: dict[str, str] = {}
+    kubelet_defaults_path: str = ""
+
+
+class ContainerBootSettings(Table):
+    image: str = ""
+    command: Union[str, list[str]] = ""
+    callback_url: str = ""
+    marker_path: str = ""
+    workdir: str = ""
+
+
+_BOOT_TABLES = {"slurm": SlurmBootSettings, "kubernetes": KubernetesBootSettings,
+                "container": ContainerBootSettings}
+_BOOT_KEYS = {k for t in _BOOT_TABLES.values() for k in t.__struct_fields__}
+
+
+class BootstrapSettings(Table):
+    """``[bootstrap]``: settings of the boot templates. Flat keys apply to every template, a
+    table named like a built-in template wins for it; ``vars`` holds the variables of operator
+    templates (``$name`` in a file from ``templates``)."""
+
+    secret_keys: list[str] = []
+    templates: dict[str, str] = {}
+    vars: dict[str, _Scalar] = {}
+    slurm: Union[SlurmBootSettings, None] = None
+    kubernetes: Union[KubernetesBootSettings, None] = None
+    container: Union[ContainerBootSettings, None] = None
+    # the built-in templates' keys, flat
+    conf_server: Union[str, None] = None
+    munge_key: Union[str, None] = None
+    munge_key_path: Union[str, None] = None
+    slurmd_args: Union[list[str], None] = None
+    api_server: Union[str, None] = None
+    token: Union[str, None] = None
+    ca_cert_hash: Union[str, None] = None
+    node_labels: Union[dict[str, str], None] = None
+    kubelet_defaults_path: Union[str, None] = None
+    image: Union[str, None] = None
+    command: Union[str, list[str], None] = None
+    callback_url: Union[str, None] = None
+    marker_path: Union[str, None] = None
+    workdir: Union[str, None] = None
+
+    def __post_init__(self) -> None:
+        overlap = sorted(set(self.vars) & (set(self.__struct_fields__) | _BOOT_KEYS))
+        if overlap:
+            raise bad(f"vars.{overlap[0]}", "is a built-in setting: set it in [bootstrap] itself")
+
+    @property
+    def configured(self) -> bool:
+        return self != BootstrapSettings()
+
+    def template_settings(self) -> dict[str, Any]:
+        """The flat mapping :func:`providers.bootstrap.render` reads: set keys and ``vars`` flat,
+        each built-in template's table nested under its name (its set keys only)."""
+        out: dict[str, Any] = {}
+        for k in self.__struct_fields__:
+            v = getattr(self, k)
+            if k in ("templates", "vars") or v is None:
+                continue
+            out[k] = {n: x for n, x in msgspec.structs.asdict(v).items() if x not in ("", [], {})} \
+                if isinstance(v, Table) else v
+        out.update(self.vars)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole file
+
+
+class Config(Table):
+    """The whole configuration file, checked. Every table is optional."""
+
+    owner: Annotated[str, Meta(min_length=1, max_length=63)] = field(default_factory=_default_owner)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    quote: QuoteSettings = field(default_factory=QuoteSettings)
+    catalog: CatalogSettings = field(default_factory=CatalogSettings)
+    reservations: list[ReservationSettings] = []
+    providers: ProvidersSettings = field(default_factory=ProvidersSettings)
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
+    autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
+    bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
+    slurm: dict[str, Any] = {}
+    budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
+    auth: Union[AuthSettings, None] = None
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+
+    def __post_init__(self) -> None:
+        if not self.owner.strip():
+            raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
+        host, _ = split_host_port(self.server.listen)
+        if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
+            raise ValueError(
+                f"server.listen {self.server.listen} is beyond loopback without "
+                f"{'TLS' if not self.server.tls else ''}{' and ' if not self.server.tls and not self.auth else ''}"
+                f"{'[auth] tokens' if not self.auth else ''}; configure them, or set "
+                "server.insecure = true for a trusted network")
+
+    # -- shorthands --------------------------------------------------------------------------
+    @property
+    def listen(self) -> str:
+        return self.server.listen
+
+    @property
+    def workers(self) -> int:
+        return self.server.workers
+
+    @property
+    def db_url(self) -> str:
+        return self.store.url or default_db_url()
+
+    @property
+    def budgets(self) -> dict[str, Budget]:
+        def dec(v: float | None) -> Decimal | None:
+            return None if v is None else Decimal(str(v))
+
+        return {t: Budget(t, dec(b.usd_per_hour), dec(b.usd_per_month)) for t, b in self.budget_tables.items()}
 
     def budget(self, tenant: str) -> Budget | None:
-        return self.budgets.get(tenant) or self.budgets.get("default")
+        b = self.budgets
+        return b.get(tenant) or b.get("default")
+
+    @property
+    def auth_tokens(self) -> dict[str, str]:
+        """token → tenant; empty when there is no [auth] section (the API is open)."""
+        return dict(self.auth.tokens) if self.auth else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
 
 
 def _parse_env_value(text: str) -> Any:
@@ -108,34 +470,37 @@ def _parse_env_value(text: str) -> Any:
         return text
 
 
-def _apply_env(data: dict, environ: Mapping[str, str]) -> dict:
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX) or "__" not in key[len(ENV_PREFIX):] and key != "BROKER_OWNER":
+def _apply_env(data: dict, environ: Mapping[str, str]) -> dict[str, str]:
+    """Lay ``BROKER_<SECTION>__<KEY>`` variables over ``data``; returns dotted key → variable."""
+    sources: dict[str, str] = {}
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in PROCESS_VARIABLES:
             continue
-        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__")]
+        rest = name[len(ENV_PREFIX):]
+        if "__" not in rest and name != "BROKER_OWNER":
+            close = difflib.get_close_matches(name, [*PROCESS_VARIABLES, "BROKER_OWNER"], n=1, cutoff=0.88)
+            hint = (f"did you mean {close[0]}?" if close else
+                    "settings are BROKER_<SECTION>__<KEY>, e.g. BROKER_SERVER__LISTEN")
+            raise ConfigError(f"config: environment variable {name} is not a broker setting ({hint})", field=name)
+        path = [p.lower() for p in rest.split("__")]
+        if not all(path):
+            raise ConfigError(f"config: environment variable {name} has an empty level (write one \"__\" "
+                              "between levels)", field=name)
         node = data
-        for p in path[:-1]:
+        for i, p in enumerate(path[:-1]):
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"environment {key} overrides a value that is not a table")
+                raise ConfigError(f"config: environment variable {name} sets a key inside "
+                                  f"{'.'.join(path[:i + 1])}, which is not a table", field=name)
         node[path[-1]] = _parse_env_value(value)
-    return data
-
-
-def _num(data: Mapping, key: str, where: str, default, kind=int, positive=True):
-    v = data.get(key, default)
-    try:
-        n = kind(v) if kind is not Decimal else Decimal(str(v))
-    except (TypeError, ValueError, InvalidOperation):
-        raise ConfigError(f"config: {where}.{key} must be a number, got {v!r}") from None
-    if positive and n <= 0 or n < 0:
-        raise ConfigError(f"config: {where}.{key} must be {'positive' if positive else 'zero or more'}, got {v!r}")
-    return n
+        sources[".".join(path)] = name
+    return sources
 
 
 def load(path: str | Path | None = None, environ: Mapping[str, str] | None = None,
          overrides: Mapping[str, Any] | None = None) -> Config:
-    """Load ``path`` (or ``$BROKER_CONFIG``; none = defaults), then env, then ``overrides``."""
+    """Load ``path`` (or ``$BROKER_CONFIG``; none = defaults), then the environment, then
+    ``overrides`` (dotted keys, e.g. ``{"server.listen": ...}``; None values are skipped)."""
     environ = os.environ if environ is None else environ
     path = path or environ.get("BROKER_CONFIG")
     data: dict = {}
@@ -145,52 +510,21 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
                 data = tomllib.load(f)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
+        except (IsADirectoryError, PermissionError) as e:
+            raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
-    data = _apply_env(data, environ)
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    sources = _apply_env(data, environ)
     for k, v in (overrides or {}).items():
         if v is not None:
-            sect, _, key = k.rpartition(".")
-            (data.setdefault(sect, {}) if sect else data)[key] = v
-
-    server, store, quote = data.get("server", {}), data.get("store", {}), data.get("quote", {})
-    budgets = {}
-    for tenant, b in (data.get("budgets") or {}).items():
-        if not isinstance(b, Mapping):
-            raise ConfigError(f"config: budgets.{tenant} must be a table")
-        budgets[tenant] = Budget(
-            tenant,
-            _num(b, "usd_per_hour", f"budgets.{tenant}", None, Decimal) if "usd_per_hour" in b else None,
-            _num(b, "usd_per_month", f"budgets.{tenant}", None, Decimal) if "usd_per_month" in b else None,
-        )
-    reservations = tuple(data.get("reservations") or ())
-    for i, r in enumerate(reservations):
-        for k in ("provider", "region", "instance_type", "reservation_id"):
-            if not r.get(k):
-                raise ConfigError(f"config: reservations[{i}].{k} is required")
-    providers = data.get("providers") or {}
-    for name in providers:
-        if name not in ("aws", "gcp", "azure"):
-            raise ConfigError(f"config: providers.{name} is not a known provider (aws, gcp, azure)")
-    rec = dict(data.get("reconciler") or {})
-    rec["interval_s"] = _num(rec, "interval_s", "reconciler", 30, float)
-    rec["orphan_grace_s"] = _num(rec, "orphan_grace_s", "reconciler", 120, float, positive=False)
-    cfg = Config(
-        owner=str(data.get("owner") or Config().owner),
-        listen=str(server.get("listen", "127.0.0.1:50051")),
-        workers=_num(server, "workers", "server", 32),
-        db_url=str(store.get("url") or default_db_url()),
-        quote_ttl_s=_num(quote, "ttl_s", "quote", 900),
-        onprem_egress_usd_per_gb=_num(quote, "onprem_egress_usd_per_gb", "quote", 0, Decimal, positive=False),
-        catalog_path=str((data.get("catalog") or {}).get("path", "")),
-        reservations=reservations,
-        providers=providers,
-        reconciler=rec,
-        lifecycle=data.get("lifecycle") or {},
-        autoscaler=data.get("autoscaler") or {},
-        bootstrap=data.get("bootstrap") or {},
-        slurm=data.get("slurm") or {},
-        budgets=budgets,
-        raw=data,
-    )
-    return cfg
+            node = data
+            *parents, key = k.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[key] = v
+    try:
+        return convert(data, Config, "", sources)
+    except SettingsError as e:
+        raise ConfigError(f"config: {e}", field=e.key) from None

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 import structlog
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table, text
@@ -62,30 +62,6 @@ RESIGN = text("UPDATE broker_leader SET expires_at = 0 WHERE name = :name AND ho
 
 class NotLeader(Unavailable):
     """This replica does not (or no longer) hold leadership: the step is left to the leader."""
-
-
-def settings_from(section: Mapping[str, Any]) -> tuple[float, float]:
-    """(ttl_s, renew_s) from ``[leader]``; renewals must come well inside the lease."""
-    from broker.config import ConfigError
-
-    known = ("ttl_s", "renew_s")
-    for k in section:
-        if k not in known:
-            raise ConfigError(f"config: leader.{k} is not a known key ({', '.join(known)})")
-    out = []
-    for k, default in (("ttl_s", 10.0), ("renew_s", 2.0)):
-        v = section.get(k, default)
-        try:
-            n = float(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"config: leader.{k} must be a number, got {v!r}") from None
-        if n <= 0:
-            raise ConfigError(f"config: leader.{k} must be positive, got {v!r}")
-        out.append(n)
-    ttl, renew = out
-    if renew * 2 > ttl:
-        raise ConfigError(f"config: leader.renew_s ({renew:g}) must be at most half of leader.ttl_s ({ttl:g})")
-    return ttl, renew
 
 
 class Leadership:

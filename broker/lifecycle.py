@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from broker.config import LifecycleSettings
 from broker.errors import NotFound
 from broker.lease import BILLED, ENDED, LAUNCHING, Lease, LeaseState, cost_so_far
 from broker.quote import QuoteEngine, Target, new_id, usd
@@ -44,34 +44,7 @@ class LeaseError(Exception):
         self.attempts = list(attempts)
 
 
-@dataclass
-class Settings:
-    block_s: float = 900.0  # how long a capacity/quota scope stays blocked
-    interruption_block_s: float = 1800.0  # how long an interrupted offering stays blocked
-    max_failover: int = 4  # offers tried per launch
-    retries: int = 3  # attempts per offer on throttling / transient errors
-    backoff_s: float = 1.0  # first backoff; doubles
-    provision_timeout_s: float = 900.0
-    resume_after_s: float = 60.0  # a launch this old with no process working on it is resumed
-    idle_timeout_s: float = 0.0  # release a running lease with no job after this long (0 = never)
-    max_lifetime_s: float = 0.0  # default lease lifetime (0 = none)
-
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> "Settings":
-        from broker.config import ConfigError
-
-        known = {}
-        for k, v in m.items():
-            if k not in cls.__dataclass_fields__:
-                raise ConfigError(f"config: lifecycle.{k} is not a known key "
-                                  f"({', '.join(cls.__dataclass_fields__)})")
-            try:
-                known[k] = int(v) if k in ("max_failover", "retries") else float(v)
-            except (TypeError, ValueError):
-                raise ConfigError(f"config: lifecycle.{k} must be a number, got {v!r}") from None
-            if known[k] < 0:
-                raise ConfigError(f"config: lifecycle.{k} must be zero or more, got {v!r}")
-        return cls(**known)
+Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the schema
 
 
 def lease_view(lease: Lease, now: float) -> dict[str, Any]:

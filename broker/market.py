@@ -19,30 +19,11 @@ from typing import Any, Callable, Iterable
 import structlog
 
 from broker.errors import ConfigError
-from providers.base import ConfigError as ProviderConfigError, ProviderError
+from providers.base import ProviderError
+from providers.settings import PROVIDER_SETTINGS
 
 log = structlog.get_logger("broker.market")
 
-DEFAULT_REFRESH_INTERVAL_S = 4 * 3600.0
-DEFAULT_MAX_AGE_H = 48.0
-
-
-@dataclass(frozen=True)
-class CatalogSettings:
-    refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S
-    max_age_h: float = DEFAULT_MAX_AGE_H
-
-    @classmethod
-    def of(cls, config: Any) -> "CatalogSettings":
-        raw = config.section("catalog")
-        out = {}
-        for key, default in (("refresh_interval_s", DEFAULT_REFRESH_INTERVAL_S), ("max_age_h", DEFAULT_MAX_AGE_H)):
-            v = raw.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"config: catalog.{key} must be a number of {key[-1] == 's' and 'seconds' or 'hours'} "
-                                  f"(0 or more), got {v!r}", field=f"catalog.{key}")
-            out[key] = float(v)
-        return cls(**out)
 
 
 @dataclass
@@ -73,7 +54,7 @@ class Outcome:
 
 
 def enabled_providers(config: Any) -> list[str]:
-    return [n for n, t in config.providers.items() if t.get("enabled", False)]
+    return list(config.providers.enabled())
 
 
 def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now: float | None = None,
@@ -88,17 +69,17 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     now = time.time() if now is None else now
     names = list(providers) if providers else enabled_providers(config)
     for name in names:
-        if name not in config.providers:
+        if name not in PROVIDER_SETTINGS or getattr(config.providers, name) == PROVIDER_SETTINGS[name]():
             raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
                               field="provider")
-    catalog = bundled(config.catalog_path or None)
+    catalog = bundled(config.catalog.path or None)
     stored = market_store.load(db)
     out = []
     for name in names:
         old = stored.get(name)
         try:
-            snap = fetcher(name, config.providers[name], catalog, now)
-        except (ProviderError, ProviderConfigError, ValueError) as e:
+            snap = fetcher(name, getattr(config.providers, name), catalog, now)
+        except (ProviderError, ValueError) as e:
             market_store.record_failure(db, name, now, str(e))
             kept = old.snapshot.fetched_at if old is not None else 0.0
             log.warning("market.refresh_failed", provider=name, error=str(e), kept_from=kept)
@@ -119,11 +100,11 @@ def live_catalog(config: Any, db: Any, now: float | None = None) -> tuple[Any, l
     from providers.market.overlay import overlay
 
     now = time.time() if now is None else now
-    settings = CatalogSettings.of(config)
+    settings = config.catalog
     rows = market_store.load(db) if db is not None else {}
     snaps = {p: r.snapshot for p, r in rows.items() if r.snapshot.fetched_at > 0}
     observed = market_store.observed_spot(db, now) if db is not None else {}
-    return overlay(bundled(config.catalog_path or None), snaps, now=now, max_age_h=settings.max_age_h,
+    return overlay(bundled(config.catalog.path or None), snaps, now=now, max_age_h=settings.max_age_h,
                    observed=observed)
 
 
@@ -145,7 +126,7 @@ class Refresher:
     def __init__(self, config: Any, db: Any, is_leader: Callable[[], bool], install: Callable[[Any], None],
                  clock: Callable[[], float] = time.time, poll_s: float = 30.0) -> None:
         self.config, self.db, self.is_leader, self.install, self.clock = config, db, is_leader, install, clock
-        self.settings = CatalogSettings.of(config)
+        self.settings = config.catalog
         self.poll_s = max(0.05, min(poll_s, self.settings.refresh_interval_s or poll_s))
         self._seen = -1.0
 

@@ -316,19 +316,19 @@ class DerivedCache:
 def engine_for(config, catalog: Catalog | None = None) -> QuoteEngine:
     """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
     ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`)."""
-    from broker.config import ConfigError
+    from broker.errors import ConfigError
     from providers.catalog import bundled
 
-    catalog = catalog or bundled(config.catalog_path or None)
+    catalog = catalog or bundled(config.catalog.path or None)
     reservations = [
-        Reservation(provider=r["provider"], region=r["region"], instance_type=r["instance_type"],
-                    nodes=int(r.get("nodes", 1)), reservation_id=r["reservation_id"],
-                    hourly_usd=Decimal(str(r.get("hourly_usd", 0))), zone=r.get("zone", ""))
+        Reservation(provider=r.provider, region=r.region, instance_type=r.instance_type, nodes=r.nodes,
+                    reservation_id=r.reservation_id, hourly_usd=Decimal(str(r.hourly_usd)), zone=r.zone)
         for r in config.reservations
     ]
-    enabled = [n for n, t in config.providers.items() if t.get("enabled", False)] or None
+    enabled = list(config.providers.enabled()) or None
     try:
-        return QuoteEngine(catalog, reservations, config.onprem_egress_usd_per_gb, enabled, config.quote_ttl_s)
+        return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
+                           config.quote.ttl_s)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 

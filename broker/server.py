@@ -296,7 +296,7 @@ def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     reflection.enable_server_reflection(names, server)
     from broker.auth import server_credentials
 
-    creds = server_credentials(service.config.section("server"))
+    creds = server_credentials(service.config.server)
     port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
@@ -310,7 +310,7 @@ def serve(service: Service, listen: str, ready: threading.Event | None = None,
     server, port = build_server(service, listen)
     server.start()
     service.start_background()
-    metrics_listen = service.config.section("telemetry").get("metrics_listen", "")
+    metrics_listen = service.config.telemetry.metrics_listen
     if metrics_listen:
         log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
     log.info("serving", listen=listen, port=port, db=service.config.db_url.split("@")[-1],

@@ -2,7 +2,6 @@
 providers, lifecycle, reconciler, autoscaler). The gRPC server and the CLI are thin layers on it."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -11,6 +10,7 @@ import structlog
 
 from broker.config import Config
 from broker import market_store
+from broker.errors import ConfigError
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from policies.demand import Demand
 
@@ -23,7 +23,7 @@ class Service:
     def __init__(self, config: Config, *, providers: Mapping[str, Any] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         from broker.budget import Budgets
-        from broker.lifecycle import Lifecycle, Settings
+        from broker.lifecycle import Lifecycle
         from broker.reconciler import Reconciler
         from broker.store import Store
         from providers.registry import build_enabled
@@ -32,25 +32,26 @@ class Service:
 
         self.config = config
         self.clock = clock
-        self.auth = Auth(config.section("auth").get("tokens"))
+        self.auth = Auth(config.auth_tokens)
         from broker import market
 
         self.store = Store(config.db_url)
         self.engine = market.quote_engine(config, self.store.engine)
-        self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
+        try:
+            self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
+        except ValueError as e:  # the providers' settings or the credentials they name
+            raise ConfigError(f"config: {e}") from None
         self.budgets = Budgets(self.store, config.budgets)
         self.lifecycle = Lifecycle(
             self.store, self.providers, self.engine, owner=config.owner,
-            settings=Settings.from_mapping(config.lifecycle), budgets=self.budgets,
-            boot=self._boot_script if config.bootstrap else None, clock=clock,
+            settings=config.lifecycle, budgets=self.budgets,
+            boot=self._boot_script if config.bootstrap.configured else None, clock=clock,
         )
-        self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=float(config.reconciler["orphan_grace_s"]),
+        self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
                                      clock=clock)
         self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
-        from broker.leader import settings_from
         from broker.telemetry import Metrics
 
-        self.leader_ttl_s, self.leader_renew_s = settings_from(config.section("leader"))
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog)
@@ -93,7 +94,7 @@ class Service:
 
         if name:
             try:
-                resolve(name, self.config.bootstrap.get("templates"))
+                resolve(name, self.config.bootstrap.templates)
             except BootstrapError as e:
                 raise InvalidArgument(f"bootstrap: {e}.", field="bootstrap") from None
         return name
@@ -103,8 +104,8 @@ class Service:
         from providers.bootstrap import BootContext, render, resolve
 
         job = lease.job
-        settings = dict(self.config.bootstrap)
-        templates = settings.pop("templates", {})
+        settings = self.config.bootstrap.template_settings()
+        templates = self.config.bootstrap.templates
         ctx = BootContext(
             lease_id=lease.lease_id, node_name=node_names[0], node_names=tuple(node_names),
             provider=lease.provider, region=lease.region,
@@ -118,10 +119,9 @@ class Service:
         """Run the reconciler (and the autoscaler) on the leader replica only."""
         from broker.leader import Leadership
 
-        self.leadership = Leadership(self.store, ttl_s=self.leader_ttl_s, renew_s=self.leader_renew_s,
+        self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
                                      on_change=self.metrics.set_leader).start()
-        self.reconciler.fence = self.fence
-        interval = float(self.config.reconciler["interval_s"])
+        interval = self.config.reconciler.interval_s
         self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
         if self.autoscaler is not None:
             self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s,

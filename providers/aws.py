@@ -56,7 +56,6 @@ import dataclasses
 import hashlib
 import re
 import threading
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable, Iterator, Mapping, Self, Sequence
 
@@ -68,12 +67,12 @@ import structlog
 import tenacity
 from botocore.config import Config
 
+from providers.settings import AwsSettings, provider_settings
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     Instance,
     InstanceState,
     InvalidRequestError,
@@ -85,7 +84,6 @@ from providers.base import (
     StopReason,
     ThrottledError,
     TransientError,
-    check_anonymous,
 )
 
 PROVIDER = "aws"
@@ -158,175 +156,7 @@ _INVALID_REGION_PREFIXES = (
     "InvalidVpcID",
 )
 
-_REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+\Z")
-_AMI_RE = re.compile(r"ami-[0-9a-f]{8,17}\Z")
-_SUBNET_RE = re.compile(r"subnet-[0-9a-f]{8,17}\Z")
-_SG_RE = re.compile(r"sg-[0-9a-f]{8,17}\Z")
 _CR_RE = re.compile(r"cr-[0-9a-f]{8,17}\Z")
-
-_KNOWN_KEYS = frozenset({
-    "enabled", "regions", "endpoint_url", "credentials", "image_id", "subnet_ids", "zones",
-    "security_group_ids", "key_name", "iam_instance_profile", "root_volume_gb",
-    "connect_timeout_s", "read_timeout_s", "terminate_timeout_s",
-})
-
-
-# ---------------------------------------------------------------------------------------------
-# Settings
-
-
-@dataclass(frozen=True, slots=True)
-class AwsSettings:
-    """The validated ``[providers.aws]`` table."""
-
-    regions: tuple[str, ...]
-    image_ids: Mapping[str, str]  # region -> AMI; key "*" applies to every region
-    endpoint_url: str = ""
-    anonymous: bool = False
-    subnet_ids: Mapping[str, str | Mapping[str, str]] = field(default_factory=dict)
-    zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    security_group_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # "*" = all
-    key_name: str = ""
-    iam_instance_profile: str = ""
-    root_volume_gb: int = 0
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    terminate_timeout_s: float = 600.0
-
-    def image_for(self, region: str) -> str:
-        return self.image_ids.get(region) or self.image_ids.get("*", "")
-
-    def security_groups_for(self, region: str) -> tuple[str, ...]:
-        return self.security_group_ids.get(region, self.security_group_ids.get("*", ()))
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> "AwsSettings":
-        """Validate a ``[providers.aws]`` table; :class:`ConfigError` names the offending key."""
-        if not isinstance(raw, Mapping):
-            raise ConfigError("providers.aws must be a table")
-        unknown = sorted(set(raw) - _KNOWN_KEYS)
-        if unknown:
-            _log.warning("aws.config.unknown_keys", provider=PROVIDER,
-                         keys=[f"providers.aws.{k}" for k in unknown])
-        if "enabled" in raw and not isinstance(raw["enabled"], bool):
-            raise ConfigError("providers.aws.enabled must be true or false")
-
-        regions = raw.get("regions")
-        if regions is None:
-            raise ConfigError("providers.aws.regions is required")
-        if (not isinstance(regions, (list, tuple)) or not regions
-                or not all(isinstance(r, str) and _REGION_RE.match(r) for r in regions)):
-            raise ConfigError("providers.aws.regions must be a non-empty list of region names like \"us-east-1\"")
-        if len(set(regions)) != len(regions):
-            raise ConfigError("providers.aws.regions lists a region twice")
-        regions = tuple(regions)
-
-        endpoint = raw.get("endpoint_url", "")
-        if not isinstance(endpoint, str) or (endpoint and not re.match(r"https?://[^/\s]+", endpoint)):
-            raise ConfigError("providers.aws.endpoint_url must be an http(s) URL")
-        credentials = raw.get("credentials", "default")
-        if credentials not in ("default", "anonymous"):
-            raise ConfigError("providers.aws.credentials must be \"default\" or \"anonymous\"")
-        check_anonymous(PROVIDER, credentials, endpoint, "endpoint_url")
-
-        image_ids = _per_region(raw, "image_id", _AMI_RE, "an AMI id like \"ami-0abc12345def67890\"")
-        if image_ids is None:
-            raise ConfigError("providers.aws.image_id is required")
-        missing = [r for r in regions if r not in image_ids and "*" not in image_ids]
-        if missing:
-            raise ConfigError(f"providers.aws.image_id has no AMI for region {missing[0]}")
-
-        subnets: dict[str, str | Mapping[str, str]] = {}
-        table = raw.get("subnet_ids", {})
-        if not isinstance(table, Mapping):
-            raise ConfigError("providers.aws.subnet_ids must be a table of region = subnet id")
-        for region, value in table.items():
-            key = f"providers.aws.subnet_ids.{region}"
-            if not _REGION_RE.match(str(region)):
-                raise ConfigError(f"{key}: {region!r} is not a region name")
-            if isinstance(value, str):
-                if not _SUBNET_RE.match(value):
-                    raise ConfigError(f"{key} must be a subnet id like \"subnet-0abc1234\"")
-                subnets[region] = value
-            elif isinstance(value, Mapping) and value:
-                for zone, sub in value.items():
-                    if not str(zone).startswith(region) or not isinstance(sub, str) or not _SUBNET_RE.match(sub):
-                        raise ConfigError(f"{key}.{zone} must map a zone of {region} to a subnet id")
-                subnets[region] = dict(value)
-            else:
-                raise ConfigError(f"{key} must be a subnet id or a table of zone = subnet id")
-
-        zones: dict[str, tuple[str, ...]] = {}
-        table = raw.get("zones", {})
-        if not isinstance(table, Mapping):
-            raise ConfigError("providers.aws.zones must be a table of region = [zones]")
-        for region, value in table.items():
-            if (not isinstance(value, (list, tuple)) or not value
-                    or not all(isinstance(z, str) and z.startswith(str(region)) and len(z) > len(str(region))
-                               for z in value)):
-                raise ConfigError(f"providers.aws.zones.{region} must be a non-empty list of zones of {region}")
-            zones[str(region)] = tuple(value)
-
-        sgs = raw.get("security_group_ids", [])
-        security_groups: dict[str, tuple[str, ...]] = {}
-        if isinstance(sgs, (list, tuple)):
-            security_groups["*"] = _sg_list(sgs, "providers.aws.security_group_ids")
-        elif isinstance(sgs, Mapping):
-            for region, value in sgs.items():
-                security_groups[str(region)] = _sg_list(value, f"providers.aws.security_group_ids.{region}")
-        else:
-            raise ConfigError("providers.aws.security_group_ids must be a list of security group ids")
-
-        key_name = raw.get("key_name", "")
-        if not isinstance(key_name, str) or len(key_name) > 255:
-            raise ConfigError("providers.aws.key_name must be a key pair name")
-        profile = raw.get("iam_instance_profile", "")
-        if not isinstance(profile, str) or (profile and not re.match(r"(arn:aws[a-z-]*:iam::\d{12}:instance-profile/)?[\w+=,.@/-]{1,128}\Z", profile)):
-            raise ConfigError("providers.aws.iam_instance_profile must be an instance profile name or ARN")
-        root = raw.get("root_volume_gb", 0)
-        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root <= 65536:
-            raise ConfigError("providers.aws.root_volume_gb must be a whole number of GiB (1-65536)")
-
-        return cls(
-            regions=regions, image_ids=image_ids, endpoint_url=endpoint,
-            anonymous=credentials == "anonymous", subnet_ids=subnets, zones=zones,
-            security_group_ids=security_groups, key_name=key_name, iam_instance_profile=profile,
-            root_volume_gb=root,
-            connect_timeout_s=_seconds(raw, "connect_timeout_s", 5.0),
-            read_timeout_s=_seconds(raw, "read_timeout_s", 30.0),
-            terminate_timeout_s=_seconds(raw, "terminate_timeout_s", 600.0),
-        )
-
-
-def _per_region(raw: Mapping[str, Any], key: str, pattern: re.Pattern[str], what: str) -> dict[str, str] | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if not pattern.match(value):
-            raise ConfigError(f"providers.aws.{key} must be {what}")
-        return {"*": value}
-    if isinstance(value, Mapping):
-        out = {}
-        for region, v in value.items():
-            if not isinstance(v, str) or not pattern.match(v):
-                raise ConfigError(f"providers.aws.{key}.{region} must be {what}")
-            out[str(region)] = v
-        return out
-    raise ConfigError(f"providers.aws.{key} must be {what} or a table of region = id")
-
-
-def _sg_list(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) and _SG_RE.match(s) for s in value):
-        raise ConfigError(f"{key} must be a list of security group ids like \"sg-0abc1234\"")
-    return tuple(value)
-
-
-def _seconds(raw: Mapping[str, Any], key: str, default: float) -> float:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
-        raise ConfigError(f"providers.aws.{key} must be a number of seconds between 0 and 3600")
-    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,7 +243,7 @@ class AwsProvider:
     def __init__(self, settings: AwsSettings, owner: str, *, session: boto3.session.Session | None = None,
                  page_size: int = 500, poll_s: float = 5.0) -> None:
         if not owner or not isinstance(owner, str) or len(owner) > 256:
-            raise ConfigError("the broker owner id must be a non-empty string of at most 256 characters")
+            raise ValueError("the broker owner id must be a non-empty string of at most 256 characters")
         self.settings = settings
         self.owner = owner
         self.page_size = max(5, min(1000, page_size))
@@ -431,8 +261,9 @@ class AwsProvider:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, settings: Mapping[str, Any], owner: str) -> Self:
-        return cls(AwsSettings.parse(settings), owner)
+    def from_config(cls, settings: AwsSettings | Mapping[str, Any], owner: str) -> Self:
+        """From the typed ``[providers.aws]`` settings (or a raw table, checked by the schema)."""
+        return cls(provider_settings(PROVIDER, settings), owner)
 
     # -- plumbing -----------------------------------------------------------------------------
 

@@ -60,8 +60,6 @@ from __future__ import annotations
 import base64
 import re
 import time
-import uuid
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import structlog
@@ -79,12 +77,12 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute import models as cm
 from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
 
+from providers.settings import ARM_URL, AzureSettings, is_loopback_url, provider_settings
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     Instance,
     InstanceState,
     InvalidRequestError,
@@ -96,33 +94,14 @@ from providers.base import (
     StopReason,
     ThrottledError,
     TransientError,
-    check_anonymous,
-    is_loopback_url,
 )
 
 __all__ = ["AzureProvider", "ANONYMOUS", "map_error"]
 
-ARM_URL = "https://management.azure.com"
 NETWORK_API_VERSION = "2020-11-01"  # networkProfile.networkApiVersion for VM-created NICs
 NIC_READ_API_VERSION = "2024-05-01"  # Microsoft.Network api-version to read a NIC's private IP
-DEFAULT_IMAGE = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204",
-                 "version": "latest"}
-CREDENTIALS = ("default", "cli", "managed_identity", "environment", "anonymous")
-_KNOWN_KEYS = {
-    "enabled", "subscription_id", "resource_group", "regions", "base_url", "credentials",
-    "subnet_id", "image", "admin_username", "ssh_public_key", "os_disk_gb", "os_disk_type",
-    "timeout_s", "operation_timeout_s", "poll_interval_s", "retries", "accelerated_networking",
-    "retail_prices_url",
-}
-_RESERVED_USERS = {"administrator", "admin", "user", "user1", "test", "user2", "test1", "user3",
-                   "admin1", "1", "123", "a", "actuser", "adm", "admin2", "aspnet", "backup",
-                   "console", "david", "guest", "john", "owner", "root", "server", "sql",
-                   "support", "support_388945a0", "sys", "test2", "test3", "user4", "user5"}
-_SUBNET_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/"
-                        r"virtualNetworks/[^/]+/subnets/[^/]+$", re.I)
 _VM_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/(?P<rg>[^/]+)/providers/"
                     r"Microsoft\.Compute/virtualMachines/(?P<name>[^/]+)$", re.I)
-_RG_NAME = re.compile(r"^[-\w._()]{1,90}$")
 
 # ARM error codes, as the Compute resource provider and ARM itself send them.
 CAPACITY_CODES = {"AllocationFailed", "OverconstrainedAllocationRequest", "ZonalAllocationFailed",
@@ -287,133 +266,23 @@ class _OperationTimeout(Exception):
 # Configuration.
 
 
-@dataclass(frozen=True)
-class _Settings:
-    subscription_id: str
-    resource_group: str
-    regions: tuple[str, ...]
-    base_url: str
-    subnet_ids: Mapping[str, str] | str
-    image: cm.ImageReference
-    admin_username: str
-    ssh_public_key: str
-    os_disk_gb: int
-    os_disk_type: str
-    timeout_s: float
-    operation_timeout_s: float
-    poll_interval_s: float
-    retries: int
-    accelerated_networking: bool
-
-
-def _key(k: str) -> str:
-    return f"providers.azure.{k}"
-
-
-def _number(s: Mapping[str, Any], k: str, default: float, *, minimum: float, integer: bool = False
-            ) -> Any:
-    v = s.get(k, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise ConfigError(f"{_key(k)} must be {'an integer' if integer else 'a number'}, got {v!r}")
-    if v < minimum:
-        raise ConfigError(f"{_key(k)} must be at least {minimum}, got {v!r}")
-    return v
-
-
-def _image(v: Any) -> cm.ImageReference:
-    if isinstance(v, Mapping):
-        missing = [f for f in ("publisher", "offer", "sku") if not v.get(f)]
-        if missing:
-            raise ConfigError(f"{_key('image')} needs {', '.join(missing)} "
-                              "(or an image id, or a URN publisher:offer:sku:version)")
-        return cm.ImageReference(publisher=str(v["publisher"]), offer=str(v["offer"]),
-                                 sku=str(v["sku"]), version=str(v.get("version") or "latest"))
-    if isinstance(v, str) and v.startswith("/"):
-        if v.lower().startswith("/communitygalleries/"):
-            return cm.ImageReference(community_gallery_image_id=v)
-        if v.lower().startswith("/sharedgalleries/"):
-            return cm.ImageReference(shared_gallery_image_id=v)
-        return cm.ImageReference(id=v)
-    if isinstance(v, str) and len(v.split(":")) == 4 and all(v.split(":")):
-        p, o, s, ver = v.split(":")
-        return cm.ImageReference(publisher=p, offer=o, sku=s, version=ver)
-    raise ConfigError(f"{_key('image')} must be a table {{publisher, offer, sku, version}}, a URN "
-                      f"publisher:offer:sku:version or an image id, got {v!r}")
-
-
-def _subnets(v: Any) -> Mapping[str, str] | str:
-    if v is None or v == "" or v == {}:
-        raise ConfigError(f"{_key('subnet_id')} is required: the ARM id of the subnet the VMs "
-                          "join, or a table region → subnet id")
-    items = v.items() if isinstance(v, Mapping) else [("", v)]
-    for region, sid in items:
-        if not isinstance(sid, str) or not _SUBNET_ID.match(sid):
-            where = _key("subnet_id") + (f".{region}" if region else "")
-            raise ConfigError(f"{where} must be a subnet id /subscriptions/…/resourceGroups/…/"
-                              f"providers/Microsoft.Network/virtualNetworks/…/subnets/…, got {sid!r}")
-    return {_norm_region(r): s for r, s in v.items()} if isinstance(v, Mapping) else v
-
-
 def _norm_region(r: str) -> str:
     return r.replace(" ", "").lower()
 
 
-def _parse_settings(s: Mapping[str, Any]) -> tuple[_Settings, str]:
-    for k in ("subscription_id", "resource_group"):
-        if not s.get(k) or not isinstance(s.get(k), str):
-            raise ConfigError(f"{_key(k)} is required")
-    try:
-        uuid.UUID(s["subscription_id"])
-    except ValueError:
-        raise ConfigError(f"{_key('subscription_id')} must be a subscription GUID, got "
-                          f"{s['subscription_id']!r}") from None
-    if not _RG_NAME.match(s["resource_group"]) or s["resource_group"].endswith("."):
-        raise ConfigError(f"{_key('resource_group')} is not a valid resource group name: "
-                          f"{s['resource_group']!r}")
-    regions = s.get("regions", [])
-    if not isinstance(regions, (list, tuple)) or not all(isinstance(r, str) and r for r in regions):
-        raise ConfigError(f"{_key('regions')} must be a list of location names, got {regions!r}")
-    base_url = s.get("base_url") or ARM_URL
-    if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+/?$", base_url):
-        raise ConfigError(f"{_key('base_url')} must be an http(s) URL with no path, got {base_url!r}")
-    if base_url.lower().startswith("http://") and not is_loopback_url(base_url):
-        raise ConfigError(f"{_key('base_url')} may use plain http only on a loopback address")
-    credentials = s.get("credentials", "default")
-    if credentials not in CREDENTIALS:
-        raise ConfigError(f"{_key('credentials')} must be one of {', '.join(CREDENTIALS)}, got "
-                          f"{credentials!r}")
-    check_anonymous("azure", credentials, base_url, "base_url")
-    user = s.get("admin_username", "azureuser")
-    if not isinstance(user, str) or not re.match(r"^[a-z_][a-z0-9_-]{0,63}$", user) \
-            or user in _RESERVED_USERS:
-        raise ConfigError(f"{_key('admin_username')} is not an allowed Linux admin name: {user!r}")
-    key = s.get("ssh_public_key")
-    if not isinstance(key, str) or not re.match(r"^(ssh-(rsa|ed25519)|ecdsa-sha2-\S+) \S+", key.strip()):
-        raise ConfigError(f"{_key('ssh_public_key')} is required: an OpenSSH public key "
-                          "(ssh-rsa / ssh-ed25519 / ecdsa-sha2-… AAAA…)")
-    disk_type = s.get("os_disk_type", "Premium_LRS")
-    if disk_type not in ("Premium_LRS", "StandardSSD_LRS", "Standard_LRS", "Premium_ZRS",
-                         "StandardSSD_ZRS", "PremiumV2_LRS"):
-        raise ConfigError(f"{_key('os_disk_type')} is not a managed disk type: {disk_type!r}")
-    accel = s.get("accelerated_networking", True)
-    if not isinstance(accel, bool):
-        raise ConfigError(f"{_key('accelerated_networking')} must be true or false")
-    unknown = sorted(set(s) - _KNOWN_KEYS)
-    if unknown:
-        log.warning("config.unknown_keys", provider="azure", keys=[_key(k) for k in unknown])
-    return _Settings(
-        subscription_id=s["subscription_id"], resource_group=s["resource_group"],
-        regions=tuple(_norm_region(r) for r in regions), base_url=base_url.rstrip("/"),
-        subnet_ids=_subnets(s.get("subnet_id")), image=_image(s.get("image", DEFAULT_IMAGE)),
-        admin_username=user, ssh_public_key=key.strip(),
-        os_disk_gb=_number(s, "os_disk_gb", 256, minimum=30, integer=True),
-        os_disk_type=disk_type,
-        timeout_s=_number(s, "timeout_s", 60, minimum=0.001),
-        operation_timeout_s=_number(s, "operation_timeout_s", 1800, minimum=0.001),
-        poll_interval_s=_number(s, "poll_interval_s", 5, minimum=0),
-        retries=_number(s, "retries", 3, minimum=0, integer=True),
-        accelerated_networking=accel,
-    ), credentials
+def image_reference(v: str | Mapping[str, str]) -> cm.ImageReference:
+    """The SDK's image reference for ``image`` (a table, an image id or a URN; checked by the schema)."""
+    if isinstance(v, Mapping):
+        return cm.ImageReference(publisher=v["publisher"], offer=v["offer"], sku=v["sku"],
+                                 version=v.get("version") or "latest")
+    if v.lower().startswith("/communitygalleries/"):
+        return cm.ImageReference(community_gallery_image_id=v)
+    if v.lower().startswith("/sharedgalleries/"):
+        return cm.ImageReference(shared_gallery_image_id=v)
+    if v.startswith("/"):
+        return cm.ImageReference(id=v)
+    p, o, sku, ver = v.split(":")
+    return cm.ImageReference(publisher=p, offer=o, sku=sku, version=ver)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,12 +312,12 @@ class AzureProvider:
 
     name = "azure"
 
-    def __init__(self, settings: _Settings, credential: Any, owner: str) -> None:
+    def __init__(self, settings: AzureSettings, credential: Any, owner: str) -> None:
         if not owner:
-            raise ConfigError("the broker's owner id (broker:owner tag) must not be empty")
+            raise ValueError("the broker's owner id (broker:owner tag) must not be empty")
         if credential is ANONYMOUS and not is_loopback_url(settings.base_url):
-            raise ConfigError(f"{_key('credentials')} = \"anonymous\" is only accepted with "
-                              f"{_key('base_url')} on a loopback address")
+            raise ValueError("providers.azure.credentials = \"anonymous\" is only accepted with "
+                             "providers.azure.base_url on a loopback address")
         self.settings = settings
         self.owner = owner
         self.resource_group = settings.resource_group
@@ -472,12 +341,12 @@ class AzureProvider:
         self._vms = self._client.virtual_machines
 
     @classmethod
-    def from_config(cls, settings: Mapping[str, Any], owner: str, *, credential: Any = None
+    def from_config(cls, settings: AzureSettings | Mapping[str, Any], owner: str, *, credential: Any = None
                     ) -> "AzureProvider":
         """Build from the ``[providers.azure]`` table. ``credential``: an ``azure.core``
         ``TokenCredential`` to use instead of the one ``credentials`` names (embedding, tests)."""
-        parsed, credentials = _parse_settings(settings)
-        return cls(parsed, credential if credential is not None else _make_credential(credentials),
+        parsed = provider_settings("azure", settings)
+        return cls(parsed, credential if credential is not None else _make_credential(parsed.credentials),
                    owner)
 
     def close(self) -> None:
@@ -574,7 +443,7 @@ class AzureProvider:
         if len({n.lower() for n in spec.node_names}) != spec.count:
             raise bad("node names are not unique (Azure VM names ignore case)")
         if self.regions and region not in self.regions:
-            raise InvalidRequestError(f"region {region} is not in {_key('regions')}",
+            raise InvalidRequestError(f"region {region} is not in providers.azure.regions",
                                       provider="azure", code="RegionNotConfigured",
                                       scope=Scope.REGION, region=region)
         if spec.market is Market.RESERVED and not spec.reservation:
@@ -585,7 +454,7 @@ class AzureProvider:
         if isinstance(ids, str):
             return ids
         if region not in ids:
-            raise InvalidRequestError(f"no subnet for {region}: add {_key('subnet_id')}.{region}",
+            raise InvalidRequestError(f"no subnet for {region}: add providers.azure.subnet_id.{region}",
                                       provider="azure", code="NoSubnet", scope=Scope.REGION,
                                       region=region)
         return ids[region]
@@ -614,7 +483,7 @@ class AzureProvider:
         props = cm.VirtualMachineProperties(
             hardware_profile=cm.HardwareProfile(vm_size=spec.instance.sdk_machine_type),
             storage_profile=cm.StorageProfile(
-                image_reference=s.image,
+                image_reference=image_reference(s.image),
                 os_disk=cm.OSDisk(create_option="FromImage", disk_size_gb=s.os_disk_gb,
                                   caching="ReadWrite", delete_option="Delete",
                                   managed_disk=cm.ManagedDiskParameters(

@@ -274,30 +274,3 @@ TAG_LEASE = "broker:lease"
 TAG_OWNER = "broker:owner"
 LABEL_LEASE = "broker-lease"
 LABEL_OWNER = "broker-owner"
-
-
-class ConfigError(ValueError):
-    """A provider's configuration is invalid; the message names the key (``providers.gcp.project``)."""
-
-
-def is_loopback_url(url: str) -> bool:
-    """True when ``url`` points at this machine (127.0.0.0/8, ::1 or localhost)."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url if "//" in url else f"//{url}").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_anonymous(provider: str, credentials: str, endpoint: str, endpoint_key: str) -> None:
-    """``credentials = "anonymous"`` is for emulators and tests on loopback only."""
-    if credentials == "anonymous" and not (endpoint and is_loopback_url(endpoint)):
-        raise ConfigError(
-            f"providers.{provider}.credentials = \"anonymous\" is only accepted with "
-            f"providers.{provider}.{endpoint_key} on a loopback address"
-        )

@@ -41,7 +41,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import requests
@@ -51,12 +51,12 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
+from providers.settings import GcpSettings, provider_settings
 from providers.base import (
     LABEL_LEASE,
     LABEL_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     Instance,
     InstanceState,
     InvalidRequestError,
@@ -68,7 +68,6 @@ from providers.base import (
     StopReason,
     ThrottledError,
     TransientError,
-    check_anonymous,
 )
 
 log = structlog.get_logger("providers.gcp")
@@ -78,7 +77,6 @@ SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 PREEMPTED = "compute.instances.preempted"
 META_LEASE, META_OWNER, META_TYPE = "broker-lease", "broker-owner", "broker-instance-type"
-DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 # A fixed namespace: request ids must be the same in every process for the same token.
 REQUEST_NS = uuid.UUID("4d1c3d47-1f55-4a8a-9a53-6b0b9a0e6c21")
 GENERATIONS = 8  # requestIds tried per node and call when Compute replays finished attempts
@@ -196,92 +194,6 @@ def operation_error(op: compute_v1.Operation, *, region: str, zone: str) -> Prov
 # Settings
 
 
-@dataclass(frozen=True)
-class GcpSettings:
-    project: str
-    regions: tuple[str, ...]
-    zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    api_endpoint: str = ""
-    credentials: str = ""
-    network: str = "global/networks/default"
-    subnetworks: Mapping[str, str] = field(default_factory=dict)
-    image: str = DEFAULT_IMAGE
-    boot_disk_gb: int = 100
-    boot_disk_type: str = "pd-balanced"
-    service_account: str = ""
-    external_ip: bool = False
-    compact_placement: bool = False
-    timeout_s: float = 60.0
-    operation_timeout_s: float = 900.0
-
-
-_KNOWN_KEYS = {"enabled", "project", "regions", "zones", "api_endpoint", "billing_api_endpoint", "credentials", "network",
-               "subnetwork", "image", "boot_disk_gb", "boot_disk_type", "service_account", "external_ip",
-               "compact_placement", "timeout_s", "operation_timeout_s"}
-
-
-def _key(k: str) -> str:
-    return f"providers.gcp.{k}"
-
-
-def parse_settings(raw: Mapping[str, Any]) -> GcpSettings:
-    """The ``[providers.gcp]`` table, checked; ``ConfigError`` names the key at fault."""
-    def text(k: str, default: str = "") -> str:
-        v = raw.get(k, default)
-        if not isinstance(v, str):
-            raise ConfigError(f"{_key(k)} must be a string")
-        return v.strip()
-
-    def number(k: str, default: float, minimum: float) -> float:
-        v = raw.get(k, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:
-            raise ConfigError(f"{_key(k)} must be a number >= {minimum:g}")
-        return v
-
-    project = text("project")
-    if not project:
-        raise ConfigError(f"{_key('project')} is required (the Google Cloud project id)")
-    regions = raw.get("regions", [])
-    if (not isinstance(regions, (list, tuple)) or not regions
-            or not all(isinstance(r, str) and r.strip() for r in regions)):
-        raise ConfigError(f"{_key('regions')} must be a non-empty list of region names")
-    zones_raw = raw.get("zones", {}) or {}
-    if not isinstance(zones_raw, Mapping):
-        raise ConfigError(f"{_key('zones')} must be a table: region = [zones]")
-    zones: dict[str, tuple[str, ...]] = {}
-    for region, zs in zones_raw.items():
-        if (not isinstance(zs, (list, tuple)) or not zs
-                or not all(isinstance(z, str) and z.startswith(f"{region}-") for z in zs)):
-            raise ConfigError(f"{_key('zones')}.{region} must be a non-empty list of zones of {region}")
-        zones[region] = tuple(zs)
-    subnets = raw.get("subnetwork", {}) or {}
-    if not isinstance(subnets, Mapping) or not all(isinstance(v, str) for v in subnets.values()):
-        raise ConfigError(f"{_key('subnetwork')} must be a table: region = \"subnetwork URL\"")
-    endpoint = text("api_endpoint")
-    if endpoint and not endpoint.startswith(("http://", "https://")):
-        raise ConfigError(f"{_key('api_endpoint')} must be an http(s) URL")
-    credentials = text("credentials")
-    check_anonymous(NAME, credentials, endpoint, "api_endpoint")
-    external_ip, compact = raw.get("external_ip", False), raw.get("compact_placement", False)
-    for k, v in (("external_ip", external_ip), ("compact_placement", compact)):
-        if not isinstance(v, bool):
-            raise ConfigError(f"{_key(k)} must be true or false")
-    image = text("image", DEFAULT_IMAGE) or DEFAULT_IMAGE
-    unknown = sorted(set(raw) - _KNOWN_KEYS)
-    if unknown:
-        log.warning("gcp.config.unknown_keys", provider=NAME, keys=[_key(k) for k in unknown])
-    return GcpSettings(
-        project=project, regions=tuple(r.strip() for r in regions), zones=zones, api_endpoint=endpoint,
-        credentials=credentials, network=text("network", GcpSettings.network) or GcpSettings.network,
-        subnetworks=dict(subnets), image=image,
-        boot_disk_gb=int(number("boot_disk_gb", 100, 10)),
-        boot_disk_type=text("boot_disk_type", "pd-balanced") or "pd-balanced",
-        service_account=text("service_account"), external_ip=external_ip, compact_placement=compact,
-        timeout_s=float(number("timeout_s", 60.0, 0.001)),
-        operation_timeout_s=float(number("operation_timeout_s", 900.0, 0.001)),
-    )
-
-
 def load_credentials(settings: GcpSettings) -> Any:
     """``anonymous`` (loopback emulators only), a service-account key file, or ADC."""
     from google.auth import default as adc
@@ -295,12 +207,12 @@ def load_credentials(settings: GcpSettings) -> Any:
         try:
             creds, _project = adc(scopes=list(SCOPES))
         except auth_exc.DefaultCredentialsError as e:
-            raise ConfigError(f"{_key('credentials')}: no Application Default Credentials found ({e})") from None
+            raise ValueError(f"providers.gcp.credentials: no Application Default Credentials found ({e})") from None
         return creds
     try:
         return service_account.Credentials.from_service_account_file(how, scopes=list(SCOPES))
     except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"{_key('credentials')}: cannot read service-account key file {how!r} "
+        raise ValueError(f"providers.gcp.credentials: cannot read service-account key file {how!r} "
                           f"({type(e).__name__})") from None
 
 
@@ -347,7 +259,7 @@ class GcpProvider:
 
     def __init__(self, settings: GcpSettings, owner: str, credentials: Any) -> None:
         if not owner:
-            raise ConfigError("the broker's owner name (used in the broker-owner label) must not be empty")
+            raise ValueError("the broker's owner name (used in the broker-owner label) must not be empty")
         self.settings = settings
         self.project = settings.project
         self.owner = owner
@@ -375,8 +287,9 @@ class GcpProvider:
         self._seen_lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, settings: Mapping[str, Any], owner: str) -> "GcpProvider":
-        parsed = parse_settings(settings)
+    def from_config(cls, settings: GcpSettings | Mapping[str, Any], owner: str) -> "GcpProvider":
+        """From the typed ``[providers.gcp]`` settings (or a raw table, checked by the schema)."""
+        parsed = provider_settings(NAME, settings)
         return cls(parsed, owner, load_credentials(parsed))
 
     # -- zones ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import tomli_w
 
 from broker.errors import Unavailable
-from broker.leader import Leadership, NotLeader, settings_from
+from broker.leader import Leadership, NotLeader
 from broker.store import Store
 from tests.clouds.three import ServeProcess, _free_port
 from tests.lease_kit import wait_until
@@ -81,10 +81,10 @@ def test_sqlite_owner_always_leads(tmp_path):
     ({"ttl_s": 4, "renew_s": 3}, "leader.renew_s"), ({"lease_s": 3}, "leader.lease_s"),
 ])
 def test_leader_settings_are_checked(section, field):
-    from broker.config import ConfigError
+    from broker.config import ConfigError, load
 
     with pytest.raises(ConfigError) as e:
-        settings_from(section)
+        load(None, environ={}, overrides={"leader": section})
     assert field in str(e.value)
 
 

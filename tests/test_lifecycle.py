@@ -333,7 +333,7 @@ def test_orphans_and_leftovers_are_terminated(clouds, tmp_path):  # noqa: F811
 
         def run(lease_id, region="us-east-1"):  # what a crashed or foreign launch leaves behind
             ec2 = clouds.aws.client(region)
-            ec2.run_instances(ImageId=svc.config.providers["aws"]["image_id"][region], InstanceType="g5.xlarge",
+            ec2.run_instances(ImageId=svc.config.providers.aws.image_for(region), InstanceType="g5.xlarge",
                               MinCount=1, MaxCount=1, TagSpecifications=[{"ResourceType": "instance", "Tags": [
                                   {"Key": "broker:lease", "Value": lease_id},
                                   {"Key": "broker:owner", "Value": "broker-test"}]}])

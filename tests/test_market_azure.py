@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from providers.base import ConfigError
 from providers.market import fetch
 from tests.clouds.azure import fake_arm, fake_arm_server  # noqa: F401  (fixtures)
 from tests.clouds.azure_market import fake_retail, fake_retail_server  # noqa: F401  (fixtures)
@@ -77,6 +76,6 @@ def test_a_retail_outage_keeps_going(fake_arm, fake_retail, mini_catalog):
 
 
 def test_plain_http_retail_url_only_on_loopback(fake_arm, fake_retail, mini_catalog):
-    with pytest.raises(ConfigError, match="retail_prices_url"):
+    with pytest.raises(ValueError, match="retail_prices_url"):
         fetch("azure", settings(fake_arm, fake_retail, retail_prices_url="http://prices.example.com/api"),
               mini_catalog, NOW)

@@ -24,7 +24,7 @@ NOW = time.time()
 def config(tmp_path, mini_catalog_dir):
     return load(None, environ={}, overrides={
         "store.url": f"sqlite:///{tmp_path / 'b.db'}", "catalog.path": str(mini_catalog_dir),
-        "providers.aws": {"enabled": True, "regions": ["us-east-1"]}})
+        "providers.aws": {"enabled": True, "regions": ["us-east-1"], "image_id": "ami-0abc12345def67890"}})
 
 
 def snapshot(**kw) -> Snapshot:
@@ -167,6 +167,7 @@ def test_the_background_refresher_refreshes_when_due_and_installs_the_engine(con
 
 
 def test_catalog_settings_are_checked(tmp_path):
-    bad = load(None, environ={}, overrides={"catalog.max_age_h": "soon"})
-    with pytest.raises(Exception, match="catalog.max_age_h"):
-        market.CatalogSettings.of(bad)
+    from broker.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"catalog\.max_age_h must be a number"):
+        load(None, environ={}, overrides={"catalog.max_age_h": "soon"})

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from providers.aws import AwsProvider, AwsSettings, client_token, map_error, placement_group_name
+from providers.aws import AwsProvider, client_token, map_error, placement_group_name
+from providers.settings import provider_settings
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     InstanceState,
     InstanceType,
     InvalidRequestError,
@@ -42,7 +42,7 @@ MUNGE_KEY = base64.b64encode(bytes(range(64))).decode()
 
 def make_provider(cloud: AwsCloud, regions=("us-east-1",), owner: str = OWNER, page_size: int = 500,
                   poll_s: float = 0.05, **extra) -> AwsProvider:
-    settings = AwsSettings.parse(cloud.provider_settings(regions, **extra))
+    settings = provider_settings("aws", cloud.provider_settings(regions, **extra))
     return AwsProvider(settings, owner, page_size=page_size, poll_s=poll_s)
 
 
@@ -351,7 +351,7 @@ def test_connection_reset_and_refused_are_transient(aws_cloud):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
-    settings = AwsSettings.parse({**aws_cloud.provider_settings(), "endpoint_url": f"http://127.0.0.1:{port}"})
+    settings = provider_settings("aws", {**aws_cloud.provider_settings(), "endpoint_url": f"http://127.0.0.1:{port}"})
     with pytest.raises(TransientError) as e:
         AwsProvider(settings, OWNER).describe("lease-33", "us-east-1")
     assert e.value.code == "EndpointConnectionError"
@@ -429,7 +429,7 @@ def test_partly_listed_lease_is_retried_not_torn_down(aws_cloud):
     ("terminated", "Something.New", InstanceState.TERMINATED, StopReason.ERROR),
 ])
 def test_state_and_stop_reason_mapping(state, code, expected_state, reason):
-    p = AwsProvider(AwsSettings.parse(BASE), OWNER)
+    p = AwsProvider(provider_settings("aws", BASE), OWNER)
     inst = p.to_instance("us-east-1", {
         "InstanceId": "i-1", "InstanceType": "p5.48xlarge", "State": {"Name": state},
         "StateReason": {"Code": code}, "Placement": {"AvailabilityZone": "us-east-1a"},
@@ -560,7 +560,7 @@ BASE = {"regions": ["us-east-1"], "image_id": "ami-0abc12345def67890"}
 def test_malformed_config_names_the_key(override, key):
     settings = {**BASE, **override}
     settings = {k: v for k, v in settings.items() if v is not None}
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ValueError) as e:
         AwsProvider.from_config(settings, owner=OWNER)
     assert key in str(e.value)
 
@@ -571,17 +571,16 @@ def test_valid_config_variants():
         "image_id": {"us-east-1": "ami-0abc12345def67890", "eu-west-1": "ami-0123456789abcdef0"},
         "subnet_ids": {"us-east-1": "subnet-0abc1234", "eu-west-1": {"eu-west-1a": "subnet-0def5678"}},
         "security_group_ids": {"us-east-1": ["sg-0abc1234"]}, "iam_instance_profile": "gpu-node",
-        "reservations": [{"id": "cr-0abc1234def567890"}],  # broker-level keys are left alone
     }, owner=OWNER)
     assert p.name == "aws" and p.settings.image_for("eu-west-1") == "ami-0123456789abcdef0"
     assert p.settings.security_groups_for("eu-west-1") == ()
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError):
         AwsProvider.from_config(BASE, owner="")
 
 
 @pytest.mark.parametrize("endpoint", ["", "https://ec2.us-east-1.amazonaws.com", "http://10.0.0.5:5000"])
 def test_anonymous_credentials_need_a_loopback_endpoint(endpoint):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ValueError) as e:
         AwsProvider.from_config({**BASE, "credentials": "anonymous", "endpoint_url": endpoint}, owner=OWNER)
     assert "providers.aws.credentials" in str(e.value)
 

@@ -20,7 +20,6 @@ from providers.base import (
     TAG_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     InstanceState,
     InstanceType,
     InvalidRequestError,
@@ -669,7 +668,7 @@ def test_boot_script_and_credentials_never_reach_the_logs(make, fake_arm: FakeAr
                                       ("subnet_id", "providers.azure.subnet_id"),
                                       ("ssh_public_key", "providers.azure.ssh_public_key")])
 def test_missing_required_keys(fake_arm: FakeArm, drop: str, key: str) -> None:
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         AzureProvider.from_config(settings(fake_arm, **{drop: None}), owner="o")
 
 
@@ -687,7 +686,7 @@ def test_missing_required_keys(fake_arm: FakeArm, drop: str, key: str) -> None:
     ({"base_url": "http://10.1.2.3:8080"}, "base_url"),
 ])
 def test_invalid_values_name_the_key(fake_arm: FakeArm, over: dict, key: str) -> None:
-    with pytest.raises(ConfigError, match=r"providers\.azure\." + key.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=r"providers\.azure\." + key.replace(".", r"\.")):
         AzureProvider.from_config(settings(fake_arm, **over), owner="o")
 
 
@@ -697,7 +696,7 @@ def test_anonymous_refused_off_loopback(fake_arm: FakeArm, url: str | None) -> N
     s = settings(fake_arm, base_url=url)
     if url is None:
         s.pop("base_url", None)
-    with pytest.raises(ConfigError, match="anonymous"):
+    with pytest.raises(ValueError, match="anonymous"):
         AzureProvider.from_config(s, owner="o")
 
 

@@ -17,7 +17,6 @@ from providers.base import (
     LABEL_OWNER,
     AuthError,
     CapacityError,
-    ConfigError,
     InstanceState,
     InstanceType,
     InvalidRequestError,
@@ -468,25 +467,25 @@ def test_a_vm_deleted_by_someone_else_is_simply_gone(gcp, fake_gcp):
 ])
 def test_config_errors_name_the_key(fake_gcp, change, key):
     raw = {k: v for k, v in {**settings(fake_gcp.url), **change}.items() if v is not None}
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         GcpProvider.from_config(raw, owner=OWNER)
 
 
 def test_default_credentials_missing_is_a_config_error(fake_gcp, monkeypatch, tmp_path):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
-    with pytest.raises(ConfigError, match=r"providers\.gcp\.credentials"):
+    with pytest.raises(ValueError, match=r"providers\.gcp\.credentials"):
         GcpProvider.from_config({**settings(fake_gcp.url), "credentials": ""}, owner=OWNER)
 
 
 def test_missing_project_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"providers\.gcp\.project"):
+    with pytest.raises(ValueError, match=r"providers\.gcp\.project"):
         GcpProvider.from_config({"regions": [REGION], "credentials": "anonymous",
                                  "api_endpoint": "http://127.0.0.1:9"}, owner=OWNER)
 
 
 @pytest.mark.parametrize("endpoint", ["", "https://compute.googleapis.com", "http://10.0.0.5:8080"])
 def test_anonymous_is_refused_off_loopback(endpoint):
-    with pytest.raises(ConfigError, match="anonymous"):
+    with pytest.raises(ValueError, match="anonymous"):
         GcpProvider.from_config({"project": PROJECT, "regions": [REGION], "credentials": "anonymous",
                                  "api_endpoint": endpoint}, owner=OWNER)
 

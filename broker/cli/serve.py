@@ -1,4 +1,9 @@
-"""`broker serve`: the gRPC API, the reconciler and the autoscaler in one process."""
+"""`broker serve`: the gRPC API, the reconciler and the autoscaler in one process.
+
+Start-up failures (configuration, the store, the listen address) exit 2 with one sentence and no
+traceback, so a supervisor that restarts on failure (systemd ``RestartPreventExitStatus=2``)
+does not loop on a typo; only a crash after start-up exits 1.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -13,7 +18,8 @@ Runs the reconciler (and the autoscaler when [autoscaler] is enabled) in the
 background. State lives in SQLite (WAL) under ~/.local/state/broker/ by default,
 or in the database named by --db / [store] url (PostgreSQL for several replicas).
 Configuration comes from --config (TOML) and BROKER_<SECTION>__<KEY> environment
-variables (e.g. BROKER_RECONCILER__INTERVAL_S=10). SIGTERM stops it gracefully.
+variables (e.g. BROKER_RECONCILER__INTERVAL_S=10); an unknown key or variable is
+refused. Start-up errors exit 2; SIGTERM stops it gracefully.
 
 \b
 Examples:
@@ -30,29 +36,56 @@ def serve(
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     from broker import config as cfgmod
+    from broker.errors import BrokerError
     from broker.telemetry import configure
 
+    if log_level not in ("debug", "info", "warning", "error"):
+        exit_usage(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
     configure(log_level)
     try:
         cfg = cfgmod.load(config, overrides={"server.listen": listen, "store.url": db})
-    except cfgmod.ConfigError as e:
+        service = _service(cfg)
+    except BrokerError as e:
         exit_usage(str(e))
     from broker.server import serve as run
-    from broker.service import Service
-    from providers.base import ConfigError as ProviderConfigError
 
     try:
+        run(service, cfg.listen)
+    except (OSError, RuntimeError) as e:  # binding the API or /metrics port: before serving
+        service.stop()
+        exit_usage(f"cannot serve on {cfg.listen}: {_reason(e)}")
+
+
+def _service(cfg):
+    """The wired Service (store opened, providers built, autoscaler attached), or a BrokerError."""
+    from broker.errors import ConfigError, Unavailable
+    from broker.service import Service
+
+    where = cfg.db_url.split("@")[-1]
+    try:
         service = Service(cfg)
-    except (cfgmod.ConfigError, ProviderConfigError) as e:
-        exit_usage(str(e))
+    except OSError as e:
+        raise ConfigError(f"cannot open the store at {where}: {_reason(e)}") from None
+    except Exception as e:  # the database driver's own errors: unreachable, refused, bad URL
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+        if isinstance(e, (ArgumentError, NoSuchModuleError)):
+            raise ConfigError(f"config: store.url {where!r} is not a usable database URL: {_reason(e)}") from None
+        if isinstance(e, SQLAlchemyError):
+            raise Unavailable(f"cannot open the store at {where}: {_reason(e)}") from None
+        raise
     from broker.autoscaler import attach
 
     try:
         attach(service)
-    except (cfgmod.ConfigError, ProviderConfigError) as e:
+    except BaseException:
         service.stop()
-        exit_usage(str(e))
-    try:
-        run(service, cfg.listen)
-    except OSError as e:
-        exit_usage(f"cannot serve on {cfg.listen}: {e}")
+        raise
+    return service
+
+
+def _reason(e: BaseException) -> str:
+    """The first line of an exception's own text, without the driver's boilerplate."""
+    orig = getattr(e, "orig", None) or e
+    text = getattr(orig, "strerror", None) or str(orig) or type(orig).__name__
+    return text.strip().splitlines()[0].rstrip(".")

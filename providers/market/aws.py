@@ -29,8 +29,9 @@ from typing import Any, Iterable, Mapping
 import botocore.exceptions as bce
 from botocore.config import Config
 
-from providers.aws import AwsSettings, _session, map_error
+from providers.aws import _session, map_error
 from providers.base import MICROS, ProviderError
+from providers.settings import AwsSettings, provider_settings
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones, instance_types, rfc3339
 
 PRICING_REGION = "us-east-1"  # the Price List Query API answers in us-east-1, eu-central-1, ap-south-1
@@ -178,7 +179,7 @@ def placement_scores(ec2: Any, types: list[str], regions: list[str]) -> list[Spo
 
 
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    settings = AwsSettings.parse(raw)
+    settings: AwsSettings = provider_settings("aws", raw)
     client = _Clients(settings)
     types = instance_types(catalog, "aws")
     names = sorted(types)

@@ -26,10 +26,10 @@ from typing import Any, Mapping
 
 from azure.core.exceptions import AzureError
 
-from providers.base import ConfigError, ProviderError, TransientError, is_loopback_url
+from providers.base import ProviderError, TransientError
+from providers.settings import provider_settings
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
 
-RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 RETAIL_API_VERSION = "2023-01-01-preview"
 MAX_PAGES = 200
 
@@ -123,13 +123,11 @@ def reservations_of(client: Any, regions: set[str]) -> list[Reservation]:
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     from azure.mgmt.compute import ComputeManagementClient
 
-    from providers.azure import ARM_URL, _auth_policy, _make_credential, _parse_settings, map_error
+    from providers.azure import ARM_URL, _auth_policy, _make_credential, map_error
 
-    settings, credentials = _parse_settings(raw)
-    url = str(raw.get("retail_prices_url") or RETAIL_PRICES_URL)
-    if not re.match(r"https?://[^/\s]+/\S*$", url) or (url.startswith("http://") and not is_loopback_url(url)):
-        raise ConfigError("providers.azure.retail_prices_url must be an https URL (plain http on loopback only)")
-    credential = _make_credential(credentials)
+    settings = provider_settings("azure", raw)
+    url = settings.retail_prices_url
+    credential = _make_credential(settings.credentials)
     scopes = [f"{ARM_URL}/.default"]
     kwargs: dict[str, Any] = dict(base_url=settings.base_url, credential_scopes=scopes,
                                   retry_total=settings.retries, connection_timeout=settings.timeout_s,

@@ -21,8 +21,9 @@ from typing import Any, Mapping
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 
-from providers.base import ConfigError, ProviderError, check_anonymous, is_loopback_url
-from providers.gcp import load_credentials, map_error, parse_settings
+from providers.base import ProviderError
+from providers.settings import is_loopback_url, provider_settings
+from providers.gcp import load_credentials, map_error
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -172,12 +173,11 @@ def reservations_of(client: Any, project: str, types: Mapping[str, Any], regions
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     from google.cloud import billing_v1, compute_v1
 
-    settings = parse_settings(raw)
-    billing_endpoint = str(raw.get("billing_api_endpoint") or "")
-    if billing_endpoint and not re.match(r"https?://[^/\s]+/?$", billing_endpoint):
-        raise ConfigError("providers.gcp.billing_api_endpoint must be an http(s) URL with no path")
-    check_anonymous("gcp", settings.credentials, billing_endpoint or "https://cloudbilling.googleapis.com",
-                    "billing_api_endpoint")
+    settings = provider_settings("gcp", raw)
+    billing_endpoint = settings.billing_api_endpoint
+    if settings.credentials == "anonymous" and not (billing_endpoint and is_loopback_url(billing_endpoint)):
+        raise ValueError("providers.gcp.credentials = \"anonymous\" is only accepted with "
+                         "providers.gcp.billing_api_endpoint on a loopback address")
     creds = load_credentials(settings)
     options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
     types = instance_types(catalog, "gcp")

@@ -1,0 +1,202 @@
+"""The one settings schema: every unknown key, unknown BROKER_* variable, wrong type and
+non-finite number is refused with one sentence naming the dotted key (and the key meant)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker import config as cfgmod
+from broker.errors import ConfigError, outcome
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "deploy" / "broker.example.toml"
+
+
+def load(toml: str = "", tmp_path: Path | None = None, env: dict | None = None, **overrides):
+    path = None
+    if toml:
+        path = tmp_path / "broker.toml"
+        path.write_text(toml)
+    return cfgmod.load(path, environ=env or {}, overrides=overrides or None)
+
+
+def test_the_example_file_is_valid_and_documents_the_defaults():
+    cfg = cfgmod.load(EXAMPLE, environ={})
+    assert cfg.owner == "broker-prod" and cfg.listen == "127.0.0.1:50051"
+    assert cfg.budget("anyone").usd_per_hour == 500
+    assert cfg.lifecycle == cfgmod.LifecycleSettings()  # the file states the defaults
+    assert cfg.reconciler == cfgmod.ReconcilerSettings()
+    assert cfg.autoscaler.trigger_config().burst_verdicts == ("resource-bound",)
+    assert cfg.providers.enabled() == {}  # listed, not enabled
+    assert cfg.auth is None  # the file ships with auth commented out, so nothing half-configured
+    assert cfg.bootstrap.template_settings()["slurm"]["conf_server"] == "slurmctld.example.internal:6817"
+
+
+@pytest.mark.parametrize("toml, key, meant", [
+    ("[budgets.default]\nusd_per_hr = 100\n", "budgets.default.usd_per_hr", "usd_per_hour"),
+    ("[budgets.team-a]\nusd_per_hour = 1\nusd_per_mnth = 2\n", "budgets.team-a.usd_per_mnth", "usd_per_month"),
+    ("[server]\nlistn = \"127.0.0.1:1\"\n", "server.listn", "listen"),
+    ("[lifecycle]\nidle_timeout = 60\n", "lifecycle.idle_timeout", "idle_timeout_s"),
+    ("[reconciler]\ninterval = 5\n", "reconciler.interval", "interval_s"),
+    ("[autoscaler.trigger]\nstabilisation_s = 5\n", "autoscaler.trigger.stabilisation_s", "stabilization_s"),
+    ("[providers.aws]\nregion = [\"us-east-1\"]\n", "providers.aws.region", "regions"),
+    ("[providers.gcp]\nprojet = \"p\"\n", "providers.gcp.projet", "project"),
+    ("[bootstrap.slurm]\nmunge_kye = \"x\"\n", "bootstrap.slurm.munge_kye", "munge_key"),
+    ("[[reservations]]\nprovider = \"aws\"\nregion = \"r\"\ninstance_type = \"t\"\nreservation_id = \"cr-1\"\nnode = 2\n",
+     "reservations[0].node", "nodes"),
+    ("[telemtry]\nmetrics_listen = \"\"\n", "telemtry", "telemetry"),
+])
+def test_unknown_keys_are_refused_naming_the_key_and_the_key_meant(tmp_path, toml, key, meant):
+    with pytest.raises(ConfigError) as e:
+        load(toml, tmp_path)
+    assert str(e.value) == f"config: {key} is not a setting (did you mean {meant}?)"
+    assert outcome(e.value).exit_code == 2
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("BROKER_SERVER__LISTN", "127.0.0.1:1", "BROKER_SERVER__LISTN names server.listn, which is not a setting "
+                                           "(did you mean BROKER_SERVER__LISTEN?)"),
+    ("BROKER_SERVR__LISTEN", "127.0.0.1:1", "did you mean BROKER_SERVER__LISTEN?"),
+    ("BROKER_CONIFG", "/etc/broker.toml", "BROKER_CONIFG is not a broker setting (did you mean BROKER_CONFIG?)"),
+    ("BROKER_LISTEN", "x", "settings are BROKER_<SECTION>__<KEY>"),
+    ("BROKER_RECONCILER__INTERVAL_S", "soon", "reconciler.interval_s) must be a number, got 'soon'"),
+    ("BROKER_RECONCILER__INTERVAL_S", "inf", "reconciler.interval_s must be a finite number"),
+    ("BROKER_STORE__URL__X", "1", "BROKER_STORE__URL__X (setting store.url) must be a string"),
+])
+def test_environment_variables_are_checked_too(name, value, words):
+    with pytest.raises(ConfigError, match="^config: ") as e:
+        cfgmod.load(None, environ={name: value})
+    assert words in str(e.value)
+
+
+def test_environment_overrides_the_file_and_process_variables_pass(tmp_path):
+    cfg = load("[reconciler]\ninterval_s = 30\n", tmp_path,
+               env={"BROKER_RECONCILER__INTERVAL_S": "10", "BROKER_OWNER": "broker-x", "BROKER_TOKEN": "t",
+                    "BROKER_SERVER": "10.0.0.1:50051", "BROKER_HOME": str(tmp_path), "OTHER": "1"})
+    assert cfg.reconciler.interval_s == 10 and cfg.owner == "broker-x"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1e300"])
+@pytest.mark.parametrize("key", ["reconciler.interval_s", "budgets.default.usd_per_hour", "lifecycle.block_s",
+                                 "quote.onprem_egress_usd_per_gb", "autoscaler.trigger.cooldown_s",
+                                 "providers.aws.read_timeout_s"])
+def test_non_finite_and_huge_numbers_are_refused_in_every_numeric_key(tmp_path, key, value):
+    section, _, name = key.rpartition(".")
+    with pytest.raises(ConfigError) as e:
+        load(f"[{section}]\n{name} = {value}\n", tmp_path)
+    assert key in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("toml, words", [
+    ("[server]\nworkers = \"many\"\n", "server.workers must be a whole number"),
+    ("[server]\nworkers = 0\n", "server.workers must be a whole number >= 1"),
+    ("[server]\nlisten = \"nowhere\"\n", "server.listen must be HOST:PORT"),
+    ("[server]\nlisten = \"127.0.0.1:99999\"\n", "server.listen must be HOST:PORT"),
+    ("[server]\ntls_key_file = \"/k.pem\"\n", "server.tls_cert_file is required when server.tls_key_file is set"),
+    ("[server]\ntls_cert_file = \"/c.pem\"\n", "server.tls_key_file is required when server.tls_cert_file is set"),
+    ("[store]\nurl = \"mysql://db/broker\"\n", "store.url must be sqlite:///PATH or postgresql"),
+    ("[budgets.default]\nusd_per_hour = -5\n", "budgets.default.usd_per_hour must be a number >= 0"),
+    ("[budgets]\ndefault = 5\n", "budgets.default must be a table"),
+    ("[lifecycle]\nmax_failover = 1.5\n", "lifecycle.max_failover must be a whole number"),
+    ("[autoscaler.trigger]\norder = \"random\"\n", "autoscaler.trigger.order must be 'ranked' or 'fifo'"),
+    ("[autoscaler.diagnose]\nlow_allocation = 2\n", "autoscaler.diagnose.low_allocation must be between 0 and 1"),
+    ("[[reservations]]\nprovider = \"mars\"\nregion = \"r\"\ninstance_type = \"t\"\nreservation_id = \"x\"\n",
+     "reservations[0].provider cannot be 'mars'; one of aws, gcp, azure"),
+    ("[[reservations]]\nprovider = \"aws\"\n", "reservations[0].region is required"),
+    ("[providers.aws]\nenabled = true\n", "providers.aws.regions is required"),
+    ("[providers.oracle]\nenabled = true\n", "providers.oracle is not a setting; known: aws, azure, gcp"),
+    ("[telemetry]\nmetrics_listen = \"0.0.0.0:9464\"\n", "telemetry.metrics_listen binds 0.0.0.0, beyond loopback"),
+    ("owner = \"\"\n", "owner must be"),
+    ("[server]\nlisten = \"0.0.0.0:50051\"\n", "server.listen 0.0.0.0:50051 is beyond loopback without TLS and "
+                                              "[auth] tokens"),
+])
+def test_wrong_values_are_one_sentence_naming_the_key(tmp_path, toml, words):
+    with pytest.raises(ConfigError) as e:
+        load(toml, tmp_path)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_serving_beyond_loopback_needs_tls_and_tokens_or_says_insecure(tmp_path):
+    tls = "tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n"
+    with pytest.raises(ConfigError, match="without \\[auth\\] tokens"):
+        load(f"[server]\nlisten = \"0.0.0.0:50051\"\n{tls}", tmp_path)
+    cfg = load(f"[server]\nlisten = \"0.0.0.0:50051\"\n{tls}[auth]\ntokens = {{ \"abc\" = \"team-a\" }}\n", tmp_path)
+    assert cfg.server.tls and cfg.auth_tokens == {"abc": "team-a"}
+    assert load("[server]\nlisten = \"0.0.0.0:50051\"\ninsecure = true\n", tmp_path).listen == "0.0.0.0:50051"
+    assert load("[server]\nlisten = \"[::1]:50051\"\n", tmp_path).listen == "[::1]:50051"
+
+
+@pytest.mark.parametrize("toml, env, words", [
+    ("[auth]\n", {}, "auth.tokens is empty"),
+    ("[auth]\ntokens = {}\n", {}, "auth.tokens is empty"),
+    ("[auth]\ntoken = { \"abc\" = \"team-a\" }\n", {}, "auth.token is not a setting (did you mean tokens?)"),
+    ("[auth]\ntokens = { \"\" = \"team-a\" }\n", {}, "auth.tokens holds an empty token"),
+    ("[auth]\ntokens = { \"abc\" = \"\" }\n", {}, "auth.tokens maps a token to an empty tenant"),
+    ("[auth]\ntokens = [\"abc\"]\n", {}, "auth.tokens must be a table"),
+    ("", {"BROKER_AUTH__TOKENS": ""}, "BROKER_AUTH__TOKENS (setting auth.tokens) must be a table"),
+    ("", {"BROKER_AUTH__TOKENS": "{}"}, "BROKER_AUTH__TOKENS (setting auth.tokens) is empty"),
+    ("[auth]\ntokens = { \"abc\" = \"team-a\" }\n", {"BROKER_AUTH__TOKENS": ""}, "must be a table"),
+])
+def test_auth_never_fails_open(tmp_path, toml, env, words):
+    """Any [auth] section turns auth on; a table that would leave it off is a start-up error."""
+    with pytest.raises(ConfigError) as e:
+        load(toml, tmp_path, env=env)
+    assert words in str(e.value)
+
+
+def test_tokens_from_the_environment(tmp_path):
+    cfg = load("", tmp_path, env={"BROKER_AUTH__TOKENS": '{"9f2c" = "team-a", "77ab" = "*"}'})
+    assert cfg.auth_tokens == {"9f2c": "team-a", "77ab": "*"}
+    assert load("", tmp_path).auth is None
+
+
+def test_typed_settings_flow_to_their_users(tmp_path):
+    cfg = load("[lifecycle]\nmax_failover = 2\n[autoscaler]\ninterval_s = 5\n[autoscaler.selection]\n"
+               "startup_s = 60\n[providers.aws]\nregions = [\"us-east-1\"]\nimage_id = \"ami-0abc12345def67890\"\n"
+               "[budgets.team-a]\nusd_per_month = 12.5\n", tmp_path)
+    assert cfg.lifecycle.max_failover == 2 and cfg.lifecycle.retries == 3
+    assert cfg.autoscaler.interval_s == 5 and cfg.autoscaler.trigger_config().selection.startup_s == 60
+    assert cfg.providers.aws.image_for("us-east-1") == "ami-0abc12345def67890"
+    assert str(cfg.budget("team-a").usd_per_month) == "12.5" and cfg.budget("team-b") is None
+
+
+def test_file_problems_are_sentences(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        cfgmod.load(tmp_path / "absent.toml", environ={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server\n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        cfgmod.load(bad, environ={})
+    with pytest.raises(ConfigError, match="cannot be read"):
+        cfgmod.load(tmp_path, environ={})
+
+
+# ---------------------------------------------------------------------------------------------
+# through the real command line
+
+
+def broker(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    full.update({"PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True, text=True,
+                          env=full, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("toml, env, words", [
+    ("[budgets.default]\nusd_per_hr = 100\n", {},
+     "budgets.default.usd_per_hr is not a setting (did you mean usd_per_hour?)"),
+    ("", {"BROKER_SERVER__LISTN": "127.0.0.1:1"}, "BROKER_SERVER__LISTN names server.listn"),
+    ("[reconciler]\ninterval_s = inf\n", {}, "reconciler.interval_s must be a finite number"),
+    ("", {"BROKER_AUTH__TOKENS": ""}, "auth.tokens"),
+])
+def test_serve_refuses_a_bad_configuration_with_exit_2(tmp_path, toml, env, words):
+    path = tmp_path / "broker.toml"
+    path.write_text(toml)
+    r = broker("serve", "--config", str(path), "--db", f"sqlite:///{tmp_path / 'b.db'}", env=env)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
