@@ -200,3 +200,43 @@ def test_serve_refuses_a_bad_configuration_with_exit_2(tmp_path, toml, env, word
     assert r.returncode == 2, r.stderr
     assert words in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.fixture
+def busy_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--listen", "BUSY"], "cannot serve on 127.0.0.1:{port}: the port is already in use"),
+    (["--listen", "nowhere"], "config: server.listen must be HOST:PORT"),
+    (["--listen", "127.0.0.1:70000"], "config: server.listen must be HOST:PORT"),
+    (["--listen", "0.0.0.0:0"], "is beyond loopback without TLS and [auth] tokens"),
+    (["--db", "mysql://db/broker"], "config: store.url must be sqlite:///PATH or postgresql"),
+    (["--db", "postgresql+psycopg://broker@127.0.0.1:1/broker"], "cannot open the store at 127.0.0.1:1/broker: "
+                                                                 "connection failed"),
+    (["--db", "sqlite:////proc/no/such/broker.db"], "cannot open the store at sqlite:////proc/no/such/broker.db"),
+    (["--db", "sqlite:////dev/null/broker.db"], "cannot open the store at sqlite:////dev/null/broker.db"),
+    (["--log-level", "loud"], "--log-level must be debug, info, warning or error"),
+])
+def test_start_up_failures_exit_2_with_one_sentence(tmp_path, busy_port, args, words):
+    """A supervisor must not restart-loop on these: exit 2 (systemd: RestartPreventExitStatus=2)."""
+    args = [a.replace("BUSY", f"127.0.0.1:{busy_port}") for a in args]
+    if "--db" not in args:
+        args += ["--db", f"sqlite:///{tmp_path / 'broker.db'}"]
+    if "--listen" not in args:
+        args += ["--listen", "127.0.0.1:0"]
+    r = broker("serve", *args)
+    assert r.returncode == 2, r.stderr
+    assert words.format(port=busy_port) in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_systemd_unit_does_not_restart_on_a_start_up_error():
+    unit = (ROOT / "deploy" / "systemd" / "broker.service").read_text().splitlines()
+    assert "Restart=on-failure" in unit and "RestartPreventExitStatus=2" in unit

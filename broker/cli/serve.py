@@ -44,6 +44,7 @@ def serve(
     configure(log_level)
     try:
         cfg = cfgmod.load(config, overrides={"server.listen": listen, "store.url": db})
+        _check_free(cfg.listen)
         service = _service(cfg)
     except BrokerError as e:
         exit_usage(str(e))
@@ -84,8 +85,32 @@ def _service(cfg):
     return service
 
 
+def _check_free(listen: str) -> None:
+    """Refuse a listen address this host cannot bind (in use, not ours) before anything starts."""
+    import errno
+    import socket
+
+    from broker.config import split_host_port
+    from broker.errors import ConfigError
+
+    host, port = split_host_port(listen)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"cannot serve on {listen}: {host} does not resolve ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a TIME_WAIT leftover is no conflict
+        try:
+            s.bind(addr)
+        except OSError as e:
+            why = "the port is already in use" if e.errno == errno.EADDRINUSE else _reason(e)
+            raise ConfigError(f"cannot serve on {listen}: {why}") from None
+
+
 def _reason(e: BaseException) -> str:
     """The first line of an exception's own text, without the driver's boilerplate."""
     orig = getattr(e, "orig", None) or e
     text = getattr(orig, "strerror", None) or str(orig) or type(orig).__name__
-    return text.strip().splitlines()[0].rstrip(".")
+    filename = getattr(orig, "filename", None)
+    return text.strip().splitlines()[0].rstrip(".") + (f" ({filename})" if filename else "")
