@@ -236,8 +236,8 @@ def attach(service) -> Autoscaler | None:
     trig, diag = settings.trigger_config(), settings.diagnose_config()
     watchers: dict[str, Any] = {}
     targets: dict[str, BurstTarget] = {}
-    slurm_cfg = dict(service.config.slurm)
-    if slurm_cfg.get("enabled", False):
+    slurm_cfg = service.config.slurm
+    if slurm_cfg.enabled:
         from broker.slurm.watcher import slurm_source
 
         name, watcher, target = slurm_source(slurm_cfg)

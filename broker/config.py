@@ -33,6 +33,7 @@ import msgspec
 from msgspec import Meta, field
 
 from broker.errors import ConfigError
+from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
 
@@ -412,7 +413,7 @@ class Config(Table):
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
     autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
-    slurm: dict[str, Any] = {}
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
     auth: Union[AuthSettings, None] = None
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)

@@ -190,14 +190,14 @@ def test_demand_from_shape_and_jobs():
 
 
 @pytest.mark.parametrize("section, words", [
-    ({"sbatch": "/usr/bin/sbatch"}, "slurm.sbatch is not a known key"),
+    ({"sbatch": "/usr/bin/sbatch"}, "slurm.sbatch is not a setting"),
     ({"scontrol": "scontrol"}, "slurm.scontrol must be an absolute path"),
     ({"set_node_addr": "no"}, "slurm.set_node_addr must be true or false"),
     ({"onprem_partitions": ["gpu", "burst"]}, "must not name the burst partition"),
-    ({"shapes": {"burst": {"gpus": 1}}}, "slurm.shapes.burst needs gpu"),
+    ({"shapes": {"burst": {"gpus": 1}}}, "slurm.shapes.burst.gpu or min_gpu_memory_gb is required"),
     ({"shapes": {"burst": {"gpu": "L4", "gpus": 0}}}, "slurm.shapes.burst.gpus must be a whole number"),
-    ({"shapes": {"burst": {"gpu": "L4", "cpus": 4}}}, "slurm.shapes.burst.cpus is not a known key"),
-    ({"rpc_timeout_s": 0}, "slurm.rpc_timeout_s must be a positive number"),
+    ({"shapes": {"burst": {"gpu": "L4", "cpus": 4}}}, "slurm.shapes.burst.cpus is not a setting"),
+    ({"rpc_timeout_s": 0}, "slurm.rpc_timeout_s must be a number > 0"),
 ])
 def test_config_errors_name_the_key(section, words):
     with pytest.raises(ConfigError) as e:

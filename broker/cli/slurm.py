@@ -38,7 +38,7 @@ def _setup(config: Optional[str], log_file: Optional[str], command: str, hostlis
 
     from broker import config as cfgmod
     from broker.slurm.programs import configure_file_logging
-    from broker.slurm.settings import SlurmSettings, settings_from_config
+    from broker.slurm.settings import SlurmSettings
 
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -46,7 +46,7 @@ def _setup(config: Optional[str], log_file: Optional[str], command: str, hostlis
         pass
     problem = ""
     try:
-        settings = settings_from_config(cfgmod.load(config).slurm)
+        settings = cfgmod.load(config).slurm
     except cfgmod.ConfigError as e:
         settings, problem = SlurmSettings(), str(e)
     where = configure_file_logging(log_file or settings.log_path())

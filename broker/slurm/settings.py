@@ -37,33 +37,45 @@ with ``SuspendExcNodes``/``SuspendExcParts``.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
+
+from msgspec import Meta
+
+from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
 DEFAULT_LOG = "/var/log/broker/slurm.log"
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
 
 # ---------------------------------------------------------------------------------------------
-# configuration
-@dataclass(frozen=True)
-class Shape:
-    """What one cloud node of a name prefix is: GPU model and count, and quoting defaults."""
+# configuration: tables of the one settings schema (broker.config)
+class Shape(Table, dict=True):
+    """``[slurm.shapes.<prefix>]``: what one cloud node of a name prefix is (GPU model and count)
+    and its quoting defaults. ``prefix`` is the table's name."""
 
-    prefix: str
     gpu: str = ""
-    gpus: int = 1
-    min_gpu_memory_gb: int = 0
-    hours: float = 1.0
+    gpus: Annotated[int, Meta(ge=1, le=1024)] = 1
+    min_gpu_memory_gb: Annotated[int, Meta(ge=0, le=100_000)] = 0
+    hours: Annotated[float, Meta(gt=0, le=NUMBER_LIMIT)] = 1.0
     providers: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        self.gpu = self.gpu.strip().upper()
+        self.providers = tuple(x.strip() for x in self.providers if x.strip())
+        self.regions = tuple(x.strip() for x in self.regions if x.strip())
+        self.prefix = ""
+        if not self.gpu and not self.min_gpu_memory_gb:
+            raise bad("gpu", "or min_gpu_memory_gb is required (a model such as \"L4\", or the memory per GPU)")
 
-@dataclass(frozen=True)
-class SlurmSettings:
+
+class SlurmSettings(Table):
+    """``[slurm]``: see the module docstring."""
+
     enabled: bool = False
     cluster: str = "default"
     squeue: str = "/usr/bin/squeue"
@@ -72,14 +84,35 @@ class SlurmSettings:
     slurm_conf: str = ""
     burst_partition: str = "burst"
     onprem_partitions: tuple[str, ...] = ()
+    onprem_partition: str = ""  # the one-partition spelling of onprem_partitions
     server: str = ""
     set_node_addr: bool = True
     tenant: str = "default"
     bootstrap: str = "slurm"
     log: str = ""
-    command_timeout_s: float = 30.0
-    rpc_timeout_s: float = 600.0
-    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    command_timeout_s: Seconds = 30.0
+    rpc_timeout_s: Seconds = 600.0
+    shapes: dict[str, Shape] = {}
+
+    def __post_init__(self) -> None:
+        for k in ("cluster", "squeue", "sinfo", "scontrol", "slurm_conf", "burst_partition", "server",
+                  "tenant", "bootstrap", "log"):
+            setattr(self, k, getattr(self, k).strip())
+        for k in ("squeue", "sinfo", "scontrol"):
+            if not os.path.isabs(getattr(self, k)):
+                raise bad(k, f"must be an absolute path (Slurm runs the programs with no PATH), got {getattr(self, k)!r}")
+        if not _NAME.fullmatch(self.burst_partition):
+            raise bad("burst_partition", f"must be one partition name, got {self.burst_partition!r}")
+        if not self.cluster:
+            raise bad("cluster", "must not be empty")
+        parts = [p.strip() for p in (self.onprem_partition, *self.onprem_partitions) if p.strip()]
+        if self.burst_partition in parts:
+            raise bad("onprem_partitions", f"must not name the burst partition {self.burst_partition!r}")
+        self.onprem_partitions, self.onprem_partition = tuple(dict.fromkeys(parts)), ""
+        for prefix, shape in self.shapes.items():
+            if not _PREFIX.fullmatch(prefix):
+                raise bad(f"shapes.{prefix}", "must be a node name prefix (letters, digits, - and _)")
+            shape.prefix = prefix
 
     @property
     def source(self) -> str:
@@ -109,102 +142,13 @@ class SlurmSettings:
         return DEFAULT_LOG
 
 
-_KEYS = {f.name for f in dataclasses.fields(SlurmSettings)} | {"onprem_partition"}
-_SHAPE_KEYS = {f.name for f in dataclasses.fields(Shape)} - {"prefix"}
+def settings_from_config(section: SlurmSettings | Mapping[str, Any]) -> SlurmSettings:
+    """The typed ``[slurm]`` settings (a raw table is checked by the schema; ConfigError names the key)."""
+    if isinstance(section, SlurmSettings):
+        return section
+    from broker.errors import ConfigError
 
-
-def settings_from_config(section: Mapping[str, Any]) -> SlurmSettings:
-    """``[slurm]`` → :class:`SlurmSettings`; a bad key raises ConfigError naming it."""
-    from broker.config import ConfigError
-
-    def bad(key: str, msg: str) -> ConfigError:
-        return ConfigError(f"config: slurm.{key} {msg}")
-
-    for k in section:
-        if k not in _KEYS:
-            raise bad(k, f"is not a known key ({', '.join(sorted(_KEYS))})")
-    out: dict[str, Any] = {}
-    for k in ("enabled", "set_node_addr"):
-        if k in section:
-            if not isinstance(section[k], bool):
-                raise bad(k, f"must be true or false, got {section[k]!r}")
-            out[k] = section[k]
-    for k in ("cluster", "squeue", "sinfo", "scontrol", "slurm_conf", "burst_partition", "server",
-              "tenant", "bootstrap", "log"):
-        if k in section:
-            if not isinstance(section[k], str):
-                raise bad(k, f"must be a string, got {section[k]!r}")
-            out[k] = section[k].strip()
-    for k in ("squeue", "sinfo", "scontrol"):
-        if k in out and not os.path.isabs(out[k]):
-            raise bad(k, f"must be an absolute path (Slurm runs the programs with no PATH), got {out[k]!r}")
-    if "burst_partition" in out and not re.fullmatch(r"[A-Za-z0-9_.-]+", out["burst_partition"]):
-        raise bad("burst_partition", f"must be one partition name, got {out['burst_partition']!r}")
-    if "cluster" in out and not out["cluster"]:
-        raise bad("cluster", "must not be empty")
-    parts: list[str] = []
-    if "onprem_partition" in section:
-        v = section["onprem_partition"]
-        if not isinstance(v, str):
-            raise bad("onprem_partition", f"must be a string, got {v!r}")
-        parts.append(v)
-    if "onprem_partitions" in section:
-        v = section["onprem_partitions"]
-        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-            raise bad("onprem_partitions", f"must be a list of partition names, got {v!r}")
-        parts.extend(v)
-    parts = [p.strip() for p in parts if p.strip()]
-    if parts:
-        burst = out.get("burst_partition", SlurmSettings.burst_partition)
-        if burst in parts:
-            raise bad("onprem_partitions", f"must not name the burst partition {burst!r}")
-        out["onprem_partitions"] = tuple(dict.fromkeys(parts))
-    for k in ("command_timeout_s", "rpc_timeout_s"):
-        if k in section:
-            v = section[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise bad(k, f"must be a positive number, got {v!r}")
-            out[k] = float(v)
-    shapes = section.get("shapes", {})
-    if not isinstance(shapes, Mapping):
-        raise bad("shapes", "must be a table of [slurm.shapes.<node name prefix>] tables")
-    parsed: dict[str, Shape] = {}
-    for prefix, s in shapes.items():
-        parsed[prefix] = _shape_from_config(prefix, s, bad)
-    out["shapes"] = parsed
-    return SlurmSettings(**out)
-
-
-def _shape_from_config(prefix: str, s: Any, bad) -> Shape:
-    """``[slurm.shapes.<prefix>]`` → :class:`Shape`; ``bad(key, message)`` makes the error."""
-    where = f"shapes.{prefix}"
-    if not isinstance(s, Mapping):
-        raise bad(where, "must be a table (gpu, gpus, min_gpu_memory_gb, hours, providers, regions)")
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", prefix):
-        raise bad(where, "must be a node name prefix (letters, digits, - and _)")
-    for k in s:
-        if k not in _SHAPE_KEYS:
-            raise bad(f"{where}.{k}", f"is not a known key ({', '.join(sorted(_SHAPE_KEYS))})")
-    gpu = s.get("gpu", "")
-    if not isinstance(gpu, str):
-        raise bad(f"{where}.gpu", f"must be a GPU model name, got {gpu!r}")
-    ints = {}
-    for k, lo in (("gpus", 1), ("min_gpu_memory_gb", 0)):
-        v = s.get(k, 1 if k == "gpus" else 0)
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise bad(f"{where}.{k}", f"must be a whole number of at least {lo}, got {v!r}")
-        ints[k] = v
-    hours = s.get("hours", 1.0)
-    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not (
-            math.isfinite(hours) and hours > 0):
-        raise bad(f"{where}.hours", f"must be a positive number, got {hours!r}")
-    if not gpu.strip() and not ints["min_gpu_memory_gb"]:
-        raise bad(where, "needs gpu (a model such as \"L4\") or min_gpu_memory_gb")
-    lists = {}
-    for k in ("providers", "regions"):
-        v = s.get(k, [])
-        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-            raise bad(f"{where}.{k}", f"must be a list of names, got {v!r}")
-        lists[k] = tuple(x.strip() for x in v if x.strip())
-    return Shape(prefix, gpu.strip().upper(), ints["gpus"], ints["min_gpu_memory_gb"],
-                 float(hours), lists["providers"], lists["regions"])
+    try:
+        return convert(dict(section), SlurmSettings, "slurm")
+    except SettingsError as e:
+        raise ConfigError(f"config: {e}", field=e.key) from None
