@@ -80,6 +80,8 @@ class Lifecycle:
         self.store = store
         self.providers = dict(providers)
         self.engine = engine
+        # Called with (provider, region) when a launch meets a quota error (see _block_for).
+        self.on_quota_error: Callable[[str, str], None] | None = None
         self.owner = owner
         self.settings = settings or Settings()
         self.budgets = budgets  # broker.budget.Budgets or None
@@ -250,10 +252,15 @@ class Lifecycle:
         return None
 
     def _block_for(self, e: ProviderError, t: Target) -> None:
-        """Capacity and quota errors block their scope for ``block_s``: later launches skip it."""
+        """Capacity and quota errors block their scope for ``block_s``: later launches skip it.
+        With ``on_quota_error`` set, a quota error refreshes the region's quota instead (quotes
+        then exclude what no longer fits) and blocks only the offering that met it."""
         if not isinstance(e, (CapacityError, QuotaError)):
             return
-        if e.scope is Scope.OFFER:
+        if isinstance(e, QuotaError) and self.on_quota_error is not None:
+            self.on_quota_error(t.provider, t.region)
+            key = offering_key(t.provider, t.region, t.instance_type, t.market.value)
+        elif e.scope is Scope.OFFER:
             key = offering_key(t.provider, t.region, t.instance_type, t.market.value)
         elif e.region:
             key = e.scope_key

@@ -150,3 +150,49 @@ class Refresher:
         if v != self._seen:
             self._seen = v
             self.install(quote_engine(self.config, self.db, self.clock()))
+
+
+def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float | None = None) -> list[Any]:
+    """Ask ``provider`` for ``region``'s quotas only (a launch there met a quota error) and store
+    them over the last snapshot; returns them. Quotes made after this see what is really left."""
+    from broker import market_store
+    from providers.catalog import bundled
+
+    now = time.time() if now is None else now
+    catalog = bundled(config.catalog.path or None)
+    raw = getattr(config.providers, provider)
+    stored = market_store.load(db).get(provider)
+    if provider == "aws":
+        from providers.market.aws import fetch_quotas
+        quotas = fetch_quotas(raw, catalog, region)
+    elif provider == "gcp":
+        from providers.market.gcp import fetch_quotas
+        quotas = fetch_quotas(raw, catalog, region)
+    else:
+        from providers.market.azure import fetch_quotas
+        names = {n.key for n in stored.snapshot.needs} if stored is not None else set()
+        quotas = fetch_quotas(raw, catalog, region, names | {"lowPriorityCores"})
+    from providers.market import Snapshot
+
+    snap = stored.snapshot if stored is not None else Snapshot(provider, now)
+    snap.quotas = [q for q in snap.quotas if q.region != region] + list(quotas)
+    if not snap.needs and provider in ("aws", "gcp"):
+        from importlib import import_module
+
+        snap.needs = import_module(f"providers.market.{provider}").needs_of(catalog)
+    market_store.save(db, snap, now, stored.last_error if stored is not None else "")
+    log.info("market.quotas_refreshed", provider=provider, region=region,
+             left={q.key: q.left for q in quotas})
+    return list(quotas)
+
+
+def zone_targets(engine: Any, target: Any) -> list[Any]:
+    """``target`` in each other zone of its region where the live catalog says its instance
+    type is sold (spot: cheapest first): the zone-to-zone step of failover."""
+    from dataclasses import replace
+
+    for o in engine.catalog.offerings:
+        if (o.provider, o.region, o.instance.name, o.market) == (target.provider, target.region,
+                                                                 target.instance_type, target.market):
+            return [replace(target, zone=z) for z in o.zones if z != target.zone]
+    return []

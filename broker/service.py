@@ -47,6 +47,8 @@ class Service:
             settings=config.lifecycle, budgets=self.budgets,
             boot=self._boot_script if config.bootstrap.configured else None, clock=clock,
         )
+        if set(self.providers) & set(config.providers.enabled()):
+            self.lifecycle.on_quota_error = self._quota_error
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
                                      clock=clock)
         self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
@@ -132,6 +134,20 @@ class Service:
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
                               clock=self.clock)
         self._threads.append(self._loop("market", refresher.poll_s, refresher.tick))
+
+    def _quota_error(self, provider: str, region: str) -> None:
+        """A launch met a quota error: re-read that region's quota in the background and
+        re-price with it (failover goes on meanwhile; only the offering that met it is blocked)."""
+        from broker import market
+
+        def run() -> None:
+            try:
+                market.refresh_quotas(self.config, self.store.engine, provider, region, self.clock())
+                self.install_engine(market.quote_engine(self.config, self.store.engine, self.clock()))
+            except Exception as e:  # noqa: BLE001 - the refresh is advisory; the launch carries on
+                log.warning("market.quota_refresh_failed", provider=provider, region=region, error=str(e))
+
+        threading.Thread(target=run, name=f"quota-{provider}-{region}", daemon=True).start()
 
     def install_engine(self, engine) -> None:
         """Quote with ``engine`` from now on (a new live market), here and in failover."""

@@ -178,6 +178,12 @@ def placement_scores(ec2: Any, types: list[str], regions: list[str]) -> list[Spo
     return out
 
 
+def needs_of(catalog: Any) -> list[QuotaNeed]:
+    """The vCPU quota each instance type draws on, per market."""
+    return [QuotaNeed(n, m, QUOTA_CODES[(bucket(n), m)][0], float(it.vcpus))
+            for n, it in sorted(instance_types(catalog, "aws").items()) for m in ("on_demand", "spot") if it.vcpus]
+
+
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     settings: AwsSettings = provider_settings("aws", raw)
     client = _Clients(settings)
@@ -185,8 +191,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     names = sorted(types)
     vcpus = {n: it.vcpus for n, it in types.items()}
     snap = Snapshot("aws", now)
-    snap.needs = [QuotaNeed(n, m, QUOTA_CODES[(bucket(n), m)][0], float(it.vcpus))
-                  for n, it in sorted(types.items()) for m in ("on_demand", "spot") if it.vcpus]
+    snap.needs = needs_of(catalog)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> list:
         try:
@@ -215,3 +220,14 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
 
 
 __all__ = ["fetch", "bucket", "QUOTA_CODES", "rfc3339"]
+
+
+def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
+    """Only ``region``'s quotas, now (after a launch met a quota error there)."""
+    settings: AwsSettings = provider_settings("aws", raw)
+    client = _Clients(settings)
+    vcpus = {n: it.vcpus for n, it in instance_types(catalog, "aws").items()}
+    try:
+        return quotas_of(client("service-quotas", region), client("ec2", region), region, vcpus)
+    except (bce.BotoCoreError, bce.ClientError) as e:
+        raise map_error(e, region=region) from e

@@ -120,22 +120,28 @@ def reservations_of(client: Any, regions: set[str]) -> list[Reservation]:
     return out
 
 
-def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
+def _arm_client(settings: Any) -> Any:
+    """A ComputeManagementClient as the Azure provider builds one (same endpoint, auth policy)."""
     from azure.mgmt.compute import ComputeManagementClient
 
-    from providers.azure import ARM_URL, _auth_policy, _make_credential, map_error
+    from providers.azure import ARM_URL, _auth_policy, _make_credential
 
-    settings = provider_settings("azure", raw)
-    url = settings.retail_prices_url
     credential = _make_credential(settings.credentials)
     scopes = [f"{ARM_URL}/.default"]
-    kwargs: dict[str, Any] = dict(base_url=settings.base_url, credential_scopes=scopes,
-                                  retry_total=settings.retries, connection_timeout=settings.timeout_s,
-                                  read_timeout=settings.timeout_s)
+    kwargs: dict[str, Any] = dict(base_url=settings.base_url, credential_scopes=scopes, retry_total=settings.retries,
+                                  connection_timeout=settings.timeout_s, read_timeout=settings.timeout_s)
     policy = _auth_policy(credential, settings.base_url, scopes)
     if policy is not None:
         kwargs["authentication_policy"] = policy
-    client = ComputeManagementClient(credential, settings.subscription_id, **kwargs)
+    return ComputeManagementClient(credential, settings.subscription_id, **kwargs)
+
+
+def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
+    from providers.azure import map_error
+
+    settings = provider_settings("azure", raw)
+    url = settings.retail_prices_url
+    client = _arm_client(settings)
     types = instance_types(catalog, "azure")
     regions = set(settings.regions) or {r for (p, r) in catalog.regions if p == "azure"}
     snap = Snapshot("azure", now)
@@ -165,3 +171,14 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
         raise ProviderError(f"every Azure market call failed; first: {snap.errors[0]}", provider="azure",
                             code="MarketUnavailable")
     return snap
+
+
+def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str, names: set[str]) -> list[Quota]:
+    """Only ``region``'s usages named ``names``, now (after a launch met a quota error there)."""
+    from providers.azure import map_error
+
+    client = _arm_client(provider_settings("azure", raw))
+    try:
+        return quotas_of(client, region, names)
+    except AzureError as e:
+        raise map_error(e, region=region) from e

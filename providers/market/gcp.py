@@ -170,6 +170,28 @@ def reservations_of(client: Any, project: str, types: Mapping[str, Any], regions
     return out
 
 
+def metrics_of(catalog: Any) -> dict[str, str]:
+    """The GPU quota metrics of the catalog's GCP types and their labels."""
+    out: dict[str, str] = {}
+    for it in instance_types(catalog, "gcp").values():
+        names = gpu_names(it)
+        if names is not None:
+            out[names[1]] = f"{it.gpu} GPUs"
+            out["PREEMPTIBLE_" + names[1]] = f"spot {it.gpu} GPUs"
+    return out
+
+
+def needs_of(catalog: Any) -> list[QuotaNeed]:
+    """The GPU quota each instance type draws on, per market (GPUs per node)."""
+    out = []
+    for name, it in sorted(instance_types(catalog, "gcp").items()):
+        names = gpu_names(it)
+        if names is not None:
+            out.append(QuotaNeed(name, "on_demand", names[1], float(it.gpus)))
+            out.append(QuotaNeed(name, "spot", "PREEMPTIBLE_" + names[1], float(it.gpus)))
+    return out
+
+
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     from google.cloud import billing_v1, compute_v1
 
@@ -184,15 +206,8 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     regions = set(settings.regions)
     project = settings.project
     snap = Snapshot("gcp", now)
-    metrics: dict[str, str] = {}
-    for name, it in sorted(types.items()):
-        names = gpu_names(it)
-        if names is None:
-            continue
-        metrics[names[1]] = f"{it.gpu} GPUs"
-        metrics["PREEMPTIBLE_" + names[1]] = f"spot {it.gpu} GPUs"
-        snap.needs.append(QuotaNeed(name, "on_demand", names[1], float(it.gpus)))
-        snap.needs.append(QuotaNeed(name, "spot", "PREEMPTIBLE_" + names[1], float(it.gpus)))
+    metrics = metrics_of(catalog)
+    snap.needs = needs_of(catalog)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> list:
         try:
@@ -224,3 +239,17 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
 
 
 __all__ = ["fetch", "sku_key", "prices_from_skus", "is_loopback_url"]
+
+
+def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
+    """Only ``region``'s GPU quotas, now (after a launch met a quota error there)."""
+    from google.cloud import compute_v1
+
+    settings = provider_settings("gcp", raw)
+    options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
+    metrics = metrics_of(catalog)
+    client = compute_v1.RegionsClient(credentials=load_credentials(settings), transport="rest", client_options=options)
+    try:
+        return quotas_of(client, settings.project, region, metrics)
+    except gexc.GoogleAPIError as e:
+        raise map_error(e, region=region) from e
