@@ -232,7 +232,9 @@ class Lifecycle:
                             code=e.code, scope=str(e.scope))
                 if e.retryable and i < tries - 1:
                     continue
-                self._block_for(e, t)
+                blocked = self._block_for(e, t)
+                if blocked:  # the attempt names what it blocked
+                    attempts[-1]["scope"] = blocked
                 self._discard_attempt(lease, t)
                 return lease, None, e
             if i:  # what a timed-out earlier call made after all is not part of the lease
@@ -251,12 +253,12 @@ class Lifecycle:
                 return key, f"blocked: {blocks[key]}"
         return None
 
-    def _block_for(self, e: ProviderError, t: Target) -> None:
+    def _block_for(self, e: ProviderError, t: Target) -> str:
         """Capacity and quota errors block their scope for ``block_s``: later launches skip it.
         With ``on_quota_error`` set, a quota error refreshes the region's quota instead (quotes
         then exclude what no longer fits) and blocks only the offering that met it."""
         if not isinstance(e, (CapacityError, QuotaError)):
-            return
+            return ""
         if isinstance(e, QuotaError) and self.on_quota_error is not None:
             self.on_quota_error(t.provider, t.region)
             key = offering_key(t.provider, t.region, t.instance_type, t.market.value)
@@ -269,6 +271,7 @@ class Lifecycle:
         else:
             key = f"{t.provider}/{t.region}"
         self.store.block(key, self.clock() + self.settings.block_s, f"{e.code or type(e).__name__} on {key}")
+        return key
 
     def _discard_attempt(self, lease: Lease, t: Target, keep: Sequence[Instance] = ()) -> None:
         """Terminate whatever failed attempts left in ``t``'s region (the providers roll a failed

@@ -179,7 +179,9 @@ def test_every_offer_failing_reports_each_attempt(clouds, tmp_path):  # noqa: F8
         (lease,) = svc.store.list_leases()
         assert lease.state == "failed"
         assert states(svc.store, lease.lease_id) == ["requested", "provisioning", "failed"]
-        assert "aws/us-west-2" in svc.store.active_blocks(svc.clock())
+        # A quota error re-reads the region's quota (broker.market) and blocks only the offering.
+        blocks = svc.store.active_blocks(svc.clock())
+        assert "aws/us-west-2/g5.xlarge/on_demand" in blocks and "aws/us-west-2" not in blocks
 
 
 def test_handoff_attaches_a_job(clouds, tmp_path):  # noqa: F811
