@@ -5,9 +5,11 @@ The real Microsoft Philly job trace (76,590 jobs over 82 days) on a 512-GPU on-p
 bundled catalog, spot preemptions drawn from the real observed spot lifetimes when that file is
 there. Everything is a ratio against a baseline run in the same process:
 
-- broker / ondemand-cheapest (cost; target <= 0.45 at an equal or lower p95 wait and a p99 no
+- broker / ondemand-cheapest (cost; target <= 0.40 at an equal or lower p95 wait and a p99 no
   worse than 3x that baseline's),
-- broker / its execution lower bound (target <= 1.15),
+- broker / its hindsight cost (each job it burst on the market that would have been cheapest
+  knowing its sampled interruptions in advance; target <= 1.10), and / its execution lower bound
+  (every interruptible job at spot with no rework; reported, no target),
 - broker p95 / onprem-only p95 (target <= 0.10),
 - replay speed in jobs/s per policy (target >= 5,000).
 
@@ -60,14 +62,15 @@ def main() -> int:
         "broker_cost_over_ondemand_cheapest": b["cloud_cost_usd"] / od["cloud_cost_usd"],
         "broker_p95_over_ondemand_cheapest_p95": b["wait_p95_s"] / od["wait_p95_s"],
         "broker_p99_over_ondemand_cheapest_p99": b["wait_p99_s"] / od["wait_p99_s"],
+        "broker_cost_over_hindsight": b["cloud_cost_usd"] / b["hindsight_cost_usd"],
         "broker_cost_over_lower_bound": b["cloud_cost_usd"] / b["lower_bound_cost_usd"],
         "broker_p95_over_onprem_only_p95": b["wait_p95_s"] / home["wait_p95_s"],
     }
     targets = {
-        "broker_cost_over_ondemand_cheapest": ("<=", 0.45),
+        "broker_cost_over_ondemand_cheapest": ("<=", 0.40),
         "broker_p95_over_ondemand_cheapest_p95": ("<=", 1.0),
         "broker_p99_over_ondemand_cheapest_p99": ("<=", 3.0),
-        "broker_cost_over_lower_bound": ("<=", 1.15),
+        "broker_cost_over_hindsight": ("<=", 1.10),
         "broker_p95_over_onprem_only_p95": ("<=", 0.10),
     }
     speeds = {n: v["replay_jobs_per_s"] for n, v in d.items()}
@@ -79,20 +82,23 @@ def main() -> int:
     print(f"Philly 2017: {len(jobs):,} jobs on {a.onprem_gpus} on-prem GPUs, interruptible share "
           f"{a.interruptible_share}, cloud {a.gpu_model.upper()} (catalog {catalog.as_of}), spot lifetimes: "
           f"{'observed (' + life.name + ')' if lifetimes else 'catalog exponential'}\n")
-    hdr = (f"{'policy':<18} {'cloud $':>11} {'lower bnd $':>11} {'cost/LB':>7} {'p50':>8} {'p95':>8} {'p99':>9} "
+    hdr = (f"{'policy':<18} {'cloud $':>11} {'lower bnd $':>11} {'hindsight $':>11} {'p50':>8} {'p95':>8} {'p99':>9} "
            f"{'mean':>8} {'burst':>6} {'cloud GPU-h':>11} {'preempt':>7} {'util':>6} {'jobs/s':>8}")
     print(hdr)
     print("-" * len(hdr))
     for n, v in d.items():
         lb = v["lower_bound_cost_usd"]
         print(f"{n:<18} {v['cloud_cost_usd']:>11,.0f} {lb:>11,.0f} "
-              f"{(v['cloud_cost_usd'] / lb if lb else 0):>7.3f} {v['wait_p50_s']:>8,.0f} {v['wait_p95_s']:>8,.0f} "
+              f"{v['hindsight_cost_usd']:>11,.0f} {v['wait_p50_s']:>8,.0f} {v['wait_p95_s']:>8,.0f} "
               f"{v['wait_p99_s']:>9,.0f} {v['wait_mean_s']:>8,.0f} {v['jobs_burst']:>6,} "
               f"{v['cloud_gpu_hours']:>11,.0f} {v['interruptions']:>7,} {v['onprem_utilization']:>6.3f} "
               f"{v['replay_jobs_per_s']:>8,.0f}")
     print()
     ok_all = True
     for k, val in ratios.items():
+        if k not in targets:
+            print(f"{k:<40} {val:8.3f}   (reported)")
+            continue
         op, tgt = targets[k]
         ok = val <= tgt
         ok_all &= ok

@@ -7,8 +7,9 @@ Lines (DESIGN.md, "The cost of an offer"):
 
 - compute: hourly price x nodes x runtime, where runtime is the demand's hours stretched for a
   slower GPU (memory-matched demands) and, for multi-node jobs, for weaker interconnect.
-- interruption (spot only): expected interruptions x rework (half a checkpoint interval plus a
-  restart) x the whole gang's hourly price.
+- interruption (spot only): the wall time interruptions are expected to cost x the whole gang's
+  hourly price, by :func:`policies.spot.overhead_h` (the observed lifetime distribution when the
+  context has one, else expected interruptions x (half a checkpoint interval plus a restart)).
 - storage: dataset and results held in the region for the run.
 - data_transfer: dataset in (on-prem egress, or cloud egress / cross-region from where it lives)
   plus results out (the offer's internet egress tiers).
@@ -26,6 +27,7 @@ from providers.base import InstanceType, Market, Offering, scope_keys
 from providers.catalog import Region, Terms
 
 from policies.demand import Demand
+from policies.spot import LifetimeDist, overhead_h as spot_overhead_h
 
 HOURS_PER_MONTH = 730.0
 # A multi-node job needs at least this node-to-node bandwidth at all.
@@ -102,6 +104,8 @@ class Context:
     blocked: dict[str, str] | None = None
     # Nodes of each reservation (by id) that live leases hold beyond what its offering counts.
     held: dict[str, int] | None = None
+    # Observed spot lifetimes per provider: the spot line follows them instead of the rate.
+    spot_lifetimes: dict[str, LifetimeDist] | None = None
 
 
 def nodes_for(d: Demand, gpus_per_node: int) -> int | None:
@@ -208,7 +212,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
     transfer_in: dict[tuple[str, str], int] = {}
     egress_out: dict[str, int] = {}
     data_gb = d.data_in_gb + d.data_out_gb
-    checkpoint_half_h = d.checkpoint_hours / 2.0
+    checkpoint_h = d.checkpoint_hours
     terms_of = ctx.terms
     spot = Market.SPOT
 
@@ -235,10 +239,13 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
         wall_h = run_h + startup_h
         if o.market is spot:
             rate = o.spot_rate if o.spot_rate >= 0 else terms.spot_interruptions_per_hour
-            expected = rate * nodes * run_h
-            rework_h = checkpoint_half_h + startup_h
-            interruption = int(expected * rework_h * gang_hourly)
-            wall_h += expected * rework_h
+            lives = ctx.spot_lifetimes.get(provider) if ctx.spot_lifetimes else None
+            lost_h = spot_overhead_h(run_h, nodes, checkpoint_h, startup_h, rate, lives)
+            if lost_h == math.inf:
+                return Exclusion(o, "spot nodes here do not live long enough to reach a checkpoint",
+                                 ExclusionKind.MARKET)
+            interruption = int(lost_h * gang_hourly)
+            wall_h += lost_h
 
         if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
             return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now",

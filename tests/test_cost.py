@@ -173,3 +173,20 @@ def test_the_marginal_job_pays_egress_on_every_cloud():
                   ctx(cat))
         assert isinstance(p, PricedOffer), p
         assert p.cost.data_transfer == 50 * first_paid, provider
+
+
+def test_the_spot_line_follows_the_observed_lifetimes_when_the_context_has_them(mini_catalog):
+    from policies.spot import LifetimeDist, outlook
+
+    d = Demand(gpus=8, hours=10, gpu_model="H100", interruptible=True, checkpoint_minutes=30).validate()
+    o = offering(mini_catalog, "aws", "us-east-1", "p5.48xlarge", Market.SPOT)
+    by_rate = price(d, o, ctx(mini_catalog))
+    lives = LifetimeDist((0.4, 0.9, 2.0, 6.0))
+    by_dist = price(d, o, ctx(mini_catalog, spot_lifetimes={"aws": lives}))
+    startup_h = mini_catalog.terms["aws"].startup_s / 3600
+    lost = outlook(lives, by_dist.runtime_hours, 0.5, startup_h).mean_h - startup_h - by_dist.runtime_hours
+    assert by_dist.cost.interruption == int(lost * o.hourly_micros * by_dist.nodes)
+    assert by_dist.cost.interruption > by_rate.cost.interruption > 0
+    assert by_dist.cost.compute == by_rate.cost.compute
+    never = price(d, o, ctx(mini_catalog, spot_lifetimes={"aws": LifetimeDist((0.1, 0.2))}))
+    assert isinstance(never, Exclusion) and never.kind is ExclusionKind.MARKET and "checkpoint" in never.reason

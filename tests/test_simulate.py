@@ -313,21 +313,40 @@ def test_no_interruptible_jobs_means_no_spot(tmp_path, catalog):
         assert r.cost_by_market.get("spot", 0) == 0 and r.interruptions == 0
 
 
-def test_spot_interruptions_cost_rework_and_the_broker_falls_back_in_time(tmp_path, catalog):
-    # Every spot node dies within minutes: spot-greedy keeps relaunching, the broker's deadline
-    # rule moves the job to on-demand.
+def lifetimes_file(tmp_path, seconds):
     life = tmp_path / "life.csv"
     life.write_text("cloud,observed_lifetime_s,ended_by\n" + "".join(
-        f"{c},{400 + 50 * k},preempted\n" for c in ("aws", "gcp", "azure") for k in range(10)))
-    lifetimes = load_lifetimes(life)
+        f"{c},{s},preempted\n" for c in ("aws", "gcp", "azure") for s in seconds))
+    return load_lifetimes(life)
+
+
+def test_spot_that_dies_before_a_checkpoint_sends_the_broker_to_on_demand_from_the_start(tmp_path, catalog):
+    # Every spot node dies within minutes, before a 30-minute checkpoint: spot-greedy keeps
+    # relaunching; the broker knows the distribution and starts every job on on-demand.
+    lifetimes = lifetimes_file(tmp_path, [400 + 50 * k for k in range(10)])
     jobs = flood(tmp_path, n=60, interruptible_share=1.0, every=30)
     res = run_policies(jobs, catalog, ["spot-greedy", "broker"], CFG8, lifetimes)
     greedy, br = res["spot-greedy"], res["broker"]
-    assert greedy.interruptions > br.interruptions > 0
-    assert br.cost_by_market.get("on_demand", 0) > 0
-    # The rework makes both spend more than their lower bound.
-    assert greedy.cloud_cost_micros > greedy.lower_bound_micros
-    assert br.cloud_cost_micros > br.lower_bound_micros
+    assert greedy.interruptions > 0 and br.interruptions == 0
+    assert set(br.cost_by_market) == {"on_demand"}
+    # The rework makes spot-greedy spend more than its lower bound and its hindsight.
+    assert greedy.cloud_cost_micros > greedy.hindsight_micros >= greedy.lower_bound_micros
+    assert br.cloud_cost_micros == br.hindsight_micros  # on-demand was the right call for every job
+
+
+def test_long_lived_spot_is_used_and_hindsight_lies_between_the_bound_and_the_spend(tmp_path, catalog):
+    lifetimes = lifetimes_file(tmp_path, [3600 * h for h in (2, 5, 9, 14, 30, 60)])
+    jobs = flood(tmp_path, n=80, interruptible_share=1.0, every=20)
+    res = run_policies(jobs, catalog, ["ondemand-cheapest", "spot-greedy", "broker"], CFG8, lifetimes)
+    br = res["broker"]
+    assert br.cost_by_market.get("spot", 0) > br.cost_by_market.get("on_demand", 0)
+    for r in res.values():
+        assert r.lower_bound_micros <= r.hindsight_micros <= r.cloud_cost_micros, r.name
+        d = r.to_dict()
+        assert d["cost_over_hindsight"] == pytest.approx(r.cloud_cost_micros / r.hindsight_micros, rel=1e-3)
+    # Knowing the interruptions would put interruptible jobs on spot: far below on-demand only.
+    od = res["ondemand-cheapest"]
+    assert od.hindsight_micros < 0.6 * od.cloud_cost_micros
 
 
 def test_same_seed_same_result_and_seed_changes_the_spot_luck(tmp_path, catalog):

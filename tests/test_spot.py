@@ -68,3 +68,67 @@ def test_a_run_of_preemptions_ends_on_demand_and_meets_the_deadline():
         done += ckpt
     assert market is Market.ON_DEMAND
     assert t <= deadline
+
+
+# -- the lifetime distribution -----------------------------------------------------------------
+
+import math
+import random
+import statistics
+
+import pytest
+
+from policies.spot import LifetimeDist, SpotOutlook, outlook, overhead_h
+
+DIST = LifetimeDist((0.1, 0.3, 0.7, 1.5, 4.0))
+
+
+def monte_carlo(dist, work, ckpt, startup, nodes, n=30_000, seed=1):
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        t = done = 0.0
+        while True:
+            life = min(rnd.choice(dist.hours) for _ in range(nodes))
+            if life >= startup + work - done:
+                t += startup + work - done
+                break
+            t += life
+            if ckpt > 0:
+                done += math.floor(max(0.0, life - startup) / ckpt) * ckpt
+        out.append(t)
+    return statistics.mean(out), statistics.pstdev(out)
+
+
+@pytest.mark.parametrize("work,ckpt,startup,nodes", [(2, 0.5, 0.05, 1), (2, 0.25, 0.1, 2), (0.5, 0, 0.05, 1),
+                                                     (3, 0.2, 0.05, 3)])
+def test_outlook_matches_a_monte_carlo_of_the_same_model(work, ckpt, startup, nodes):
+    o = outlook(DIST, work, ckpt, startup, nodes)
+    mean, std = monte_carlo(DIST, work, ckpt, startup, nodes)
+    assert o.mean_h == pytest.approx(mean, rel=0.02)
+    assert o.std_h == pytest.approx(std, rel=0.05)
+
+
+def test_spot_that_never_reaches_a_checkpoint_never_finishes_and_long_lives_cost_nothing_extra():
+    short = LifetimeDist((0.2, 0.3))
+    assert outlook(short, 5, 0.5, 0.05).mean_h == math.inf
+    assert overhead_h(5, 1, 0.5, 0.05, 0.1, short) == math.inf
+    long = LifetimeDist((1000.0,))
+    assert outlook(long, 5, 0.5, 0.05) == SpotOutlook(pytest.approx(5.05), pytest.approx(0.0, abs=1e-6))
+    assert overhead_h(5, 1, 0.5, 0.05, 0.1, long) == pytest.approx(0.0, abs=1e-9)
+    # a bigger gang is preempted sooner: it takes longer
+    assert outlook(DIST, 2, 0.25, 0.05, 4).mean_h > outlook(DIST, 2, 0.25, 0.05, 1).mean_h
+
+
+def test_without_a_distribution_the_rate_rule_is_unchanged():
+    # expected interruptions x (half a checkpoint + a restart)
+    assert overhead_h(10, 2, 0.5, 0.1, 0.05) == pytest.approx(0.05 * 2 * 10 * (0.25 + 0.1))
+
+
+def test_censored_observations_count_longer_and_the_finish_bound_holds_with_confidence():
+    d = LifetimeDist.from_observations([(3600, False), (7200, True)])
+    assert d.hours == (1.0, 2.0 + 1.5)
+    o = outlook(DIST, 2, 0.25, 0.05)
+    assert o.finish_by_h(0.9) == pytest.approx(o.mean_h + 3 * o.std_h)
+    with pytest.raises(ValueError):
+        LifetimeDist.from_observations([])

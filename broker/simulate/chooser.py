@@ -6,9 +6,11 @@ from dataclasses import dataclass, replace
 
 from policies.cost import Context, Exclusion, PricedOffer, price
 from policies.demand import Demand
+from policies.spot import LifetimeDist, outlook
 from providers.base import MICROS, Market, Offering
 from providers.catalog import Catalog
 
+from broker.simulate.lifetimes import Lifetimes
 from broker.simulate.model import Policy, SimConfig
 from broker.simulate.trace import TraceJob
 
@@ -28,6 +30,8 @@ class Choice:
     fallback: Pick | None  # on-demand for a spot job that must switch
     lower_bound_rate: float  # micro-dollars per trace-second, cheapest eligible, no overheads
     lower_bound_extra: int
+    od_best: Pick | None = None  # lowest full cost off spot (for the hindsight bound)
+    spot_best: Pick | None = None  # lowest full cost on spot
 
 
 def hours_bucket(h: float) -> int:
@@ -38,20 +42,23 @@ class Chooser:
     """Prices a job's shape once per (size, market eligibility, model, data, runtime bucket) and
     remembers the policy's pick; learns spot interruption rates when the policy does."""
 
-    def __init__(self, catalog: Catalog, policy: Policy, cfg: SimConfig):
+    def __init__(self, catalog: Catalog, policy: Policy, cfg: SimConfig, lifetimes: Lifetimes | None = None):
         self.catalog = catalog
         self.policy = policy
         self.cfg = cfg
         self.cache: dict[tuple, Choice] = {}
         self.terms = dict(catalog.terms)
+        # The full-cost policy knows the observed lifetime distribution and prices spot by it.
+        self.lives = {p: LifetimeDist.from_observations(o) for p, o in lifetimes.by_cloud.items()} \
+            if lifetimes is not None and policy.market == "full-cost" else None
         self.ctx = Context(self.terms, catalog.regions, catalog.gpu_perf, 0.0,
-                           int(cfg.onprem_egress_usd_per_gb * MICROS))
+                           int(cfg.onprem_egress_usd_per_gb * MICROS), spot_lifetimes=self.lives)
         # Learned spot interruption rates: provider -> [node-hours seen, interruptions seen].
         self.seen: dict[str, list[float]] = {p: [0.0, 0.0] for p in catalog.terms}
         self.rates_in_use = {p: t.spot_interruptions_per_hour for p, t in catalog.terms.items()}
 
     def observe(self, provider: str, node_hours: float, interrupted: int) -> None:
-        if not self.policy.learn_interruptions:
+        if not self.policy.learn_interruptions or self.lives is not None:
             return
         s = self.seen.setdefault(provider, [0.0, 0.0])
         s[0] += node_hours
@@ -114,4 +121,19 @@ class Chooser:
         else:
             first = min(priced, key=lambda p: p.cost.total)
             fb = best_od_full
-        return Choice(pick(first) if first else None, pick(fb) if fb else None, lb_rate, lb_extra)
+            if first.offering.market is Market.SPOT and fb is not None and not self.spot_in_time(first, d):
+                first = fb
+        best_sp = min(sp, key=lambda p: p.cost.total) if sp else None
+        return Choice(pick(first) if first else None, pick(fb) if fb else None, lb_rate, lb_extra,
+                      pick(best_od_full) if best_od_full else None, pick(best_sp) if best_sp else None)
+
+    def spot_in_time(self, p: PricedOffer, d: Demand) -> bool:
+        """Whether the job, run on spot to the end, meets its deadline (start-up + runtime x
+        (1 + slack)) with the policy's confidence, by the observed lifetimes."""
+        dist = self.lives.get(p.offering.provider) if self.lives else None
+        if dist is None:
+            return True
+        startup_h = self.terms[p.offering.provider].startup_s / 3600.0
+        o = outlook(dist, p.runtime_hours, d.checkpoint_hours, startup_h, p.nodes)
+        deadline_h = startup_h + p.runtime_hours * (1.0 + self.policy.deadline_slack)
+        return o.finish_by_h(self.policy.spot_confidence) <= deadline_h

@@ -50,7 +50,7 @@ class Cloud:
         self.state = state
         self.wait = wait
         self.push = push
-        self.chooser = Chooser(catalog, policy, cfg)
+        self.chooser = Chooser(catalog, policy, cfg, lifetimes)
         n = len(jobs)
         self.done_work = [0.0] * n  # checkpointed cloud progress (trace seconds)
         self.burst_at = [0.0] * n
@@ -59,6 +59,8 @@ class Cloud:
         self.gpus_by_market = {"spot": 0, "on_demand": 0, "reserved": 0}
         self.cost = 0
         self.lower_bound = 0
+        self.hindsight = 0
+        self.deadline_misses = 0  # burst jobs that finished later than start-up + runtime x (1 + slack)
         self.cost_by_market: dict[str, int] = {}
         self.cost_by_provider: dict[str, int] = {}
         self.gpu_s = 0.0
@@ -76,6 +78,7 @@ class Cloud:
         self.burst_at[i] = t
         self.wait[i] = -1.0
         self.lower_bound += int(ch.lower_bound_rate * j.duration_s) + ch.lower_bound_extra
+        self.hindsight += self.in_hindsight(i, ch)
         first = ch.first
         self.cost += first.extra_micros
         self._book(first, first.extra_micros)
@@ -96,7 +99,7 @@ class Cloud:
         end = ready + work_left
         finishes = True
         if spot:
-            life = self.lifetime(i, p)
+            life = self.lifetime(i, p, self.interrupts[i])
             if t + life < end:
                 end = t + life
                 finishes = False
@@ -105,10 +108,44 @@ class Cloud:
         self.gpus_by_market[p.offering.market.value] += gpus
         self.push(end, E_CLOUD_END, Attempt(i, p, t, ready, end, finishes, gpus))
 
-    def lifetime(self, i: int, p: Pick) -> float:
-        """Time to the first preemption of any node of the gang, from launch."""
+    def in_hindsight(self, i: int, ch) -> int:
+        """What job i costs on the market that is cheapest knowing its interruptions in advance:
+        on-demand, or spot with the rework the same sampled lifetimes cause."""
         j = self.jobs[i]
-        key = f"{j.job_id}:{self.interrupts[i]}"
+        best = math.inf
+        if ch.od_best is not None:
+            p = ch.od_best
+            best = p.extra_micros + self.billed(p, p.startup_s + j.duration_s * p.stretch)
+        if j.interruptible and ch.spot_best is not None:
+            best = min(best, self.spot_in_hindsight(i, ch.spot_best))
+        if best == math.inf:  # neither: the policy's own first pick, uninterrupted
+            p = ch.first
+            best = p.extra_micros + self.billed(p, p.startup_s + j.duration_s * p.stretch)
+        return int(best)
+
+    def spot_in_hindsight(self, i: int, p: Pick, max_attempts: int = 200) -> float:
+        j = self.jobs[i]
+        ckpt = 60.0 * (j.checkpoint_minutes or self.cfg.checkpoint_minutes)
+        done, cost = 0.0, float(p.extra_micros)
+        for k in range(max_attempts):
+            need = p.startup_s + (j.duration_s - done) * p.stretch
+            life = self.lifetime(i, p, k)
+            if life >= need:
+                return cost + self.billed(p, need)
+            cost += self.billed(p, life)
+            if ckpt > 0:
+                done = min(j.duration_s, done + (max(0.0, life - p.startup_s) / p.stretch // ckpt) * ckpt)
+        return math.inf
+
+    @staticmethod
+    def billed(p: Pick, held_s: float) -> int:
+        return int(p.offering.hourly_micros * p.nodes * max(held_s, BILLING_MINIMUM_S) / 3600.0)
+
+    def lifetime(self, i: int, p: Pick, attempt: int) -> float:
+        """Time to the first preemption of any node of the gang, from launch, on the job's
+        ``attempt``-th launch (the same draw for every policy)."""
+        j = self.jobs[i]
+        key = f"{j.job_id}:{attempt}"
         seed = self.cfg.seed
         provider = p.offering.provider
         best = math.inf
@@ -141,6 +178,8 @@ class Cloud:
                                  0 if a.finishes else p.nodes)
         if a.finishes:
             self.state[i] = DONE
+            deadline = p.startup_s + j.duration_s * p.stretch * (1.0 + self.policy.deadline_slack)
+            self.deadline_misses += t - self.burst_at[i] > deadline + 1e-6
             return
         # Preempted: keep the checkpointed progress, decide where to go on.
         self.interruptions += 1
@@ -160,11 +199,29 @@ class Cloud:
         if pol.market == "spot-greedy":
             return p if self.interrupts[i] < pol.max_spot_attempts or fb is None else fb
         if pol.market == "full-cost":
+            spot_pick = ch.spot_best or p
             job_h = (j.duration_s * p.stretch) / 3600.0
             deadline_h = (p.startup_s + j.duration_s * p.stretch * (1.0 + pol.deadline_slack)) / 3600.0
+            elapsed_h = (t - self.burst_at[i]) / 3600.0
+            if self.chooser.lives is not None and fb is not None:
+                return spot_pick if self._spot_again(i, spot_pick, fb, deadline_h - elapsed_h, ckpt) else fb
             restart_h = (p.startup_s + ckpt) / 3600.0
-            m = spot_rule.decide(self.done_work[i] * p.stretch / 3600.0, (t - self.burst_at[i]) / 3600.0,
-                                 job_h, deadline_h, True, False, restart_h)
-            spot_pick = ch.first if ch.first is not None and ch.first.offering.market is Market.SPOT else p
+            m = spot_rule.decide(self.done_work[i] * p.stretch / 3600.0, elapsed_h, job_h, deadline_h, True, False,
+                                 restart_h)
             return spot_pick if m is Market.SPOT or fb is None else fb
         return fb or p
+
+    def _spot_again(self, i: int, sp: Pick, od: Pick, time_left_h: float, ckpt_s: float) -> bool:
+        """After a preemption, with the lifetime distribution: back to spot when finishing the
+        rest there is expected to cost less than on-demand and meets the deadline with the
+        policy's confidence."""
+        dist = self.chooser.lives.get(sp.offering.provider)
+        if dist is None:
+            return True
+        left_s = self.jobs[i].duration_s - self.done_work[i]
+        o = spot_rule.outlook(dist, left_s * sp.stretch / 3600.0, ckpt_s / 3600.0, sp.startup_s / 3600.0, sp.nodes)
+        if o.finish_by_h(self.policy.spot_confidence) > time_left_h:
+            return False
+        spot_cost = o.mean_h * sp.offering.hourly_micros * sp.nodes
+        od_cost = (od.startup_s / 3600.0 + left_s * od.stretch / 3600.0) * od.offering.hourly_micros * od.nodes
+        return spot_cost < od_cost

@@ -33,6 +33,9 @@ class Policy:
     deadline_slack: float = 1.0  # cloud deadline = start-up + runtime x (1 + slack): twice the runtime
     learn_interruptions: bool = False  # update spot interruption rates from what it saw
     max_spot_attempts: int = 20  # spot-greedy gives up on spot after this many preemptions
+    # With observed lifetimes, full-cost starts a job on spot only if it finishes there by its
+    # deadline with this confidence (policies.spot.SpotOutlook.finish_by_h); else on-demand.
+    spot_confidence: float = 0.9
 
 
 NAIVE_TRIGGER = TriggerConfig(order="fifo", burst_verdicts=(), wait_trigger=False)
@@ -90,6 +93,8 @@ class PolicyResult:
     series: dict[str, list[float]] = field(default_factory=dict)
     unserved: int = 0  # jobs that never ran
     never_runnable: int = 0  # of which: bigger than the cluster, and no cloud for them
+    hindsight_micros: int = 0  # each burst job on its cheapest market knowing its interruptions
+    deadline_misses: int = 0  # burst jobs that finished after start-up + runtime x (1 + deadline slack)
 
     def percentile(self, q: float) -> float:
         if not self.waits:
@@ -115,8 +120,12 @@ class PolicyResult:
             "onprem_utilization": round(self.onprem_utilization, 4),
             "lower_bound_cost_usd": round(self.lower_bound_micros / MICROS, 2),
             "execution_loss_usd": round((self.cloud_cost_micros - self.lower_bound_micros) / MICROS, 2),
+            "hindsight_cost_usd": round(self.hindsight_micros / MICROS, 2),
+            "cost_over_hindsight": round(self.cloud_cost_micros / self.hindsight_micros, 4)
+            if self.hindsight_micros else None,
             "cost_by_market_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_market.items())},
             "cost_by_provider_usd": {k: round(v / MICROS, 2) for k, v in sorted(self.cost_by_provider.items())},
+            "cloud_deadline_misses": self.deadline_misses,
             "unserved_jobs": self.unserved,
             "never_runnable_jobs": self.never_runnable,
             "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,

@@ -160,6 +160,7 @@ class Replay:
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
             cloud_cost_micros=c.cost if c else 0, lower_bound_micros=c.lower_bound if c else 0,
+            hindsight_micros=c.hindsight if c else 0, deadline_misses=c.deadline_misses if c else 0,
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
