@@ -20,7 +20,8 @@ from decimal import Decimal
 from typing import Hashable, Iterable, NamedTuple
 
 from broker.errors import InvalidArgument
-from policies.cost import Context, Exclusion, PricedOffer, instance_reason, pricer
+from policies.bulk import Table
+from policies.cost import Context, Exclusion, PricedOffer
 from policies.demand import Demand
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
@@ -196,6 +197,7 @@ class QuoteEngine:
             self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
         self._cache: OrderedDict = OrderedDict()
         self._shape_groups: dict[str, list] = {}
+        self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
         # Reservation id -> since when live leases count against its free nodes: configured ones
         # always, refreshed ones from the refresh on (earlier leases are in the cloud's count).
@@ -225,6 +227,15 @@ class QuoteEngine:
             groups = self._shape_groups[key] = list(by.values())
         return groups
 
+    def table(self, d: Demand) -> Table:
+        """The candidate offerings of ``d`` as columns for bulk pricing (built once per GPU
+        model or memory floor)."""
+        key = d.gpu_model or f">={d.min_gpu_memory_gb}"
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = Table(self.shapes(d), self.catalog.terms)
+        return table
+
     def candidates(self, d: Demand) -> tuple[Offering, ...] | list[Offering]:
         if d.gpu_model:
             return self._by_gpu.get(d.gpu_model, ())
@@ -248,17 +259,7 @@ class QuoteEngine:
         else:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
                           self.onprem_egress_micros, blocked, held)
-            ok: list[PricedOffer] = []
-            out: list[Exclusion] = []
-            price_one = pricer(d, ctx)
-            for it, offerings in self.shapes(d):
-                reason, _ = instance_reason(d, it)
-                if reason:  # the shape cannot serve the demand anywhere: skip pricing it
-                    out.extend([Exclusion(o, reason.text, reason.kind) for o in offerings])
-                    continue
-                for o in offerings:
-                    r = price_one(o)
-                    (out if type(r) is Exclusion else ok).append(r)
+            ok, out = self.table(d).price(d, ctx)
             ok.sort(key=_rank_key)
             if top:
                 ok = ok[:top]

@@ -1,0 +1,156 @@
+"""Pricing many offerings at once: the same cost model as :func:`policies.cost.pricer`, in arrays.
+
+A quote over the whole catalog prices hundreds of offerings; doing each one's arithmetic and
+checks in Python objects costs microseconds per offering. :class:`Table` holds the columns of a
+fixed candidate set (built once per set and reused), and :meth:`Table.price` computes every cost
+line with numpy over all of them, turning back into Python objects only the results. Which
+offerings are excluded is decided in arrays too; the *sentence* of an excluded one comes from
+:func:`policies.cost.offering_reason`, so both paths say exactly the same thing (a test holds them
+equal). numpy does the arithmetic in IEEE doubles in the same order as the scalar code, and
+truncates to whole micro-dollars the same way, so the figures are identical to the last micro.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from policies.cost import (
+    HOURS_PER_MONTH,
+    Context,
+    CostLines,
+    Exclusion,
+    ExclusionKind,
+    PricedOffer,
+    _transfer_in,
+    instance_reason,
+    offering_reason,
+    runtime_hours,
+)
+from policies.demand import Demand
+from providers.base import InstanceType, Market, Offering
+
+_MARKET = {Market.ON_DEMAND: 0, Market.SPOT: 1, Market.RESERVED: 2}
+
+
+class Table:
+    """The columns of a candidate set: offerings grouped by shape, in a fixed order."""
+
+    def __init__(self, groups: list[tuple[InstanceType, list[Offering]]], terms: dict) -> None:
+        self.groups = groups
+        offs = [o for _, g in groups for o in g]
+        self.offerings = offs
+        self.shape = np.array([i for i, (_, g) in enumerate(groups) for _ in g], dtype=np.intp)
+        self.providers = sorted({o.instance.provider for o in offs})
+        pidx = {p: i for i, p in enumerate(self.providers)}
+        self.provider = np.array([pidx[o.instance.provider] for o in offs], dtype=np.intp)
+        self.places = sorted({(o.instance.provider, o.region) for o in offs})
+        ridx = {k: i for i, k in enumerate(self.places)}
+        self.place = np.array([ridx[(o.instance.provider, o.region)] for o in offs], dtype=np.intp)
+        self.place_offering = {}  # one offering per place (to price transfers from)
+        for o in offs:
+            self.place_offering.setdefault((o.instance.provider, o.region), o)
+        self.hourly = np.array([o.hourly_micros for o in offs], dtype=np.int64)
+        self.market = np.array([_MARKET[o.market] for o in offs], dtype=np.int8)
+        self.sla = np.array([o.sla_pct for o in offs], dtype=np.float64)
+        self.rate = np.array([o.spot_rate if o.spot_rate >= 0 else terms[o.instance.provider].spot_interruptions_per_hour
+                              for o in offs], dtype=np.float64)
+        self.quota_left = np.array([o.quota_left for o in offs], dtype=np.float64)
+        self.quota_per_node = np.array([o.quota_per_node for o in offs], dtype=np.float64)
+        self.bounds, start = [], 0
+        for _, g in groups:
+            self.bounds.append((start, start + len(g)))
+            start += len(g)
+        self._excluded: dict[tuple[int, str], list[Exclusion]] = {}
+        self.reserved = [i for i, o in enumerate(offs) if o.market is Market.RESERVED and o.reservation]
+        self.startup_h = np.array([terms[p].startup_s / 3600.0 for p in self.providers], dtype=np.float64)
+        self.storage = np.array([terms[p].storage_micros_per_gb_month for p in self.providers], dtype=np.float64)
+
+    def price(self, d: Demand, ctx: Context) -> tuple[list[PricedOffer], list[Exclusion]]:
+        """Every offering of the set priced for ``d``, or excluded with its reason (in set order)."""
+        n = len(self.offerings)
+        shape_reasons, shape_nodes, shape_hours = [], [], []
+        for it, g in self.groups:
+            reason, nodes = instance_reason(d, it)
+            shape_reasons.append(reason)
+            shape_nodes.append(nodes)
+            shape_hours.append(0.0 if reason else runtime_hours(d, g[0], nodes, ctx.gpu_perf))
+        fits = np.array([r is None for r in shape_reasons], dtype=bool)[self.shape]
+        nodes = np.array(shape_nodes, dtype=np.int64)[self.shape]
+        run_h = np.array(shape_hours, dtype=np.float64)[self.shape]
+
+        bad = self._ruled_out(d, ctx, nodes)
+        terms = ctx.terms
+        gang = self.hourly * nodes
+        compute = np.trunc(gang.astype(np.float64) * run_h)
+        startup_h = self.startup_h[self.provider]
+        spot = self.market == 1
+        expected = self.rate * nodes * run_h
+        rework_h = d.checkpoint_hours / 2.0 + startup_h
+        interruption = np.where(spot, np.trunc(expected * rework_h * gang), 0.0)
+        wall_h = run_h + startup_h + np.where(spot, expected * rework_h, 0.0)
+        late = (ctx.now + wall_h * 3600.0 > d.deadline) if d.deadline is not None else np.zeros(n, dtype=bool)
+        data_gb = d.data_in_gb + d.data_out_gb
+        storage = np.trunc(data_gb * self.storage[self.provider] * wall_h / HOURS_PER_MONTH) if data_gb \
+            else np.zeros(n)
+        t_in = np.array([_transfer_in(d, self.place_offering[k], ctx, terms[k[0]]) for k in self.places],
+                        dtype=np.int64)[self.place]
+        t_out = np.array([terms[p].egress_micros(d.data_out_gb) for p in self.providers], dtype=np.int64)[self.provider]
+        sla_risk = np.where(self.sla > 0, np.trunc((compute * nodes) * (100.0 - self.sla) / 100.0), 0.0)
+
+        ok: list[PricedOffer] = []
+        out: list[Exclusion] = []
+        offs = self.offerings
+        bad_l, late_l, nodes_l, wall_l = bad.tolist(), late.tolist(), nodes.tolist(), wall_h.tolist()
+        lines = zip(compute.tolist(), interruption.tolist(), storage.tolist(), (t_in + t_out).tolist(),
+                    sla_risk.tolist())
+        lines_l = list(lines)
+        for gi, (start, end) in enumerate(self.bounds):
+            reason = shape_reasons[gi]
+            if reason is not None:  # the shape cannot serve the demand anywhere
+                out.extend(self._shape_exclusions(gi, reason))
+                continue
+            h = shape_hours[gi]
+            for j in range(start, end):
+                o = offs[j]
+                if bad_l[j]:
+                    r = offering_reason(d, o, nodes_l[j], ctx)
+                    out.append(Exclusion(o, r.text, r.kind))
+                elif late_l[j]:
+                    out.append(Exclusion(o, f"finishes after the deadline: needs {wall_l[j]:.1f} h from now",
+                                         ExclusionKind.DEADLINE))
+                else:
+                    c, i, st, t, r = lines_l[j]
+                    ok.append(PricedOffer(o, nodes_l[j], h, CostLines(int(c), int(i), int(st), t, int(r)),
+                                          o.zones[0] if o.zones else ""))
+        return ok, out
+
+    def _shape_exclusions(self, gi: int, reason) -> list[Exclusion]:
+        """The exclusions of a whole shape for one reason (made once, then reused)."""
+        key = (gi, reason.text)
+        hit = self._excluded.get(key)
+        if hit is None:
+            if len(self._excluded) > 4096:
+                self._excluded.clear()
+            hit = self._excluded[key] = [Exclusion(o, reason.text, reason.kind) for o in self.groups[gi][1]]
+        return hit
+
+    def _ruled_out(self, d: Demand, ctx: Context, nodes: np.ndarray) -> np.ndarray:
+        """Where :func:`policies.cost.offering_reason` would give a reason, as a mask."""
+        place_bad = []
+        for provider, region in self.places:
+            why = (d.providers and provider not in d.providers) or (d.regions and region not in d.regions)
+            if not why and d.residency:
+                reg = ctx.regions.get((provider, region))
+                geo = reg.geo if reg else "?"
+                why = geo not in d.residency and region not in d.residency
+            place_bad.append(bool(why))
+        bad = np.array(place_bad, dtype=bool)[self.place]
+        if not d.interruptible:
+            bad |= self.market == 1
+        bad |= (self.quota_left >= 0) & (nodes * self.quota_per_node > self.quota_left)
+        if d.min_sla_pct:
+            bad |= self.sla < d.min_sla_pct
+        if self.reserved or ctx.blocked:
+            extra = [i for i in (range(len(self.offerings)) if ctx.blocked else self.reserved)
+                     if not bad[i] and offering_reason(d, self.offerings[i], int(nodes[i]), ctx) is not None]
+            bad[extra] = True
+        return bad

@@ -1,0 +1,89 @@
+"""Bulk pricing (policies.bulk) says exactly what the scalar cost model says, offer by offer."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from policies.bulk import Table
+from policies.cost import Context, Exclusion, pricer
+from policies.demand import Demand
+from providers.base import Market
+from providers.catalog import bundled
+
+NOW = 1_796_000_000.0
+
+
+def scalar(groups, d, ctx):
+    price_one = pricer(d, ctx)
+    ok, out = [], []
+    for _, offerings in groups:
+        for o in offerings:
+            r = price_one(o)
+            (out if type(r) is Exclusion else ok).append(r)
+    return ok, out
+
+
+def varied_catalog():
+    """The bundled catalog with live-looking extras: per-offering spot rates, quotas that some
+    demands exceed, and reservations (one partly held)."""
+    cat = bundled()
+    offs = []
+    for i, o in enumerate(cat.offerings):
+        extra = {}
+        if o.market is Market.SPOT:
+            extra["spot_rate"] = 0.01 * (i % 7)
+        if i % 5 == 0:
+            extra.update(quota_left=float(i % 24), quota_limit=24.0, quota_per_node=float(o.instance.gpus),
+                         quota_label=f"{o.instance.gpu} GPUs")
+        offs.append(dataclasses.replace(o, **extra))
+        if i % 37 == 0 and o.market is Market.ON_DEMAND:
+            offs.append(dataclasses.replace(o, market=Market.RESERVED, hourly_micros=0, reservation=f"r-{i}",
+                                            reserved_nodes=1 + i % 3))
+    return dataclasses.replace(cat, offerings=tuple(offs))
+
+
+DEMANDS = [
+    Demand(gpus=8, hours=24, gpu_model="H100", data_in_gb=500, data_out_gb=50),
+    Demand(gpus=8, hours=24, min_gpu_memory_gb=1, data_in_gb=500, interruptible=True, checkpoint_minutes=30),
+    Demand(gpus=16, nodes=2, hours=12, gpu_model="A100", interruptible=True, checkpoint_minutes=20,
+           residency=("eu",)),
+    Demand(gpus=4, hours=6, min_gpu_memory_gb=40, providers=("gcp", "azure"), min_sla_pct=99.5),
+    Demand(gpus=1, hours=3, gpu_model="L4", regions=("us-central1", "us-east-1"), data_location="aws:us-east-1",
+           data_in_gb=100),
+    Demand(gpus=8, hours=48, gpu_model="H100", interruptible=True, deadline=NOW + 50 * 3600),
+]
+
+
+@pytest.mark.parametrize("d", DEMANDS, ids=lambda d: f"{d.gpu_model or 'any'}x{d.gpus}")
+@pytest.mark.parametrize("blocked", [None, {"aws/us-east-1": "capacity", "gcp": "auth",
+                                            "azure/eastus/Standard_NC24ads_A100_v4/on_demand": "x"}])
+def test_bulk_equals_scalar(d, blocked):
+    from broker.quote import QuoteEngine
+
+    cat = varied_catalog()
+    engine = QuoteEngine(cat)
+    d = engine.validate(d)
+    groups = engine.shapes(d)
+    held = {"r-0": 1, "r-37": 2}
+    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, 20_000, blocked, held)
+    ok_b, out_b = Table(groups, cat.terms).price(d, ctx)
+    ok_s, out_s = scalar(groups, d, ctx)
+    assert ok_b == ok_s
+    assert [(e.offering, e.reason, e.kind) for e in out_b] == [(e.offering, e.reason, e.kind) for e in out_s]
+    assert ok_b or out_b
+
+
+def test_a_table_is_reused_and_stays_right_across_demands():
+    from broker.quote import QuoteEngine
+
+    engine = QuoteEngine(varied_catalog())
+    engine.CACHE_SIZE = 0
+    a = engine.validate(Demand(gpus=8, hours=24, min_gpu_memory_gb=1, interruptible=True))
+    b = engine.validate(Demand(gpus=16, nodes=2, hours=24, min_gpu_memory_gb=1))
+    qa1 = engine.quote(a, now=time.time())
+    engine.quote(b, now=time.time())
+    qa2 = engine.quote(a, now=time.time())
+    assert engine.table(a) is engine.table(b)
+    assert [r.priced for r in qa1.offers] == [r.priced for r in qa2.offers]
