@@ -117,7 +117,9 @@ class Autoscaler:
             snap_for_trigger = replace(snap, pending=tuple(fresh))  # jobs already sent out don't count
             signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
             cands = candidates_from_snapshot(snap_for_trigger)
-            decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict)
+            decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict,
+                                            capacity_jobs=diag.capacity_jobs,
+                                            scheduling_causes=diag.scheduling_causes())
             self._act(source, decision, st, now)
         return diag, decision
 

@@ -40,8 +40,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from policies.causes import (ACTIONS, CAPACITY_CAUSES, ORDER, CauseKind, Verdict, reason_kind,
-                             unavailable_nodes)
+from policies.causes import (ACTIONS, CAPACITY_CAUSES, FIXABLE, ORDER, CauseKind, Verdict,
+                             reason_kind, unavailable_nodes)
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 K = CauseKind
@@ -107,6 +107,15 @@ class Diagnosis:
 
     def cause(self, kind: CauseKind | str) -> Cause | None:
         return next((c for c in self.causes if c.kind == kind), None)
+
+    def scheduling_causes(self, limit: int = 3) -> str:
+        """Why the queue is scheduling-bound and what fixes it, in one paragraph: the first
+        signal, the causes more capacity would not fix (drained nodes and their reasons,
+        fragmentation, idle allocations, whole-node requests, …) and their actions."""
+        fixable = [c for c in self.causes if c.kind in FIXABLE][:limit]
+        text = "; ".join([*self.signals[:1], *(c.summary for c in fixable)])
+        fixes = " ".join(dict.fromkeys(c.action for c in fixable))
+        return text + (f". Fix: {fixes}" if fixes else "")
 
     def to_dict(self) -> dict:
         return {

@@ -10,8 +10,14 @@ decisions for the same inputs:
   and ``cooldown_s`` since the last threshold burst. It sends enough jobs to bring the pending
   GPUs back to the threshold.
 - **wait** ("stop the bleeding"): a job whose wait, or predicted wait, exceeds
-  ``wait_runtime_ratio`` of its runtime goes out even when the queue is scheduling-bound: fixing
-  the scheduler will not give that job its time back.
+  ``wait_runtime_ratio`` of its runtime goes out.
+
+Schedule first, then scale: when the diagnosis is *scheduling-bound* (GPUs free or wasted while
+jobs wait), neither trigger bursts by default, and the decision says "did not burst, because
+scheduling-bound: …" with the diagnosis' causes and their fix. Sending the longest waiters out
+anyway is an opt-in (``burst_overdue_when_scheduling_bound``): it buys cloud GPUs for a queue
+that on-prem GPUs could serve. Under *mixed*, only the jobs more capacity would start count as
+pending and may go.
 
 Both are bounded by ``max_gpus_in_flight`` (cloud GPUs launching or running) and by a token
 bucket of ``max_burst_gpus_per_hour``. Cloud nodes idle for ``scale_in_idle_s`` are torn down.
@@ -21,7 +27,7 @@ Pure: time is the ``now`` argument, the state is an immutable value returned ane
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from policies.causes import Verdict
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
@@ -46,6 +52,9 @@ class TriggerConfig:
     - ``scale_in_idle_s`` (300): a cloud node idle this long is torn down; shorter than a
       start-up is wasteful churn, much longer pays for idle GPUs.
     - ``wait_runtime_ratio`` (0.5): the wait trigger's ratio (see module doc).
+    - ``burst_overdue_when_scheduling_bound`` (false): schedule first — under a scheduling-bound
+      verdict the wait trigger holds too. true: it still sends the overdue jobs (the longest
+      waiters) out, paying cloud prices for waits the on-prem GPUs could have served.
     - ``threshold_trigger`` / ``wait_trigger``: turn either trigger off.
     - ``burst_verdicts`` (resource-bound): diagnoses under which the threshold trigger may fire.
       ``()`` disables the gate (the naive autoscaler).
@@ -64,6 +73,7 @@ class TriggerConfig:
     wait_runtime_ratio: float = 0.5
     threshold_trigger: bool = True
     wait_trigger: bool = True
+    burst_overdue_when_scheduling_bound: bool = False
     burst_verdicts: tuple[Verdict, ...] = (Verdict.RESOURCE_BOUND,)
     order: str = "ranked"
     selection: SelectionConfig = field(default_factory=SelectionConfig)
@@ -151,6 +161,100 @@ def _soonest(*ts: float | None) -> float | None:
     return min(vals) if vals else None
 
 
+class _Pass:
+    """One evaluation: the jobs chosen so far, the GPUs left to spend, why nothing went."""
+
+    def __init__(self, cfg: TriggerConfig, state: TriggerState, now: float, signals: Signals,
+                 candidates: Sequence[Candidate], allowed: list[Candidate]) -> None:
+        self.cfg, self.state, self.now, self.signals = cfg, state, now, signals
+        self.candidates, self.allowed = candidates, allowed
+        self.tokens = _refill(cfg, state, now)
+        self.room = max(0, cfg.max_gpus_in_flight - signals.cloud_gpus_in_flight)
+        self.left = min(self.room, int(self.tokens))
+        self.chosen: list[Candidate] = []
+        self.taken: set[str] = set()
+        self.why_not: list[str] = []
+        self.wake: list[float | None] = []
+        self.fired: list[str] = []
+
+    def take(self, c: Candidate) -> bool:
+        if c.job.job_id in self.taken or c.job.gpus > self.left:
+            return False
+        self.chosen.append(c)
+        self.taken.add(c.job.job_id)
+        self.left -= c.job.gpus
+        return True
+
+    def limit_reason(self, pool: Sequence[Candidate]) -> str:
+        return _limit_reason(self.cfg, self.signals, self.tokens, self.room,
+                             min(c.job.gpus for c in pool))
+
+    def overdue(self) -> list[Candidate]:
+        """The eligible jobs whose wait exceeds the wait rule's share of their runtime."""
+        cfg = self.cfg
+        overdue = [c for c in self.allowed if c.wait_s > cfg.wait_runtime_ratio * c.job.runtime_s]
+        if cfg.order == "fifo":
+            overdue = [c for c in overdue if c.job.runtime_s > 0]
+        return overdue
+
+    def wait_trigger(self) -> None:
+        """Every overdue, eligible job."""
+        overdue = self.overdue()
+        n_before = len(self.chosen)
+        for c in overdue:
+            self.take(c)
+        if len(self.chosen) > n_before:
+            self.fired.append("wait")
+        elif overdue:
+            self.why_not.append(self.limit_reason(overdue))
+
+    def threshold_trigger(self, pending_gpus: int, above_since: float | None,
+                          verdict: Verdict) -> bool:
+        """Enough jobs to bring the pending GPUs back to the threshold; True when it fired."""
+        cfg, now, state = self.cfg, self.now, self.state
+        if above_since is None:
+            self.why_not.append(f"{pending_gpus} GPUs pending is not over the threshold of "
+                                f"{cfg.pending_gpus_threshold}")
+        elif cfg.burst_verdicts and verdict not in cfg.burst_verdicts:
+            self.why_not.append(f"the queue is {verdict}, and more GPUs do not fix that")
+        elif now - above_since < cfg.stabilization_s:
+            self.why_not.append(f"{pending_gpus} GPUs have been pending over the threshold for "
+                                f"{now - above_since:.0f} s of the {cfg.stabilization_s:.0f} s window")
+            self.wake.append(above_since + cfg.stabilization_s)
+        elif state.last_burst_at is not None and now - state.last_burst_at < cfg.cooldown_s:
+            self.why_not.append(f"the last burst was {now - state.last_burst_at:.0f} s ago "
+                                f"(cooldown {cfg.cooldown_s:.0f} s)")
+            self.wake.append(state.last_burst_at + cfg.cooldown_s)
+        else:
+            excess = pending_gpus - cfg.pending_gpus_threshold - sum(c.job.gpus for c in self.chosen)
+            n_before = len(self.chosen)
+            for c in self.allowed:
+                if excess <= 0:
+                    break
+                if self.take(c):
+                    excess -= c.job.gpus
+            if len(self.chosen) > n_before:
+                self.fired.append("threshold")
+                return True
+            if excess > 0:
+                if not self.allowed:
+                    self.why_not.append("no pending job is worth sending: each would wait only "
+                                        "briefly on-prem or run too short for a cloud start-up"
+                                        if self.candidates else "no pending job was offered")
+                else:
+                    self.why_not.append(self.limit_reason(self.allowed))
+        return False
+
+
+def _allowed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates that may go at all, in the order they go."""
+    if cfg.order == "fifo":
+        return list(candidates)
+    allowed = [c for c in candidates if eligibility(c, cfg.selection) is None]
+    allowed.sort(key=lambda c: rank_key(c.job))
+    return allowed
+
+
 def evaluate(
     cfg: TriggerConfig,
     state: TriggerState,
@@ -158,125 +262,88 @@ def evaluate(
     signals: Signals,
     candidates: Sequence[Candidate],
     verdict: Verdict | str = Verdict.RESOURCE_BOUND,
+    *,
+    capacity_jobs: Collection[str] | None = None,
+    scheduling_causes: str = "",
 ) -> tuple[Decision, TriggerState]:
     """Decide what to do now. ``candidates`` are the pending jobs the caller may burst, each
-    with a predicted wait; order them oldest first (the "fifo" order relies on it)."""
+    with a predicted wait; order them oldest first (the "fifo" order relies on it).
+
+    ``verdict`` is the diagnosis of the queue. Schedule first: under ``scheduling-bound``
+    neither trigger bursts (unless ``burst_overdue_when_scheduling_bound`` or ``burst_verdicts``
+    opt in) and the decision says why with ``scheduling_causes`` (the diagnosis' causes and
+    their fix). Under ``mixed``, only the jobs in ``capacity_jobs`` (those more capacity would
+    start; None: not known, every job) count as pending and may go.
+    """
     verdict = Verdict.parse(verdict)
-    above = signals.pending_gpus > cfg.pending_gpus_threshold
+    pending_gpus = signals.pending_gpus
+    if verdict == Verdict.MIXED and capacity_jobs is not None:
+        candidates = [c for c in candidates if c.job.job_id in capacity_jobs]
+        pending_gpus = min(pending_gpus, sum(c.job.gpus for c in candidates))
+    above = pending_gpus > cfg.pending_gpus_threshold
     above_since = (state.above_since if state.above_since is not None else now) if above else None
-    tokens = _refill(cfg, state, now)
+
+    allowed = _allowed(cfg, candidates)
+    p = _Pass(cfg, state, now, signals, candidates, allowed)
 
     # Scale-in: idle cloud nodes past the window.
     scale_in = tuple(n for n, since in signals.idle_cloud_nodes if now - since >= cfg.scale_in_idle_s)
-    idle_wake = _soonest(*(since + cfg.scale_in_idle_s for n, since in signals.idle_cloud_nodes
-                           if now - since < cfg.scale_in_idle_s))
+    p.wake.append(_soonest(*(since + cfg.scale_in_idle_s for n, since in signals.idle_cloud_nodes
+                             if now - since < cfg.scale_in_idle_s)))
 
-    room = max(0, cfg.max_gpus_in_flight - signals.cloud_gpus_in_flight)
-    budget = min(room, int(tokens))
-    why_not: list[str] = []
-    wake: list[float | None] = [idle_wake]
-
-    # Which candidates may go at all.
-    if cfg.order == "fifo":
-        allowed = list(candidates)
-    else:
-        allowed = [c for c in candidates if eligibility(c, cfg.selection) is None]
-        allowed.sort(key=lambda c: rank_key(c.job))
-
-    chosen: list[Candidate] = []
-    taken: set[str] = set()
-    left = budget
-
-    def take(c: Candidate) -> bool:
-        nonlocal left
-        if c.job.job_id in taken or c.job.gpus > left:
-            return False
-        chosen.append(c)
-        taken.add(c.job.job_id)
-        left -= c.job.gpus
-        return True
-
-    fired: list[str] = []
-    n_wait = 0
-    # Wait trigger: every overdue, eligible job.
-    if cfg.wait_trigger:
-        overdue = [c for c in allowed if c.wait_s > cfg.wait_runtime_ratio * c.job.runtime_s]
-        if cfg.order == "fifo":
-            overdue = [c for c in overdue if c.job.runtime_s > 0]
-        n_before = len(chosen)
-        for c in overdue:
-            take(c)
-        n_wait = len(chosen)
-        if len(chosen) > n_before:
-            fired.append("wait")
-        elif overdue:
-            why_not.append(_limit_reason(cfg, signals, tokens, room, min(c.job.gpus for c in overdue)))
-
-    # Threshold trigger.
+    held = verdict == Verdict.SCHEDULING_BOUND
+    if held:
+        p.why_not.append("scheduling-bound: " + (scheduling_causes.rstrip(". ") or
+                                                 "GPUs are free or wasted while jobs wait"))
+    if cfg.wait_trigger and (not held or cfg.burst_overdue_when_scheduling_bound):
+        p.wait_trigger()
+    elif cfg.wait_trigger and (overdue := p.overdue()):
+        p.why_not.append(f"{_plural(len(overdue), 'job')} ({_plural(sum(c.job.gpus for c in overdue), 'GPU')}) "
+                         f"{'waits' if len(overdue) == 1 else 'wait'} past {cfg.wait_runtime_ratio:g} "
+                         "of the runtime: burst_overdue_when_scheduling_bound = true would send "
+                         f"{'it' if len(overdue) == 1 else 'them'} anyway")
+    n_wait = len(p.chosen)
     threshold_fired = False
-    if cfg.threshold_trigger:
-        if not above:
-            why_not.append(f"{signals.pending_gpus} GPUs pending is not over the threshold of "
-                           f"{cfg.pending_gpus_threshold}")
-        elif cfg.burst_verdicts and verdict not in cfg.burst_verdicts:
-            why_not.append(f"the queue is {verdict}, and more GPUs do not fix that")
-        elif now - above_since < cfg.stabilization_s:
-            why_not.append(f"{signals.pending_gpus} GPUs have been pending over the threshold for "
-                           f"{now - above_since:.0f} s of the {cfg.stabilization_s:.0f} s window")
-            wake.append(above_since + cfg.stabilization_s)
-        elif state.last_burst_at is not None and now - state.last_burst_at < cfg.cooldown_s:
-            why_not.append(f"the last burst was {now - state.last_burst_at:.0f} s ago "
-                           f"(cooldown {cfg.cooldown_s:.0f} s)")
-            wake.append(state.last_burst_at + cfg.cooldown_s)
-        else:
-            excess = signals.pending_gpus - cfg.pending_gpus_threshold - sum(c.job.gpus for c in chosen)
-            n_before = len(chosen)
-            pool = allowed
-            for c in pool:
-                if excess <= 0:
-                    break
-                if take(c):
-                    excess -= c.job.gpus
-            if len(chosen) > n_before:
-                fired.append("threshold")
-                threshold_fired = True
-            elif excess > 0:
-                if not pool:
-                    why_not.append("no pending job is worth sending: each would wait only briefly "
-                                   "on-prem or run too short for a cloud start-up"
-                                   if candidates else "no pending job was offered")
-                else:
-                    why_not.append(_limit_reason(cfg, signals, tokens, room, min(c.job.gpus for c in pool)))
+    # under a gated scheduling-bound verdict the reason is said above, with the causes
+    if cfg.threshold_trigger and not (held and cfg.burst_verdicts
+                                      and Verdict.SCHEDULING_BOUND not in cfg.burst_verdicts):
+        threshold_fired = p.threshold_trigger(pending_gpus, above_since, verdict)
 
-    if not chosen and tokens < cfg.max_burst_gpus_per_hour and any(
-            "burst-rate" in w for w in why_not):
+    if not p.chosen and p.tokens < cfg.max_burst_gpus_per_hour and any(
+            "burst-rate" in w for w in p.why_not):
         need = min((c.job.gpus for c in allowed), default=1)
-        wake.append(now + max(0.0, need - tokens) * 3600.0 / cfg.max_burst_gpus_per_hour)
+        p.wake.append(now + max(0.0, need - p.tokens) * 3600.0 / cfg.max_burst_gpus_per_hour)
 
-    spent = sum(c.job.gpus for c in chosen)
+    spent = sum(c.job.gpus for c in p.chosen)
     new_state = TriggerState(
         above_since=above_since,
         last_burst_at=now if threshold_fired else state.last_burst_at,
-        tokens=tokens - spent,
+        tokens=p.tokens - spent,
         tokens_at=now,
     )
-    if chosen:
-        trig = "+".join(fired)
-        reason = (f"burst {len(chosen)} job(s), {spent} GPUs, because "
-                  + " and ".join(_fired_reason(t, cfg, signals, verdict) for t in fired))
-        return Decision(BURST, tuple(chosen), scale_in, reason, trig, _soonest(*wake), n_wait), new_state
-    reason = "did not burst, because " + ("; ".join(dict.fromkeys(why_not)) if why_not else "nothing asked for it")
+    wake = _soonest(*p.wake)
+    if p.chosen:
+        reason = (f"burst {len(p.chosen)} job(s), {spent} GPUs, because "
+                  + " and ".join(_fired_reason(t, cfg, pending_gpus, verdict) for t in p.fired))
+        return Decision(BURST, tuple(p.chosen), scale_in, reason, "+".join(p.fired), wake,
+                        n_wait), new_state
+    reason = "did not burst, because " + ("; ".join(dict.fromkeys(p.why_not)) if p.why_not
+                                          else "nothing asked for it")
     if scale_in:
         reason = f"scale in {len(scale_in)} idle cloud node(s); " + reason
-        return Decision(SCALE_IN, (), scale_in, reason, "", _soonest(*wake)), new_state
-    return Decision(HOLD, (), (), reason, "", _soonest(*wake)), new_state
+        return Decision(SCALE_IN, (), scale_in, reason, "", wake), new_state
+    return Decision(HOLD, (), (), reason, "", wake), new_state
 
 
-def _fired_reason(t: str, cfg: TriggerConfig, s: Signals, verdict: str) -> str:
+def _fired_reason(t: str, cfg: TriggerConfig, pending_gpus: int, verdict: Verdict) -> str:
     if t == "wait":
         return f"their wait exceeds {cfg.wait_runtime_ratio:g} of their runtime"
-    return (f"{s.pending_gpus} GPUs pending stayed over the threshold of {cfg.pending_gpus_threshold} "
+    return (f"{pending_gpus} GPUs pending stayed over the threshold of {cfg.pending_gpus_threshold} "
             f"for {cfg.stabilization_s:.0f} s on a {verdict} queue")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _limit_reason(cfg: TriggerConfig, s: Signals, tokens: float, room: int, smallest: int) -> str:

@@ -1,6 +1,7 @@
 """The autoscaler through ReportQueue: diagnose, decide, launch, hand off; and "did not burst"."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import grpc
@@ -19,15 +20,21 @@ AUTOSCALER = {"enabled": True, "default_gpu_model": "L4",
               "trigger": {"stabilization_s": 0, "cooldown_s": 0, "pending_gpus_threshold": 4}}
 
 
-@pytest.fixture
-def broker(clouds, tmp_path):  # noqa: F811
+@contextlib.contextmanager
+def serving(clouds, tmp_path, autoscaler=AUTOSCALER):  # noqa: F811
     tables = clouds.provider_tables()
     providers = build_enabled(tables, "broker-test")
-    cfg = {"autoscaler": AUTOSCALER, "providers": tables}
+    cfg = {"autoscaler": autoscaler, "providers": tables}
     with running_server(tmp_path, providers=providers, config=cfg) as (addr, svc):
         attach(svc)
         with grpc.insecure_channel(addr) as ch:
             yield pb_grpc.BrokerStub(ch), svc, clouds
+
+
+@pytest.fixture
+def broker(clouds, tmp_path):  # noqa: F811
+    with serving(clouds, tmp_path) as b:
+        yield b
 
 
 def node(name, state, total, alloc):
@@ -41,7 +48,8 @@ def snapshot(pending, nodes, source="kueue:prod"):
 
 
 def job(i, gpus=1, runtime_h=2.0, waited_s=60, reason="Resources", **kw):
-    return pb.PendingJob(job_id=str(i), gpus=gpus, gpu_model="L4", est_runtime_s=int(runtime_h * 3600),
+    kw.setdefault("gpu_model", "L4")
+    return pb.PendingJob(job_id=str(i), gpus=gpus, est_runtime_s=int(runtime_h * 3600),
                          waited_s=waited_s, pending_reason=reason, queue="gpu", user="ana", **kw)
 
 
@@ -82,15 +90,39 @@ def test_scheduling_bound_queue_is_not_burst(broker):
     assert held[0].action == "hold" and "did not burst" in held[0].reason
 
 
-def test_wait_over_half_the_runtime_bursts_even_when_scheduling_bound(broker):
+def test_schedule_first_a_scheduling_bound_queue_bursts_nothing_even_overdue(broker):
+    """44 % allocated, 36 GPUs free but scattered, six whole-node jobs waiting longer than half
+    their runtime: the wait trigger used to burst all six (48 GPUs)."""
     stub, svc, clouds = broker
-    nodes = [node(f"gpu-{i}", "mix", 8, 4) for i in range(4)]
-    overdue = job(77, gpus=1, runtime_h=1.0, waited_s=2 * 3600)  # waited 2 h for a 1 h job
-    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot([overdue], nodes)))
-    assert r.decisions[0].action == "burst", r.decisions[0].reason
-    assert "77" in r.decisions[0].job_ids
-    leases = stub.ListLeases(pb.ListLeasesRequest()).leases
-    assert [l.job.job_id for l in leases] == ["77"]
+    nodes = [node(f"gpu-{i}", "mix", 8, 4 if i < 4 else 3) for i in range(8)]  # 28 of 64
+    pend = [job(i, gpus=8, exclusive=True, runtime_h=2.0, waited_s=2 * 3600, gpu_model="A100")
+            for i in range(6)]
+    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, nodes)))
+    assert r.diagnosis.verdict == pb.VERDICT_SCHEDULING_BOUND
+    assert round(r.diagnosis.allocation_rate, 2) == 0.44
+    d = r.decisions[0]
+    assert d.action == "hold" and not d.job_ids, d.reason
+    assert d.reason.startswith("did not burst, because scheduling-bound: allocation 44% under 70%")
+    assert "6 whole-node (--exclusive) requests (48 GPUs) wait while 36 GPUs are free" in d.reason
+    assert "Fix: Right-size requests" in d.reason
+    assert not stub.ListLeases(pb.ListLeasesRequest()).leases
+    assert not any(clouds.alive_instances().values())
+    held = stub.ListDecisions(pb.ListDecisionsRequest()).decisions
+    assert [h.action for h in held] == ["hold"] and held[0].reason == d.reason
+
+
+def test_bursting_overdue_jobs_of_a_scheduling_bound_queue_is_an_opt_in(clouds, tmp_path):  # noqa: F811
+    opt_in = {**AUTOSCALER, "trigger": {**AUTOSCALER["trigger"],
+                                        "burst_overdue_when_scheduling_bound": True}}
+    with serving(clouds, tmp_path, opt_in) as (stub, svc, _):
+        nodes = [node(f"gpu-{i}", "mix", 8, 4) for i in range(4)]
+        overdue = job(77, gpus=1, runtime_h=1.0, waited_s=2 * 3600)  # waited 2 h for a 1 h job
+        r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot([overdue], nodes)))
+        assert r.diagnosis.verdict == pb.VERDICT_SCHEDULING_BOUND
+        assert r.decisions[0].action == "burst", r.decisions[0].reason
+        assert "77" in r.decisions[0].job_ids
+        leases = stub.ListLeases(pb.ListLeasesRequest()).leases
+        assert [l.job.job_id for l in leases] == ["77"]
 
 
 @pytest.mark.parametrize("bad, field", [

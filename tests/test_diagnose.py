@@ -428,3 +428,26 @@ def test_verdicts_and_cause_kinds_are_one_vocabulary_used_everywhere():
     d = diagnose(snap(nodes, [job("p1", 2, waited_s=3600)]), now=NOW)
     assert d.verdict is Verdict.RESOURCE_BOUND and d.causes[0].kind is CauseKind.CAPACITY
     assert json.loads(json.dumps(d.to_dict()))["causes"][0]["kind"] == "capacity"
+
+
+def test_scheduling_causes_name_the_causes_and_their_fix_but_not_capacity():
+    nodes = [node("g1", alloc=2), node("g2", alloc=2), node("g3", state="drain", reason="ECC errors")]
+    running = [RunningJob("r1", 2, nodes=("g1",))]
+    samples = [GpuSample("g1", 0, 5.0), GpuSample("g1", 1, 3.0)]
+    pending = [job("p1", 4, exclusive=True, waited_s=3600), job("p2", 4, waited_s=3000)]
+    d = diagnose(snap(nodes, pending, running, samples), now=NOW)
+    assert d.verdict == "scheduling-bound"
+    text = d.scheduling_causes()
+    assert text.startswith(d.signals[0])
+    assert "g3: ECC errors" in text and "whole-node (--exclusive) request" in text
+    assert "Fix: Repair the drained nodes" in text and "scontrol update nodename=" in text
+    assert "Burst" not in text  # capacity is not the fix of a scheduling-bound queue
+    assert d.capacity_jobs == frozenset()
+
+
+def test_capacity_jobs_are_complete_even_when_the_listing_is_cut():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    pending = [job(f"p{i}", 2, waited_s=3600) for i in range(3)] + [job("d", 2, reason="Dependency")]
+    d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=1))
+    assert d.cause("capacity").jobs == ("p0",)
+    assert d.capacity_jobs == {"p0", "p1", "p2"}

@@ -95,14 +95,15 @@ def cluster(tmp_path_factory):
 class Broker:
     """`broker serve` for one test, configured for this cluster and the mocked clouds."""
 
-    def __init__(self, cluster: SlurmCluster, clouds, tmp_path: Path) -> None:  # noqa: F811
+    def __init__(self, cluster: SlurmCluster, clouds, tmp_path: Path, **trigger) -> None:  # noqa: F811
         self.cluster, self.clouds = cluster, clouds
         self.config = cluster.root / "broker.toml"  # where the deploy scripts look
         self.serve = ServeProcess(self.config, tmp_path)
         write_config(
             self.config, clouds, f"sqlite:///{tmp_path / 'broker.db'}",
             autoscaler={"enabled": True, "interval_s": 1,
-                        "trigger": {"stabilization_s": 0, "cooldown_s": 0, "pending_gpus_threshold": 0},
+                        "trigger": {"stabilization_s": 0, "cooldown_s": 0, "pending_gpus_threshold": 0,
+                                    **trigger},
                         "selection": {"min_wait_share": 0.0, "startup_s": 10}},
             slurm={"enabled": True, "cluster": "e2e", "squeue": BIN["squeue"], "sinfo": BIN["sinfo"],
                    "scontrol": BIN["scontrol"], "slurm_conf": str(cluster.conf), "burst_partition": "burst",
@@ -160,11 +161,12 @@ def job_nodes(c: SlurmCluster, job_id: str) -> str:
 
 
 @pytest.fixture
-def broker(cluster, clouds, tmp_path):  # noqa: F811
-    """A fresh broker per test; afterwards every cloud node is powered down again (through the
-    broker, which releases what is left), its slurmd stopped, and the on-prem nodes resumed."""
+def broker(request, cluster, clouds, tmp_path):  # noqa: F811
+    """A fresh broker per test (``[autoscaler.trigger]`` keys as the indirect parameter);
+    afterwards every cloud node is powered down again (through the broker, which releases what is
+    left), its slurmd stopped, and the on-prem nodes resumed."""
     c = cluster
-    b = Broker(c, clouds, tmp_path)
+    b = Broker(c, clouds, tmp_path, **getattr(request, "param", {}))
     yield b
     c.cancel_all(wait=15)
     up = [n for n, s in c.node_states().items() if n in c.cloud_names and not s.endswith("~")]
@@ -207,8 +209,10 @@ def test_resource_bound_job_bursts_to_a_cloud_node_and_is_suspended_after(broker
     nodes = wait_for("a cloud instance for a burst node", b.cloud_nodes, 45,
                      why=lambda: f"slurm.log: {b.log_events()[-5:]}; nodes: {c.node_states()}")
     (node,) = nodes
-    (lease,) = b.leases()
-    assert lease["state"] == "running" and lease["job"]["job_id"] == job
+    # the instance exists a moment before the Launch that made it returns: wait for the lease
+    (lease,) = wait_for("the lease running", lambda: [l for l in b.leases() if l["state"] == "running"], 30,
+                        why=lambda: str([(l["state"], l["state_reason"]) for l in b.leases()]))
+    assert len(b.leases()) == 1 and lease["job"]["job_id"] == job
     assert [i["node_name"] for i in lease["instances"]] == [node]
     assert lease["idempotency_key"].startswith(f"slurm-{node}-")
     assert "burst" in partitions(c, job)
@@ -230,8 +234,9 @@ def test_resource_bound_job_bursts_to_a_cloud_node_and_is_suspended_after(broker
     wait_for(f"{node} powered down", lambda: c.node_states()[node].endswith("~"), 20, why=c.node_states)
 
 
-def test_scheduling_bound_queue_is_held_but_an_overdue_job_bursts(broker, cluster):
-    c, b = cluster, broker
+def _scheduling_bound_queue(c: SlurmCluster, b: Broker) -> tuple[str, str, float]:
+    """A drained node and a whole-node job on a half-used cluster: the broker holds, naming why.
+    Returns (the short whole-node job, the 2-GPU job, when they were submitted)."""
     c.drain("gpu-2", reason="ECC errors")
     small = c.sbatch("sleep 600", gres="gpu:1", partition="gpu", name="train-small", extra=("--nodelist=gpu-1",))
     c.wait_job(small, {"RUNNING"})
@@ -257,8 +262,32 @@ def test_scheduling_bound_queue_is_held_but_an_overdue_job_bursts(broker, cluste
     assert b.leases() == [] and b.cloud_nodes() == {}
     assert partitions(c, short) == {"gpu"} and partitions(c, wide) == {"gpu"}
     assert not [d for d in b.decisions() if d.action == "burst"]
+    return short, wide, submitted
 
-    # (c) the short job has now waited over half its 60 s runtime: it bursts all the same
+
+def test_scheduling_bound_queue_is_held_even_when_a_job_is_overdue(broker, cluster):
+    """Schedule first: the short job waits past half its runtime and still stays home; the hold
+    says why, with the drain reason and the fix."""
+    c, b = cluster, broker
+    short, wide, submitted = _scheduling_bound_queue(c, b)
+    overdue = wait_for("a hold that names the overdue job", lambda: [
+        d for d in b.decisions() if d.action == "hold" and "burst_overdue_when_scheduling_bound" in d.reason],
+        60, why=lambda: str([(d.action, d.reason) for d in b.decisions()]))
+    assert time.monotonic() - submitted >= 30
+    reason = overdue[0].reason
+    assert reason.startswith("did not burst, because scheduling-bound: "), reason
+    assert "gpu-2: ECC errors" in reason and "Fix: Repair the drained nodes" in reason, reason
+    assert "1 job (1 GPU) waits past 0.5 of the runtime" in reason, reason
+    assert not [d for d in b.decisions() if d.action == "burst"]
+    assert b.leases() == [] and b.cloud_nodes() == {}
+    assert partitions(c, short) == {"gpu"} and partitions(c, wide) == {"gpu"}
+
+
+@pytest.mark.parametrize("broker", [{"burst_overdue_when_scheduling_bound": True}], indirect=True)
+def test_opt_in_bursts_the_overdue_job_of_a_scheduling_bound_queue(broker, cluster):
+    c, b = cluster, broker
+    short, wide, submitted = _scheduling_bound_queue(c, b)
+    # the short job has now waited over half its 60 s runtime: with the opt-in it bursts
     burst = wait_for("a burst decision for the overdue job", lambda: [
         d for d in b.decisions() if d.action == "burst"], 60,
         why=lambda: str([(d.action, d.reason) for d in b.decisions()]))

@@ -51,14 +51,54 @@ def test_dipping_under_the_threshold_restarts_the_window():
     assert ds[3].action == HOLD  # only 250 s since it rose again
 
 
-def test_scheduling_bound_queue_does_not_trip_the_threshold_but_overdue_jobs_still_go():
+def test_scheduling_bound_queue_bursts_nothing_by_default_and_overdue_jobs_only_by_opt_in():
     cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL)
     waiting = cand("fresh", waited=10, pred=100, runtime=7200)
     overdue = cand("old", waited=4000, pred=4000, runtime=7200)  # waited > half its runtime
     d, _ = evaluate(cfg, TriggerState(), 0, busy(16, allocated=200), [waiting], "scheduling-bound")
     assert d.action == HOLD and "scheduling-bound" in d.reason and d.reason.startswith("did not burst, because")
-    d, _ = evaluate(cfg, TriggerState(), 0, busy(16, allocated=200), [waiting, overdue], "scheduling-bound")
+    assert "burst_overdue_when_scheduling_bound" not in d.reason  # nothing is overdue yet
+    # schedule first: the overdue job does not go either, and the decision says why
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(16, allocated=200), [waiting, overdue], "scheduling-bound",
+                    scheduling_causes="1 node drained with 8 GPUs out of service (g3: ECC). "
+                                      "Fix: Repair the drained nodes.")
+    assert d.action == HOLD and not d.jobs
+    assert d.reason == ("did not burst, because scheduling-bound: 1 node drained with 8 GPUs out of "
+                        "service (g3: ECC). Fix: Repair the drained nodes; 1 job (8 GPUs) waits past "
+                        "0.5 of the runtime: burst_overdue_when_scheduling_bound = true would send it "
+                        "anyway")
+    # the explicit opt-in sends the longest waiters anyway
+    opt_in = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL,
+                           burst_overdue_when_scheduling_bound=True)
+    d, _ = evaluate(opt_in, TriggerState(), 0, busy(16, allocated=200), [waiting, overdue], "scheduling-bound")
     assert d.action == BURST and d.job_ids == ("old",) and d.trigger == "wait" and d.n_wait == 1
+    # naming scheduling-bound among the threshold's verdicts is an opt-in too
+    d, _ = evaluate(TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL,
+                                  wait_trigger=False, burst_verdicts=("scheduling-bound",)),
+                    TriggerState(), 0, busy(16, allocated=200), [waiting, overdue], "scheduling-bound")
+    assert d.action == BURST and d.trigger == "threshold"
+
+
+def test_mixed_queue_bursts_only_what_capacity_can_fix():
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, selection=SEL,
+                        burst_verdicts=("resource-bound", "mixed"))
+    cap = [cand(f"c{i}", gpus=8, waited=4000, pred=4000) for i in range(2)]  # need capacity
+    frag = [cand(f"f{i}", gpus=8, waited=5000, pred=5000, exclusive=True) for i in range(3)]
+    everyone = frag + cap
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(40, allocated=480), everyone, "mixed",
+                    capacity_jobs={"c0", "c1"})
+    assert d.action == BURST and set(d.job_ids) == {"c0", "c1"}, d.reason
+    # only 16 GPUs of the 40 are capacity's: one job brings them back to the threshold of 8
+    d, _ = evaluate(TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, selection=SEL,
+                                  wait_trigger=False, burst_verdicts=("mixed",)),
+                    TriggerState(), 0, busy(40, allocated=480), everyone, "mixed", capacity_jobs={"c0", "c1"})
+    assert d.job_ids == ("c0",) and "16 GPUs pending" in d.reason
+    # no capacity-bound job: nothing goes, even overdue
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(40, allocated=480), frag, "mixed", capacity_jobs=set())
+    assert d.action == HOLD and "0 GPUs pending is not over the threshold" in d.reason
+    # without the diagnosis' job list (the simulator's allocation-only verdict) every job counts
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(40, allocated=480), everyone, "mixed")
+    assert {"f0", "f1", "f2"} <= set(d.job_ids)
 
 
 def test_predicted_wait_alone_fires_the_wait_rule():
