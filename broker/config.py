@@ -296,6 +296,21 @@ class AuthSettings(Table):
                 raise bad("tokens", "maps a token to an empty tenant (use \"*\" for an operator)")
 
 
+class LimitsSettings(Table):
+    """``[limits]``: the API's bounds at its edge (enforced by :mod:`broker.limits`)."""
+
+    #: One request or response, in bytes (gRPC's own cap, both ways).
+    max_message_bytes: Annotated[int, Meta(ge=1024, le=2**31 - 1)] = 4 * 1024 * 1024
+    #: Any string field (names and ids have tighter bounds of their own).
+    max_string_chars: Annotated[int, Meta(ge=64, le=2**31 - 1)] = 4096
+    #: Any list or map field (a demand's filters have tighter bounds of their own).
+    max_list_items: Annotated[int, Meta(ge=16, le=2**31 - 1)] = 100_000
+    #: Nodes of one lease, launch or demand.
+    max_nodes: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
+    #: Open WatchLeases streams (each holds a worker thread); 0 = half of server.workers.
+    max_streams: Annotated[int, Meta(ge=0, le=4096)] = 0
+
+
 class TelemetrySettings(Table):
     #: Prometheus /metrics HOST:PORT; empty = off. Loopback unless ``metrics_public`` is set.
     metrics_listen: str = ""
@@ -417,6 +432,7 @@ class Config(Table):
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
     auth: Union[AuthSettings, None] = None
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
 
     def __post_init__(self) -> None:
         if not self.owner.strip():

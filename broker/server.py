@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from broker import convert
 from broker.errors import BrokerError, NotFound, PermissionDenied, outcome
 from broker.lifecycle import LeaseError, lease_view
+from broker.limits import EdgeInterceptor, server_options
 from broker.quote import DerivedCache
 from broker.service import Service
 from broker.v1 import broker_pb2 as pb
@@ -248,22 +249,23 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
 
 class _ErrorStatus(grpc.ServerInterceptor):
-    """The service's typed errors (broker.errors) become their gRPC status, through its one table."""
+    """Every error a handler lets out becomes a status a client can act on: the service's typed
+    errors through errors.OUTCOMES; a lost or busy database UNAVAILABLE (retry); anything else
+    INTERNAL with a reference to the log line, never the exception's own text."""
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         if handler is None or not details.method.startswith("/broker.v1.Broker/"):
             return handler
-        from broker.errors import outcome
-
+        method = details.method.rsplit("/", 1)[-1]
         if handler.unary_unary:
             inner = handler.unary_unary
 
             def unary(request, context):
                 try:
                     return inner(request, context)
-                except BrokerError as e:
-                    context.abort(outcome(e).status, str(e))
+                except Exception as e:
+                    _fail(context, method, e)
 
             return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer,
                                                        handler.response_serializer)
@@ -273,20 +275,39 @@ class _ErrorStatus(grpc.ServerInterceptor):
             def stream(request, context):
                 try:
                     yield from inner_stream(request, context)
-                except BrokerError as e:
-                    context.abort(outcome(e).status, str(e))
+                except Exception as e:
+                    _fail(context, method, e)
 
             return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
                                                         handler.response_serializer)
         return handler
 
 
+def _fail(context, method: str, e: Exception):
+    if context.code() is not None:  # the handler aborted with a status of its own
+        raise e
+    if isinstance(e, BrokerError):
+        context.abort(outcome(e).status, str(e))
+    from sqlalchemy import exc as db
+
+    if isinstance(e, (db.OperationalError, db.InterfaceError, db.TimeoutError)) or (
+            isinstance(e, db.DBAPIError) and e.connection_invalidated):
+        log.warning("rpc_database_unavailable", method=method, error=type(e.orig or e).__name__)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; retry shortly.")
+    import uuid
+
+    ref = uuid.uuid4().hex[:12]
+    log.error("rpc_internal_error", method=method, ref=ref, exc_info=e)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error (the server logged it as ref {ref}).")
+
+
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
                                                     thread_name_prefix="rpc"),
-                         interceptors=[service.metrics.interceptor(), service.auth.interceptor(), _ErrorStatus()],
-                         options=[("grpc.so_reuseport", 0)])
+                         interceptors=[service.metrics.interceptor(), service.auth.interceptor(),
+                                       EdgeInterceptor(service.limits), _ErrorStatus()],
+                         options=[("grpc.so_reuseport", 0), *server_options(service.limits)])
     pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -29,10 +29,12 @@ class Service:
         from providers.registry import build_enabled
 
         from broker.auth import Auth
+        from broker.limits import Limits
 
         self.config = config
         self.clock = clock
         self.auth = Auth(config.auth_tokens)
+        self.limits = Limits.from_settings(config.limits, config.workers)
         from broker import market
 
         self.store = Store(config.db_url)

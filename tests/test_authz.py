@@ -9,7 +9,7 @@ import pytest
 
 from broker.auth import TABLE, Auth, Principal, Role, parse_spec
 from broker.errors import ConfigError
-from broker.store import LeaseRecord
+from broker.lease import Lease
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from tests.grpc_server import running_server
@@ -29,15 +29,15 @@ CALLERS = {"none": None, "bad": "nope", "tenant-a": "tok-a", "tenant-b": "tok-b"
 SECRET = {"a": "SECRET_OF_A_17", "b": "SECRET_OF_B_42"}
 
 
-def _lease(tenant: str, lid: str, state: str = "running") -> LeaseRecord:
+def _lease(tenant: str, lid: str, state: str = "running") -> Lease:
     side = tenant[-1]
-    return LeaseRecord(
+    return Lease(
         lease_id=lid, tenant=tenant, idempotency_key=lid, state=state, provider="aws", region="us-east-1",
         instance_type="p5.48xlarge", market="on_demand", nodes=1, hourly_micros=1, client_token="t",
         created_at=1, updated_at=1, state_since=1,
-        instances=f'[{{"instance_id": "i-{side}{side}{side}", "node_name": "n-{side}", "zone": "us-east-1a", '
-                  f'"private_ip": "10.0.0.1", "state": "running"}}]',
-        job=f'{{"job_id": "j-{side}", "env": {{"TOKEN": "{SECRET[side]}"}}}}')
+        instances=[{"instance_id": f"i-{side * 3}", "node_name": f"n-{side}", "zone": "us-east-1a",
+                    "private_ip": "10.0.0.1", "state": "running"}],
+        job={"job_id": f"j-{side}", "env": {"TOKEN": SECRET[side]}})
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 and no internal error text in any answer."""
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -83,3 +85,151 @@ def test_resolve_maps_names_to_configured_sources_only(tmp_path):
         resolve(str(tmp_path / "x.sh"), {"mine": "/etc/broker/mine.sh"})
     with pytest.raises(BootstrapError):
         resolve("/etc/broker/mine.sh", {"mine": "/etc/broker/mine.sh"})  # the path is not a name
+
+
+# ---------------------------------------------------------------------------------------------
+# bounded requests and streams; internal errors never leak
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def broker_on(request, tmp_path, mini_catalog_dir):
+    """A server (no clouds) on SQLite or on a fresh PostgreSQL database."""
+    from tests.stores import pg_url_or_skip
+
+    urls = pg_url_or_skip() if request.param == "postgresql" else iter([f"sqlite:///{tmp_path / 'b.db'}"])
+    url = next(urls)
+    cfg = {"catalog.path": str(mini_catalog_dir), "store.url": url}
+    with running_server(tmp_path, config=cfg) as (addr, svc):
+        with grpc.insecure_channel(addr) as ch:
+            yield pb_grpc.BrokerStub(ch), svc, url
+    next(urls, None)
+
+
+def _code(fn, *args, **kw):
+    try:
+        fn(*args, timeout=10, **kw)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+def _demand(**kw):
+    return pb.Demand(**{"gpu_model": "H100", "gpus": 8, "hours": 1.0, **kw})
+
+
+def _bad_ts(seconds=2**62, nanos=0):
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+def test_out_of_range_values_are_invalid_argument_naming_the_field(broker_on):
+    stub, _, _ = broker_on
+    snap = pb.QueueSnapshot(source="s", taken_at=_bad_ts(-2**62))
+    cases = [
+        (stub.Quote, pb.QuoteRequest(demand=_demand(deadline=_bad_ts())), "demand.deadline"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(deadline=_bad_ts(0, -1))), "demand.deadline"),
+        (stub.ListDecisions, pb.ListDecisionsRequest(since=_bad_ts()), "since"),
+        (stub.ReportQueue, pb.ReportQueueRequest(snapshot=snap), "snapshot.taken_at"),
+        (stub.Diagnose, pb.DiagnoseRequest(snapshot=snap), "snapshot.taken_at"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(hours=1e308)), "demand.hours"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(hours=float("nan"))), "demand.hours"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(data_in_gb=float("inf"))), "demand.data_in_gb"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["x" * 1_000_000])), "demand.residency[0]"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["mars"] * 1000)), "demand.residency"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(tenant="a\x00b")), "demand.tenant"),
+        (stub.Launch, pb.LaunchRequest(idempotency_key="k", offering=pb.Offering(
+            provider="aws", region="us-east-1", instance_type="p5.48xlarge", market=pb.MARKET_ON_DEMAND,
+            count=2**31 - 1)), "offering.count"),
+        (stub.Launch, pb.LaunchRequest(idempotency_key="k", offering=pb.Offering(market=7)), "offering.market"),
+        (stub.GetLease, pb.GetLeaseRequest(lease_id="l-\x00"), "lease_id"),
+        (stub.Release, pb.ReleaseRequest(lease_id="l-" + "9" * 5000), "lease_id"),
+        (stub.ListLeases, pb.ListLeasesRequest(states=[99]), "states[0]"),
+        (stub.ListLeases, pb.ListLeasesRequest(tenant="t\x00"), "tenant"),
+        (stub.WatchLeases, pb.WatchLeasesRequest(after_event_id=-1), "after_event_id"),
+    ]
+    for fn, request, field in cases:
+        if fn is stub.WatchLeases:
+            code, details = _code(lambda r, **kw: list(fn(r, **kw)), request)
+        else:
+            code, details = _code(fn, request)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, code, details)
+        assert details.startswith(field), (field, details)
+        assert len(details) < 300 and "Traceback" not in details and "SELECT" not in details
+
+
+def test_a_request_over_the_message_limit_is_refused(broker_on):
+    stub, _, _ = broker_on
+    code, _ = _code(stub.Quote, pb.QuoteRequest(demand=_demand(regions=["r" * 60] * 80_000)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _code(stub.Quote, pb.QuoteRequest(demand=_demand()))[0] == grpc.StatusCode.OK
+
+
+def test_a_lost_database_is_unavailable_not_unknown(broker_on):
+    stub, svc, url = broker_on
+    if not url.startswith("postgresql"):
+        pytest.skip("the connection-loss case needs PostgreSQL (SQLite has no server to lose)")
+    import psycopg
+
+    from tests.stores import PG_ADMIN
+
+    db = url.rsplit("/", 1)[1]
+    admin = PG_ADMIN.replace("postgresql+psycopg://", "postgresql://")
+    assert _code(stub.ListLeases, pb.ListLeasesRequest())[0] == grpc.StatusCode.OK
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+        c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+    try:
+        for call, request in ((stub.ListLeases, pb.ListLeasesRequest()),
+                              (stub.GetLease, pb.GetLeaseRequest(lease_id="l-1"))):
+            code, details = _code(call, request)
+            assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+            assert "psycopg" not in details and db not in details
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+    deadline = time.monotonic() + 10
+    while _code(stub.ListLeases, pb.ListLeasesRequest())[0] != grpc.StatusCode.OK:
+        assert time.monotonic() < deadline, "the server did not recover its database"
+        time.sleep(0.1)
+
+
+def test_open_streams_do_not_starve_unary_calls_or_health(tmp_path, mini_catalog_dir):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    cfg = {"catalog.path": str(mini_catalog_dir), "server.workers": 8}
+    with running_server(tmp_path, config=cfg) as (addr, svc):
+        assert svc.limits.max_streams == 4
+        channels = [grpc.insecure_channel(addr) for _ in range(32)]
+        streams = [pb_grpc.BrokerStub(ch).WatchLeases(pb.WatchLeasesRequest(), timeout=60) for ch in channels]
+        try:
+            refused = 0
+            for s in streams[4:]:
+                with pytest.raises(grpc.RpcError) as e:
+                    next(s)
+                assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_streams" in e.value.details()
+                refused += 1
+            assert refused == 28
+            with grpc.insecure_channel(addr) as ch:
+                stub = pb_grpc.BrokerStub(ch)
+                for _ in range(20):
+                    stub.Quote(pb.QuoteRequest(demand=_demand()), timeout=5)
+                    stub.ListLeases(pb.ListLeasesRequest(), timeout=5)
+                    ok = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+                    assert ok.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            for s in streams:
+                s.cancel()
+            for ch in channels:
+                ch.close()
+        # the slots come back when streams end
+        deadline = time.monotonic() + 10
+        with grpc.insecure_channel(addr) as ch:
+            while True:
+                s = pb_grpc.BrokerStub(ch).WatchLeases(pb.WatchLeasesRequest(), timeout=0.5)
+                try:
+                    next(s)
+                except grpc.RpcError as e:
+                    if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        break
+                    assert time.monotonic() < deadline, e
+                time.sleep(0.05)

@@ -1,0 +1,234 @@
+"""Bounds at the API's edge: every request is checked against its proto descriptor before any
+handler sees it, so no size, count or value can make the server build something unbounded.
+
+One walk over each request (the fields it sets) applies:
+
+- every string: at most ``max_string_chars`` characters (tighter for names and ids, see
+  :data:`FIELDS`) and no NUL character (no database stores one);
+- every list and map: at most ``max_list_items`` entries (tighter for a demand's filters and a
+  launch's node names);
+- every double: a finite number, inside its field's range where :data:`FIELDS` gives one
+  (``hours``, GB, percentages); every count and duration inside its range (``Offering.count`` and
+  ``Demand.nodes`` at most ``max_nodes``);
+- every enum: one of its declared values; every Timestamp: a real instant (years 1–9999,
+  nanos 0–999,999,999).
+
+A violation is INVALID_ARGUMENT naming the field as the request spells it
+(``snapshot.pending[3].queue``). The message size itself is capped by gRPC
+(``max_message_bytes``, both ways), and long-lived streams hold at most ``max_streams`` worker
+threads: one more is RESOURCE_EXHAUSTED at once, so streams never starve unary calls or health.
+All of these are ``[limits]`` keys.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import grpc
+from google.protobuf.descriptor import FieldDescriptor
+
+from broker.errors import ConfigError, InvalidArgument
+
+SERVICE_PREFIX = "/broker.v1.Broker/"
+TEN_YEARS_S = 10 * 365 * 24 * 3600
+# Timestamp range of google.protobuf.Timestamp: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z.
+TS_MIN, TS_MAX = -62135596800, 253402300799
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``[limits]``: the edge's bounds (defaults fit every real cluster we know of)."""
+
+    max_message_bytes: int = 4 * 1024 * 1024   # one request or response, in bytes
+    max_string_chars: int = 4096               # any string field (names and ids are tighter)
+    max_list_items: int = 100_000              # any list or map (a demand's filters are tighter)
+    max_nodes: int = 1024                      # nodes of one lease or demand
+    max_streams: int = 0                       # open WatchLeases streams; 0 = half the workers
+
+    @classmethod
+    def from_settings(cls, settings: Any, workers: int = 32) -> "Limits":
+        """From the ``[limits]`` table (ranges checked by the config schema); resolves
+        ``max_streams = 0`` to half the workers and refuses one that could take them all."""
+        values = {f.name: getattr(settings, f.name) for f in fields(cls)}
+        if not values["max_streams"]:
+            values["max_streams"] = max(1, workers // 2)
+        elif values["max_streams"] >= workers:
+            raise ConfigError(f"config: limits.max_streams ({values['max_streams']}) must be below server.workers "
+                              f"({workers}), or streams can take every worker", field="limits.max_streams")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Rule:
+    lo: float | None = None
+    hi: float | None = None
+    chars: int | None = None   # strings: at most this many characters
+    items: int | None = None   # lists: at most this many entries
+
+
+NAME, ID = Rule(chars=128), Rule(chars=256)
+COUNT = Rule(0, 1_000_000)
+SECONDS = Rule(0, TEN_YEARS_S)
+GB = Rule(0, 1e7)  # 10 PB
+# Field rules by "Message.field"; node counts and node lists are bounded by max_nodes (Bounds).
+FIELDS: dict[str, Rule] = {
+    "Demand.gpu_model": NAME, "Demand.tenant": NAME, "Demand.data_location": NAME,
+    "Demand.gpus": Rule(0, 100_000), "Demand.min_gpu_memory_gb": Rule(0, 10_000),
+    "Demand.hours": Rule(0, 24 * 365 * 10), "Demand.data_in_gb": GB, "Demand.data_out_gb": GB,
+    "Demand.checkpoint_minutes": Rule(0, 60 * 24 * 365), "Demand.min_sla_pct": Rule(0, 100),
+    "Demand.providers": Rule(items=16, chars=32), "Demand.regions": Rule(items=256, chars=64),
+    "Demand.residency": Rule(items=64, chars=64),
+    "QuoteRequest.top": Rule(0, 100_000),
+    "QuoteOffer.quote_id": ID, "QuoteOffer.rank": Rule(0, 100_000),
+    "Offering.provider": NAME, "Offering.region": NAME, "Offering.zone": NAME, "Offering.instance_type": NAME,
+    "LaunchRequest.idempotency_key": ID, "LaunchRequest.tenant": NAME, "LaunchRequest.bootstrap": NAME,
+    "LaunchRequest.max_lifetime_s": SECONDS, "LaunchRequest.node_names": Rule(chars=128),
+    "Job.job_id": ID, "Job.owner": NAME, "Job.queue": NAME, "Job.env": Rule(items=512),
+    "GetLeaseRequest.lease_id": ID, "ReleaseRequest.lease_id": ID, "HandoffRequest.lease_id": ID,
+    "WatchLeasesRequest.lease_id": ID, "WatchLeasesRequest.after_event_id": Rule(0, 2**62),
+    "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, 100_000),
+    "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, 100_000),
+    "ReleaseRequest.reason": Rule(chars=1024),
+    "PendingJob.job_id": ID, "PendingJob.user": NAME, "PendingJob.queue": NAME, "PendingJob.gpus": Rule(0, 100_000),
+    "PendingJob.gpu_model": NAME, "PendingJob.min_gpu_memory_gb": Rule(0, 10_000),
+    "PendingJob.time_limit_s": SECONDS, "PendingJob.est_runtime_s": SECONDS, "PendingJob.waited_s": SECONDS,
+    "PendingJob.checkpoint_minutes": Rule(0, 60 * 24 * 365), "PendingJob.data_gb": GB, "PendingJob.kind": NAME,
+    "ClusterNode.name": NAME, "ClusterNode.state": NAME, "ClusterNode.gpus_total": Rule(0, 1024),
+    "ClusterNode.gpus_allocated": Rule(0, 1024), "ClusterNode.gpu_model": NAME,
+    "ClusterNode.partitions": Rule(items=256, chars=128),
+    "GpuSample.node": NAME, "GpuSample.index": Rule(0, 1024), "GpuSample.utilization_pct": Rule(0, 100),
+    "GpuSample.memory_used_mb": Rule(0, 1e9),
+    "RunningJob.job_id": ID, "RunningJob.user": NAME, "RunningJob.queue": NAME, "RunningJob.gpus": Rule(0, 100_000),
+    "RunningJob.runtime_s": SECONDS,
+    "QueueSnapshot.source": NAME,
+}
+class Bounds:
+    """Checks requests against :class:`Limits` and :data:`FIELDS`."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        nodes, names = Rule(0, limits.max_nodes), Rule(items=limits.max_nodes, chars=128)
+        self.rules = {**FIELDS, "Demand.nodes": nodes, "Offering.count": nodes, "PendingJob.nodes": nodes,
+                      "LaunchRequest.node_names": names, "RunningJob.nodes": names}
+
+    def check(self, message, path: str = "") -> None:
+        """INVALID_ARGUMENT naming the first field out of bounds, if any."""
+        name = message.DESCRIPTOR.name
+        if message.DESCRIPTOR.full_name == "google.protobuf.Timestamp":
+            if not (TS_MIN <= message.seconds <= TS_MAX) or not (0 <= message.nanos < 1_000_000_000):
+                raise InvalidArgument(f"{path or 'timestamp'} is not a valid time (seconds {message.seconds}, "
+                                      f"nanos {message.nanos}).", field=path)
+            return
+        for fd, value in message.ListFields():
+            where = f"{path}.{fd.name}" if path else fd.name
+            rule = self.rules.get(f"{name}.{fd.name}", Rule())
+            if fd.is_repeated:
+                items = rule.items or self.limits.max_list_items
+                if len(value) > items:
+                    raise InvalidArgument(f"{where} holds {len(value)} entries; at most {items}.", field=where)
+                if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+                    for k, v in value.items():
+                        self._scalar(fd.message_type.fields_by_name["key"], k, f"{where}[{_short(k)}]", Rule())
+                        vfd = fd.message_type.fields_by_name["value"]
+                        if vfd.message_type is not None:
+                            self.check(v, f"{where}[{_short(k)}]")
+                        else:
+                            self._scalar(vfd, v, f"{where}[{_short(k)}]", Rule())
+                    continue
+                for i, v in enumerate(value):
+                    if fd.message_type is not None:
+                        self.check(v, f"{where}[{i}]")
+                    else:
+                        self._scalar(fd, v, f"{where}[{i}]", rule)
+            elif fd.message_type is not None:
+                self.check(value, where)
+            else:
+                self._scalar(fd, value, where, rule)
+
+    def _scalar(self, fd, value, where: str, rule: Rule) -> None:
+        t = fd.type
+        if t == FieldDescriptor.TYPE_STRING:
+            chars = rule.chars or self.limits.max_string_chars
+            if len(value) > chars:
+                raise InvalidArgument(f"{where} is {len(value)} characters long; at most {chars}.", field=where)
+            if "\x00" in value:
+                raise InvalidArgument(f"{where} contains a NUL character.", field=where)
+        elif t == FieldDescriptor.TYPE_ENUM:
+            if fd.enum_type.values_by_number.get(value) is None:
+                raise InvalidArgument(f"{where} is {value}, not a {fd.enum_type.name} value.", field=where)
+        elif t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+            if not math.isfinite(value):
+                raise InvalidArgument(f"{where} must be a finite number, got {value}.", field=where)
+            self._range(value, where, rule)
+        elif t != FieldDescriptor.TYPE_BOOL and isinstance(value, int):
+            self._range(value, where, rule)
+
+    @staticmethod
+    def _range(value, where: str, rule: Rule) -> None:
+        if rule.lo is not None and value < rule.lo:
+            raise InvalidArgument(f"{where} must be at least {_num(rule.lo)}, got {value}.", field=where)
+        if rule.hi is not None and value > rule.hi:
+            raise InvalidArgument(f"{where} must be at most {_num(rule.hi)}, got {value}.", field=where)
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def _short(key: str) -> str:
+    return repr(key if len(key) <= 32 else key[:29] + "...")
+
+
+class EdgeInterceptor(grpc.ServerInterceptor):
+    """Bounds every Broker request before its handler runs, and caps open streams."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.bounds = Bounds(limits)
+        self.max_streams = limits.max_streams
+        self._streams = threading.BoundedSemaphore(limits.max_streams)
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not details.method.startswith(SERVICE_PREFIX):
+            return handler
+        bounds = self.bounds
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary(request, context):
+                _checked(bounds, request, context)
+                return inner(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer,
+                                                       handler.response_serializer)
+        if handler.unary_stream:
+            inner_stream, slots, most = handler.unary_stream, self._streams, self.max_streams
+
+            def stream(request, context):
+                _checked(bounds, request, context)
+                if not slots.acquire(blocking=False):
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"this server holds {most} open streams already (limits.max_streams); "
+                                  "retry later or close one.")
+                try:
+                    yield from inner_stream(request, context)
+                finally:
+                    slots.release()
+
+            return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
+                                                        handler.response_serializer)
+        return handler
+
+
+def _checked(bounds: Bounds, request, context) -> None:
+    try:
+        bounds.check(request)
+    except InvalidArgument as e:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+
+def server_options(limits: Limits) -> list[tuple[str, int]]:
+    return [("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_send_message_length", limits.max_message_bytes)]
