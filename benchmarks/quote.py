@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--cli-runs", type=int, default=7)
+    ap.add_argument("--only-in-process", action="store_true", help="skip the gRPC and CLI parts")
     args = ap.parse_args()
 
     from broker.quote import QuoteEngine
@@ -78,6 +79,10 @@ def main() -> None:
               f"cold p50 {ms(pct(cold, 50))}  p99 {ms(pct(cold, 99))}")
         print(f"{'':14} baseline (re-parse per request) p50 {ms(pct(base, 50))}  -> cold is "
               f"{pct(base, 50) / pct(cold, 50):6.1f}x faster, warm {pct(base, 50) / pct(warm, 50):8.1f}x")
+
+    live_market(args.requests)
+    if args.only_in_process:
+        return
 
     print(f"\n== gRPC, {args.clients} concurrent clients (one connection each), server in a subprocess;"
           f" health checks and quotes interleaved on every client")
@@ -117,6 +122,76 @@ def main() -> None:
         bare.append(time.perf_counter() - t)
     print(f"broker quote   median {ms(statistics.median(cli))}   bare python start-up {ms(statistics.median(bare))}"
           f"  -> {statistics.median(cli) / statistics.median(bare):5.1f}x a bare interpreter")
+
+
+def full_snapshots(cat, now: float) -> dict:
+    """A live market for every offering of ``cat``: prices (spot per zone), zones, quotas, needs
+    and placement scores, as a refresh of all three clouds would store."""
+    from providers.market import LivePrice, Quota, QuotaNeed, Snapshot, SpotSignal, Zones
+
+    snaps = {p: Snapshot(p, now) for p in ("aws", "gcp", "azure")}
+    for o in cat.offerings:
+        s, name = snaps[o.provider], o.instance.name
+        zones = cat.region(o.provider, o.region).zones or ("1", "2", "3")
+        if o.market.value == "spot":
+            s.prices += [LivePrice(o.region, name, "spot", int(o.hourly_micros * (0.9 + 0.05 * i)), "bench", "t",
+                                   zone=z) for i, z in enumerate(zones)]
+        else:
+            s.prices.append(LivePrice(o.region, name, o.market.value, int(o.hourly_micros * 1.05), "bench", "t"))
+        s.zones.append(Zones(o.region, name, tuple(zones)))
+        s.spot.append(SpotSignal(o.region, name, 7, "bench"))
+        s.quotas.append(Quota(o.region, f"q-{name}", "GPUs", 1000, 10))
+        s.needs.append(QuotaNeed(name, o.market.value, f"q-{name}", o.instance.gpus))
+    return snaps
+
+
+def per_zone(cat):
+    """``cat`` with every offering split into one offering per zone: what pricing each zone of
+    every region separately would cost (the catalog grows by the zones per region)."""
+    import dataclasses
+
+    out = [dataclasses.replace(o, zones=(z,)) for o in cat.offerings for z in (o.zones or ("",))]
+    return dataclasses.replace(cat, offerings=tuple(out))
+
+
+def live_market(requests: int) -> None:
+    """The whole-catalog quote with the live market laid over the catalog, and with every zone
+    priced as its own offering; bulk (numpy columns) against the scalar cost model, same run."""
+    from broker.quote import QuoteEngine
+    from policies.cost import Context, Exclusion, pricer
+    from policies.demand import Demand
+    from providers.catalog import bundled
+    from providers.market.overlay import overlay
+
+    now = time.time()
+    cat = bundled()
+    live, _ = overlay(cat, full_snapshots(cat, now), now=now, max_age_h=48)
+    print("\n== whole-catalog quote (any GPU >= 1 GB, spot allowed), cache off: bulk vs. the scalar model")
+    for name, c in (("bundled", cat), ("live overlay", live), ("live, every zone", per_zone(live))):
+        engine = QuoteEngine(c)
+        engine.CACHE_SIZE = 0
+        d = engine.validate(Demand(gpus=8, hours=24, min_gpu_memory_gb=1, data_in_gb=500, interruptible=True))
+        groups = engine.shapes(d)
+        ctx = Context(c.terms, c.regions, c.gpu_perf, now, 0)
+
+        def scalar():
+            price_one, ok = pricer(d, ctx), []
+            for _, offerings in groups:
+                for o in offerings:
+                    r = price_one(o)
+                    if type(r) is not Exclusion:
+                        ok.append(r)
+            ok.sort(key=lambda p: p.cost.total)
+
+        for _ in range(30):
+            engine.quote(d, now=now)
+            scalar()
+        bulk = time_calls(lambda: engine.quote(d, now=now), max(200, requests // 4))
+        base = time_calls(scalar, max(200, requests // 4))
+        n = sum(len(g) for _, g in groups)
+        print(f"{name:17} {n:5d} offerings  quote p50 {ms(pct(bulk, 50))}  p99 {ms(pct(bulk, 99))}   "
+              f"scalar pricing alone p50 {ms(pct(base, 50))}  -> {pct(base, 50) / pct(bulk, 50):4.1f}x, "
+              f"{pct(bulk, 50) / n * 1e6:5.2f} us/offering")
 
 
 SERVER_SNIPPET = """

@@ -259,10 +259,7 @@ class QuoteEngine:
         else:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
                           self.onprem_egress_micros, blocked, held)
-            ok, out = self.table(d).price(d, ctx)
-            ok.sort(key=_rank_key)
-            if top:
-                ok = ok[:top]
+            ok, out = self.table(d).price(d, ctx, top)  # in rank order (see _rank_key)
             offers = tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok))
             excluded = tuple(out)
             if key is not None:

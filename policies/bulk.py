@@ -60,12 +60,17 @@ class Table:
             self.bounds.append((start, start + len(g)))
             start += len(g)
         self._excluded: dict[tuple[int, str], list[Exclusion]] = {}
+        triples = sorted({(o.instance.provider, o.region, o.instance.name) for o in offs})
+        rank = {t: i for i, t in enumerate(triples)}
+        self.name_rank = np.array([rank[(o.instance.provider, o.region, o.instance.name)] for o in offs],
+                                  dtype=np.int64)
         self.reserved = [i for i, o in enumerate(offs) if o.market is Market.RESERVED and o.reservation]
         self.startup_h = np.array([terms[p].startup_s / 3600.0 for p in self.providers], dtype=np.float64)
         self.storage = np.array([terms[p].storage_micros_per_gb_month for p in self.providers], dtype=np.float64)
 
-    def price(self, d: Demand, ctx: Context) -> tuple[list[PricedOffer], list[Exclusion]]:
-        """Every offering of the set priced for ``d``, or excluded with its reason (in set order)."""
+    def price(self, d: Demand, ctx: Context, top: int = 0) -> tuple[list[PricedOffer], list[Exclusion]]:
+        """The offerings of the set that serve ``d``, priced, in rank order (the first ``top``;
+        0 = all), and every other one excluded with its reason (in set order)."""
         n = len(self.offerings)
         shape_reasons, shape_nodes, shape_hours = [], [], []
         for it, g in self.groups:
@@ -96,31 +101,40 @@ class Table:
         t_out = np.array([terms[p].egress_micros(d.data_out_gb) for p in self.providers], dtype=np.int64)[self.provider]
         sla_risk = np.where(self.sla > 0, np.trunc((compute * nodes) * (100.0 - self.sla) / 100.0), 0.0)
 
-        ok: list[PricedOffer] = []
-        out: list[Exclusion] = []
+        # The offers, made in rank order (reserved first, then total, hourly price, provider,
+        # region, instance type; ties keep the set order, as a stable sort does): only ``top``.
+        valid = fits & ~bad & ~late
+        idx = np.flatnonzero(valid)
+        lines = np.stack([compute, interruption, storage, (t_in + t_out).astype(np.float64), sla_risk])[:, idx]
+        lines = lines.astype(np.int64)
+        total = lines.sum(axis=0)
+        order = np.lexsort((self.name_rank[idx], self.hourly[idx], total, self.market[idx] != 2))
+        if top:
+            order = order[:top]
         offs = self.offerings
-        bad_l, late_l, nodes_l, wall_l = bad.tolist(), late.tolist(), nodes.tolist(), wall_h.tolist()
-        lines = zip(compute.tolist(), interruption.tolist(), storage.tolist(), (t_in + t_out).tolist(),
-                    sla_risk.tolist())
-        lines_l = list(lines)
+        nodes_l = nodes.tolist()
+        ok = [PricedOffer(offs[j], nodes_l[j], shape_hours[sh], CostLines(c, i, st, t, r),
+                          offs[j].zones[0] if offs[j].zones else "")
+              for j, sh, (c, i, st, t, r) in zip(idx[order].tolist(), self.shape[idx[order]].tolist(),
+                                                 lines[:, order].T.tolist())]
+        out: list[Exclusion] = []
+        dropped = (fits & ~valid).tolist()
+        late_l, wall_l = late.tolist(), wall_h.tolist()
         for gi, (start, end) in enumerate(self.bounds):
             reason = shape_reasons[gi]
             if reason is not None:  # the shape cannot serve the demand anywhere
                 out.extend(self._shape_exclusions(gi, reason))
                 continue
-            h = shape_hours[gi]
             for j in range(start, end):
+                if not dropped[j]:
+                    continue
                 o = offs[j]
-                if bad_l[j]:
-                    r = offering_reason(d, o, nodes_l[j], ctx)
-                    out.append(Exclusion(o, r.text, r.kind))
-                elif late_l[j]:
+                if late_l[j] and not bad[j]:
                     out.append(Exclusion(o, f"finishes after the deadline: needs {wall_l[j]:.1f} h from now",
                                          ExclusionKind.DEADLINE))
                 else:
-                    c, i, st, t, r = lines_l[j]
-                    ok.append(PricedOffer(o, nodes_l[j], h, CostLines(int(c), int(i), int(st), t, int(r)),
-                                          o.zones[0] if o.zones else ""))
+                    r = offering_reason(d, o, nodes_l[j], ctx)
+                    out.append(Exclusion(o, r.text, r.kind))
         return ok, out
 
     def _shape_exclusions(self, gi: int, reason) -> list[Exclusion]:

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from broker.quote import _rank_key
 from policies.bulk import Table
 from policies.cost import Context, Exclusion, pricer
 from policies.demand import Demand
@@ -70,7 +71,9 @@ def test_bulk_equals_scalar(d, blocked):
     ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, 20_000, blocked, held)
     ok_b, out_b = Table(groups, cat.terms).price(d, ctx)
     ok_s, out_s = scalar(groups, d, ctx)
+    ok_s.sort(key=_rank_key)
     assert ok_b == ok_s
+    assert Table(groups, cat.terms).price(d, ctx, top=3)[0] == ok_s[:3]
     assert [(e.offering, e.reason, e.kind) for e in out_b] == [(e.offering, e.reason, e.kind) for e in out_s]
     assert ok_b or out_b
 
