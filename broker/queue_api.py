@@ -11,24 +11,40 @@ from policies.queue import QueueSnapshot
 
 
 INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s")
+# fields whose proto3 default ("") means "not sent": each record needs them
+_NAMED = {"pending": "job_id", "running": "job_id", "nodes": "name", "gpu_samples": "node"}
 
 
 def snapshot_from_pb(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
-    """Validate a pushed snapshot; raises ValueError naming the field (``pending[2].gpus ...``)."""
+    """Validate a pushed snapshot; raises ValueError naming the field (``pending[2].gpus ...``).
+
+    proto3 does not send a field at its default, and 0, "" and false are values here: a GPU
+    sample of GPU 0 at 0 %, a CPU-only node, a running job with no GPUs. So every field is read
+    with its default; only ``GpuSample.utilization_pct`` is ``optional`` (a sample without a
+    reading is refused, not taken as an idle GPU), and the names a record needs must not be
+    empty. The document then goes through the one snapshot validator
+    (:func:`broker.watchers.snapshot_json.snapshot_from_dict`).
+    """
     from broker.watchers.snapshot_json import snapshot_from_dict
 
-    doc = MessageToDict(m, preserving_proto_field_name=True)
+    doc = MessageToDict(m, preserving_proto_field_name=True,
+                        always_print_fields_with_no_presence=True)
     doc.setdefault("taken_at", now)
-    for key in ("pending", "running"):  # JSON mapping writes int64 as strings
-        for item in doc.get(key, []):
-            for f in INT64_FIELDS:
+    for key, name in _NAMED.items():
+        for i, item in enumerate(doc.get(key, [])):
+            if not item.get(name):
+                raise ValueError(f"{key}[{i}].{name} is required (it is empty)")
+            for f in INT64_FIELDS:  # the JSON mapping writes int64 as strings
                 if f in item:
                     item[f] = int(item[f])
     for i, j in enumerate(doc.get("pending", [])):
-        if j.get("gpus", 0) <= 0:
+        if j["gpus"] <= 0:
             raise ValueError(f"pending[{i}].gpus must be at least 1")
-    for n in doc.get("nodes", []):
-        n.setdefault("state", "")
+        if not j["kind"]:
+            del j["kind"]  # empty = training
+    for i, n in enumerate(doc.get("nodes", [])):
+        if not n["state"]:
+            raise ValueError(f"nodes[{i}].state is required (it is empty)")
     return snapshot_from_dict(doc)
 
 

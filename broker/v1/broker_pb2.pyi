@@ -515,20 +515,22 @@ class PendingJob(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., min_gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ..., waited_s: _Optional[int] = ..., pending_reason: _Optional[str] = ..., interruptible: _Optional[bool] = ..., checkpoint_minutes: _Optional[int] = ..., data_gb: _Optional[float] = ..., kind: _Optional[str] = ..., exclusive: _Optional[bool] = ...) -> None: ...
 
 class ClusterNode(_message.Message):
-    __slots__ = ("name", "state", "gpus_total", "gpus_allocated", "gpu_model", "partitions")
+    __slots__ = ("name", "state", "gpus_total", "gpus_allocated", "gpu_model", "partitions", "reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     GPUS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GPUS_ALLOCATED_FIELD_NUMBER: _ClassVar[int]
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: str
     gpus_total: int
     gpus_allocated: int
     gpu_model: str
     partitions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., gpus_total: _Optional[int] = ..., gpus_allocated: _Optional[int] = ..., gpu_model: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ...) -> None: ...
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., gpus_total: _Optional[int] = ..., gpus_allocated: _Optional[int] = ..., gpu_model: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GpuSample(_message.Message):
     __slots__ = ("node", "index", "utilization_pct", "memory_used_mb")
