@@ -6,31 +6,23 @@ nothing did). A failed refresh only updates ``attempted_at`` and ``last_error``:
 uses stays the last good one. Also read from here: the interruptions this broker observed on
 spot leases, and the reservation nodes live leases hold.
 
-It uses the store's engine (SQLite or PostgreSQL) and its own table, created on first use.
+Writes go through the store's SQLAlchemy engine (SQLite or PostgreSQL) into its own table,
+created on first use. Reads take that engine or, for an in-process `broker quote` on the
+embedded SQLite store, a plain ``sqlite3`` connection (:func:`reader`): the same SQL, without
+paying SQLAlchemy's import on every command.
 """
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy import Column, Float, MetaData, String, Table, Text, create_engine, delete, insert, select, text
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from providers.market import Snapshot
 
 LIVE_STATES = ("requested", "provisioning", "running", "draining")
-
-_meta = MetaData()
-market_snapshots = Table(
-    "market_snapshots", _meta,
-    Column("provider", String(16), primary_key=True),
-    Column("fetched_at", Float, nullable=False),
-    Column("attempted_at", Float, nullable=False),
-    Column("last_error", Text, nullable=False, default=""),
-    Column("body", Text, nullable=False),
-)
+CREATE = ("CREATE TABLE IF NOT EXISTS market_snapshots (provider VARCHAR(16) PRIMARY KEY, "
+          "fetched_at FLOAT NOT NULL, attempted_at FLOAT NOT NULL, last_error TEXT NOT NULL, body TEXT NOT NULL)")
 
 
 class MarketRow:
@@ -40,103 +32,99 @@ class MarketRow:
         self.snapshot, self.attempted_at, self.last_error = snapshot, attempted_at, last_error
 
 
-def ensure(engine: Engine) -> None:
-    _meta.create_all(engine, checkfirst=True)
+def _rows(db: Any, sql: str, params: dict | None = None) -> list[tuple] | None:
+    """Rows of a read on an SQLAlchemy engine or a sqlite3 connection; None when the table or
+    the database is not there (never refreshed)."""
+    if isinstance(db, sqlite3.Connection):
+        try:
+            return db.execute(sql, params or {}).fetchall()
+        except sqlite3.Error:
+            return None
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with db.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params or {}).all()]
+    except SQLAlchemyError:
+        return None
 
 
-def reader(db_url: str) -> Engine | None:
-    """An engine to read the market from ``db_url`` without creating anything (None when an
-    embedded SQLite store does not exist yet)."""
+def _write(engine: Any, *statements: tuple[str, dict]) -> list[int]:
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(text(CREATE))
+        return [conn.execute(text(sql), params).rowcount for sql, params in statements]
+
+
+def reader(db_url: str) -> Any:
+    """Something to read the market from ``db_url`` without creating anything: a read-only
+    sqlite3 connection for an embedded store (None when it does not exist yet), else an engine."""
     if db_url.startswith("sqlite:///"):
         path = db_url[len("sqlite:///"):]
-        if path and path != ":memory:" and not Path(path).exists():
+        if not path or path == ":memory:" or not Path(path).exists():
             return None
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    from sqlalchemy import create_engine
+
     return create_engine(db_url)
 
 
-def load(engine: Engine) -> dict[str, MarketRow]:
+def load(db: Any) -> dict[str, MarketRow]:
     """Every provider's stored market ({} when none was ever refreshed)."""
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(select(market_snapshots)).all()
-    except SQLAlchemyError:
-        return {}  # no table yet: never refreshed
-    return {r.provider: MarketRow(Snapshot.from_dict(json.loads(r.body)), r.attempted_at, r.last_error)
-            for r in rows}
+    rows = _rows(db, "SELECT provider, attempted_at, last_error, body FROM market_snapshots") or []
+    return {p: MarketRow(Snapshot.from_dict(json.loads(body)), attempted, error or "")
+            for p, attempted, error, body in rows}
 
 
-def version(engine: Engine) -> float:
+def version(db: Any) -> float:
     """Changes whenever any provider's market is written (for replicas polling for news)."""
-    try:
-        with engine.connect() as conn:
-            v = conn.execute(text("SELECT MAX(attempted_at) FROM market_snapshots")).scalar()
-    except SQLAlchemyError:
-        return 0.0
-    return float(v or 0.0)
+    rows = _rows(db, "SELECT MAX(attempted_at) FROM market_snapshots")
+    return float(rows[0][0] or 0.0) if rows else 0.0
 
 
-def save(engine: Engine, snap: Snapshot, attempted_at: float, error: str = "") -> None:
+def save(engine: Any, snap: Snapshot, attempted_at: float, error: str = "") -> None:
     """Store ``snap`` as ``snap.provider``'s current market."""
-    ensure(engine)
-    with engine.begin() as conn:
-        conn.execute(delete(market_snapshots).where(market_snapshots.c.provider == snap.provider))
-        conn.execute(insert(market_snapshots).values(
-            provider=snap.provider, fetched_at=snap.fetched_at, attempted_at=attempted_at,
-            last_error=error, body=json.dumps(snap.to_dict())))
+    _write(engine, ("DELETE FROM market_snapshots WHERE provider = :p", {"p": snap.provider}),
+           ("INSERT INTO market_snapshots (provider, fetched_at, attempted_at, last_error, body) "
+            "VALUES (:p, :f, :a, :e, :b)", {"p": snap.provider, "f": snap.fetched_at, "a": attempted_at,
+                                           "e": error, "b": json.dumps(snap.to_dict())}))
 
 
-def record_failure(engine: Engine, provider: str, attempted_at: float, error: str) -> None:
+def record_failure(engine: Any, provider: str, attempted_at: float, error: str) -> None:
     """A refresh of ``provider`` failed: say so, keep the last good data."""
-    ensure(engine)
-    with engine.begin() as conn:
-        n = conn.execute(market_snapshots.update().where(market_snapshots.c.provider == provider)
-                         .values(attempted_at=attempted_at, last_error=error)).rowcount
-        if not n:
-            conn.execute(insert(market_snapshots).values(
-                provider=provider, fetched_at=0.0, attempted_at=attempted_at, last_error=error,
-                body=json.dumps(Snapshot(provider, 0.0).to_dict())))
+    (n,) = _write(engine, ("UPDATE market_snapshots SET attempted_at = :a, last_error = :e WHERE provider = :p",
+                           {"a": attempted_at, "e": error, "p": provider}))
+    if not n:
+        save(engine, Snapshot(provider, 0.0), attempted_at, error)
 
 
-def observed_spot(engine: Engine, now: float) -> dict[tuple[str, str, str], tuple[int, float]]:
+def observed_spot(db: Any, now: float) -> dict[tuple[str, str, str], tuple[int, float]]:
     """(provider, region, instance type) -> (interruptions, node-hours) of this broker's spot leases."""
-    q = text("SELECT l.provider, l.region, l.instance_type, l.nodes, l.started_at, l.ended_at, "
-             "(SELECT COUNT(*) FROM lease_events e WHERE e.lease_id = l.lease_id AND e.kind = 'interrupted') "
-             "FROM leases l WHERE l.market = 'spot' AND l.started_at > 0")
+    rows = _rows(db, "SELECT l.provider, l.region, l.instance_type, l.nodes, l.started_at, l.ended_at, "
+                     "(SELECT COUNT(*) FROM lease_events e WHERE e.lease_id = l.lease_id AND e.kind = 'interrupted') "
+                     "FROM leases l WHERE l.market = 'spot' AND l.started_at > 0") or []
     out: dict[tuple[str, str, str], list[float]] = {}
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(q).all()
-    except SQLAlchemyError:
-        return {}
     for provider, region, itype, nodes, started, ended, interrupted in rows:
-        hours = max(0.0, ((ended or now) - started) / 3600.0) * nodes
         acc = out.setdefault((provider, region, itype), [0, 0.0])
         acc[0] += int(interrupted)
-        acc[1] += hours
+        acc[1] += max(0.0, ((ended or now) - started) / 3600.0) * nodes
     return {k: (int(v[0]), v[1]) for k, v in out.items()}
 
 
-def held(engine: Engine, since: dict[str, float]) -> dict[str, int]:
+def held(db: Any, since: dict[str, float]) -> dict[str, int]:
     """Nodes each reservation in ``since`` has in live leases created at or after its time
     (earlier ones are already in the cloud's own count of what the reservation runs)."""
     if not since:
         return {}
     names = sorted(since)
-    q = select(text("reservation, nodes, created_at")).select_from(text("leases")).where(
-        text("state IN ('requested', 'provisioning', 'running', 'draining')")).where(
-        text("reservation IN (" + ", ".join(f":r{i}" for i in range(len(names))) + ")"))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(q, {f"r{i}": n for i, n in enumerate(names)}).all()
-    except SQLAlchemyError:
-        return {}
+    marks = ", ".join(f":r{i}" for i in range(len(names)))
+    states = ", ".join(f"'{s}'" for s in LIVE_STATES)
+    rows = _rows(db, f"SELECT reservation, nodes, created_at FROM leases WHERE state IN ({states}) "
+                     f"AND reservation IN ({marks})", {f"r{i}": n for i, n in enumerate(names)}) or []
     out: dict[str, int] = {}
     for reservation, nodes, created_at in rows:
         if created_at >= since.get(reservation, 0.0):
             out[reservation] = out.get(reservation, 0) + int(nodes)
     return out
-
-
-def as_json(rows: dict[str, MarketRow]) -> dict[str, Any]:
-    return {p: {"fetched_at": r.snapshot.fetched_at, "attempted_at": r.attempted_at, "last_error": r.last_error}
-            for p, r in rows.items()}
