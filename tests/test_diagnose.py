@@ -451,3 +451,28 @@ def test_capacity_jobs_are_complete_even_when_the_listing_is_cut():
     d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=1))
     assert d.cause("capacity").jobs == ("p0",)
     assert d.capacity_jobs == {"p0", "p1", "p2"}
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"])
+def test_cli_empty_squeue_or_sinfo_file_is_an_error_not_an_empty_queue(tmp_path, content):
+    empty = tmp_path / "squeue.txt"
+    empty.write_text(content)
+    r = cli("--squeue", str(empty), "--sinfo", str(FIX / "sinfo.txt"), *now_opt())
+    assert r.exit_code == 2, r.output
+    assert r.stderr == (f"broker: {empty}: the squeue output is empty; an empty queue is "
+                        "`squeue --json` output with an empty list, or the text format with its "
+                        "header line.\n"), r.stderr
+    r = cli("--squeue", str(FIX / "squeue.txt"), "--sinfo", str(empty), *now_opt())
+    assert r.exit_code == 2 and "sinfo output is empty" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_cli_valid_empty_squeue_outputs_are_an_empty_queue(tmp_path):
+    header = (FIX / "squeue_header.txt").read_text().splitlines()[0] + "\n"
+    (tmp_path / "header.txt").write_text(header)
+    (tmp_path / "empty.json").write_text('{"jobs": [], "errors": [], "warnings": []}\n')
+    for name in ("header.txt", "empty.json"):
+        r = cli("--squeue", str(tmp_path / name), "--sinfo", str(FIX / "sinfo.txt"), "--format",
+                "json", *now_opt())
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        assert doc["pending_jobs"] == 0 and doc["verdict"] == "healthy"

@@ -469,13 +469,24 @@ def detect_format(text: str) -> str:
     return "json" if text.lstrip().startswith("{") else "text"
 
 
+def _not_empty(text: str, what: str) -> None:
+    """Saved output that holds nothing is a mistake (a failed command, a truncated copy), not an
+    empty queue: an empty queue is JSON with its empty list, or the text with its header line."""
+    if not text.strip():
+        raise ParseError(f"the {what} output is empty; an empty queue is `{what} --json` output "
+                         f"with an empty list, or the text format with its header line")
+
+
 def parse_squeue(text: str, now: float) -> tuple[list[PendingJob], list[RunningJob], dict]:
-    """``squeue`` output in either format → (pending, running, extra)."""
+    """Saved ``squeue`` output in either format → (pending, running, extra); empty text is an
+    error (see :func:`_not_empty`)."""
+    _not_empty(text, "squeue")
     jobs = (parse_squeue_jobs_json(text) if detect_format(text) == "json"
             else parse_squeue_text_jobs(text))
     return jobs_to_queue(jobs, now)
 
 
 def parse_sinfo(text: str) -> list[ClusterNode]:
-    """``sinfo`` output in either format → nodes."""
+    """Saved ``sinfo`` output in either format → nodes; empty text is an error."""
+    _not_empty(text, "sinfo")
     return parse_sinfo_json(text) if detect_format(text) == "json" else parse_sinfo_text(text)
