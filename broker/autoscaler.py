@@ -230,8 +230,8 @@ class Autoscaler:
                                   data={"source": source})
 
 
-def attach(service) -> Autoscaler | None:
-    """Wire an autoscaler into ``service`` when ``[autoscaler] enabled = true``."""
+def autoscaler_for(service) -> Autoscaler | None:
+    """The autoscaler ``service`` runs when ``[autoscaler] enabled = true`` (else None)."""
     settings = service.config.autoscaler
     if not settings.enabled:
         return None
@@ -245,5 +245,4 @@ def attach(service) -> Autoscaler | None:
         name, watcher, target = slurm_source(slurm_cfg)
         watchers[name] = watcher
         targets[name] = target
-    service.autoscaler = Autoscaler(service, settings, trig, diag, watchers=watchers, targets=targets)
-    return service.autoscaler
+    return Autoscaler(service, settings, trig, diag, watchers=watchers, targets=targets)

@@ -59,7 +59,7 @@ class Budgets:
         return rate, spend
 
     def check_launch(self, tenant: str, new_rate_micros: int, now: float) -> None:
-        from broker.lifecycle import LeaseError
+        from broker.errors import OverBudget
 
         caps = self.caps(tenant)
         if caps is None:
@@ -67,7 +67,7 @@ class Budgets:
         rate, spend = self.usage(tenant, now)
         why = launch_refusal(tenant, caps, rate, spend, new_rate_micros)
         if why:
-            raise LeaseError("budget", why + ".")
+            raise OverBudget(why + ".")
 
     def releases(self, tenant: str, now: float) -> dict[str, str]:
         """Running leases of ``tenant`` the reconciler must release for budget, with why."""

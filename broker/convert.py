@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.quote import Quote
+    from broker.service import LaunchOrder
 
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
@@ -146,6 +147,25 @@ def job_to_pb(job: dict) -> pb.Job:
 def job_from_pb(j: pb.Job) -> dict:
     return {"job_id": j.job_id, "owner": j.owner, "queue": j.queue, "checkpoint_uri": j.checkpoint_uri,
             "dataset_uri": j.dataset_uri, "env": dict(j.env)}
+
+
+def launch_from_pb(m: pb.LaunchRequest, tenant: str) -> "LaunchOrder":
+    """A LaunchRequest as the service's LaunchOrder, for the tenant the caller acts as."""
+    from broker.service import ExplicitOffer, LaunchOrder
+
+    which = m.WhichOneof("target")
+    offer = None
+    if which == "offering":
+        o = m.offering
+        offer = ExplicitOffer(o.provider, o.region, o.zone, o.instance_type,
+                              MARKET_FROM_PB.get(o.market, "unspecified"), o.count)
+    return LaunchOrder(
+        idempotency_key=m.idempotency_key, tenant=tenant,
+        quote_id=m.quote_offer.quote_id if which == "quote_offer" else "",
+        rank=m.quote_offer.rank if which == "quote_offer" else 0, offer=offer,
+        job=job_from_pb(m.job) if m.HasField("job") else {}, node_names=tuple(m.node_names),
+        bootstrap=m.bootstrap, max_lifetime_s=m.max_lifetime_s,
+    )
 
 
 def lease_to_pb(d: dict[str, Any]) -> pb.Lease:

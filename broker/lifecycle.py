@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import structlog
 
 from broker.config import LifecycleSettings
-from broker.errors import NotFound
+from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.lease import BILLED, ENDED, LAUNCHING, Lease, LeaseState, cost_so_far
 from broker.quote import QuoteEngine, Target, new_id, usd
 from broker.store import StaleLease, Store
@@ -35,13 +35,8 @@ from providers.base import (
 log = structlog.get_logger("broker.lifecycle")
 
 
-class LeaseError(Exception):
-    """A lease request cannot be served. ``kind`` maps to a gRPC status in the server."""
-
-    def __init__(self, kind: str, message: str, attempts: Sequence[dict] = ()) -> None:
-        super().__init__(message)
-        self.kind = kind  # invalid | not_found | budget | failed | unavailable
-        self.attempts = list(attempts)
+#: What lease operations raise: the service's one error family (broker.errors).
+LeaseError = BrokerError
 
 
 Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the schema
@@ -104,31 +99,31 @@ class Lifecycle:
         cat = self.engine.catalog
         if provider not in self.providers:
             known = ", ".join(sorted(self.providers)) or "none"
-            raise LeaseError("invalid", f"provider {provider!r} is not enabled (enabled: {known}).")
+            raise InvalidArgument(f"provider {provider!r} is not enabled (enabled: {known}).")
         try:
             m = Market(market)
         except ValueError:
-            raise LeaseError("invalid", f"market must be on_demand, spot or reserved, got {market!r}.") from None
+            raise InvalidArgument(f"market must be on_demand, spot or reserved, got {market!r}.") from None
         if count <= 0:
-            raise LeaseError("invalid", f"count must be at least 1, got {count}.")
+            raise InvalidArgument(f"count must be at least 1, got {count}.")
         if cat.instance(provider, instance_type) is None:
-            raise LeaseError("invalid", f"instance_type {instance_type!r} is not a known {provider} GPU type.")
+            raise InvalidArgument(f"instance_type {instance_type!r} is not a known {provider} GPU type.")
         if cat.region(provider, region) is None:
-            raise LeaseError("invalid", f"region {region!r} is not a known {provider} region.")
+            raise InvalidArgument(f"region {region!r} is not a known {provider} region.")
         reservation = ""
         if m is Market.RESERVED:
             res = [o for o in self.engine.catalog.offerings if o.market is Market.RESERVED
                    and o.provider == provider and o.region == region and o.instance.name == instance_type]
             if not res:
-                raise LeaseError("invalid", f"no configured reservation for {provider} {region} {instance_type}.")
+                raise InvalidArgument(f"no configured reservation for {provider} {region} {instance_type}.")
             offering = res[0]
             reservation = offering.reservation
         else:
             offering = cat.find(provider, region, instance_type, m)
             if offering is None:
-                raise LeaseError("invalid", f"{provider} sells no {market} {instance_type} in {region}.")
+                raise InvalidArgument(f"{provider} sells no {market} {instance_type} in {region}.")
         if zone and offering.zones and zone not in offering.zones:
-            raise LeaseError("invalid", f"zone {zone!r} is not a zone of {region} ({', '.join(offering.zones)}).")
+            raise InvalidArgument(f"zone {zone!r} is not a zone of {region} ({', '.join(offering.zones)}).")
         return Target(provider, region, zone or (offering.zones[0] if offering.zones else ""), instance_type,
                       m, count, offering.hourly_micros, reservation)
 
@@ -140,7 +135,7 @@ class Lifecycle:
         from broker.views import demand_to_dict
 
         if not idempotency_key:
-            raise LeaseError("invalid", "idempotency_key is required.")
+            raise InvalidArgument("idempotency_key is required.")
         now = self.clock()
         existing = self.store.lease_by_key(tenant, idempotency_key)
         if existing is not None:
@@ -207,7 +202,7 @@ class Lifecycle:
                             f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
         lease = self._write(lease, state=LeaseState.FAILED, message=f"every offer failed: {summary}"[:2000],
                             attempts=attempts, ended_at=self.clock())
-        raise LeaseError("failed", f"lease {lease.lease_id} could not be launched: {summary}", attempts)
+        raise Unavailable(f"lease {lease.lease_id} could not be launched: {summary}", attempts=attempts)
 
     def _try_offer(self, lease: Lease, t: Target,
                    attempts: list) -> tuple[Lease, list[Instance] | None, ProviderError | None]:
@@ -407,9 +402,9 @@ class Lifecycle:
     def handoff(self, lease_id: str, job: Mapping[str, Any]) -> Lease:
         lease = self.get(lease_id)
         if lease.state is not LeaseState.RUNNING:
-            raise LeaseError("invalid", f"lease {lease_id} is {lease.state}, not running: nothing to hand off to.")
+            raise FailedPrecondition(f"lease {lease_id} is {lease.state}, not running: nothing to hand off to.")
         if not job.get("job_id"):
-            raise LeaseError("invalid", "job.job_id is required.")
+            raise InvalidArgument("job.job_id is required.")
         merged = {**lease.job, **{k: v for k, v in job.items() if v}}
         return self._write(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
                            job=merged, idle_since=0.0, retry_stale=True)
@@ -428,9 +423,9 @@ class Lifecycle:
             except StaleLease:
                 continue  # someone else moved it: look again
             except ProviderError as e:
-                raise LeaseError("unavailable", f"lease {lease_id} is draining but {e}; the reconciler "
+                raise Unavailable(f"lease {lease_id} is draining but {e}; the reconciler "
                                  "keeps terminating it, or retry the release.") from e
-        raise LeaseError("unavailable", f"lease {lease_id} keeps changing; retry the release.")
+        raise Unavailable(f"lease {lease_id} keeps changing; retry the release.")
 
     def finish_drain(self, lease: Lease) -> Lease:
         """Terminate everything of a draining lease (also what a crashed launch may have made).
@@ -448,7 +443,7 @@ class Lifecycle:
     def get(self, lease_id: str) -> Lease:
         lease = self.store.get_lease(lease_id)
         if lease is None:
-            raise LeaseError("not_found", f"lease {lease_id} does not exist.")
+            raise NotFound(f"lease {lease_id} does not exist.")
         return lease
 
     def _accrue(self, lease: Lease) -> Lease:

@@ -1,10 +1,11 @@
-"""ReportQueue and Diagnose: snapshots pushed by any scheduler, and their diagnosis."""
+"""ReportQueue and Diagnose: snapshots pushed by any scheduler, parsed and validated here, then
+handed to the service (which diagnoses them, and lets the autoscaler decide)."""
 from __future__ import annotations
 
-import grpc
 from google.protobuf.json_format import MessageToDict
 
 from broker import convert
+from broker.errors import InvalidArgument
 from broker.v1 import broker_pb2 as pb
 from policies.diagnose import Diagnosis
 from policies.queue import QueueSnapshot
@@ -57,62 +58,25 @@ def diagnosis_to_pb(d: Diagnosis) -> pb.Diagnosis:
     return out
 
 
-def _snapshot(svc, m: pb.QueueSnapshot, context) -> QueueSnapshot:
+def _snapshot(svc, m: pb.QueueSnapshot) -> QueueSnapshot:
     try:
         return snapshot_from_pb(m, svc.clock())
     except ValueError as e:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"snapshot.{e}")
+        raise InvalidArgument(f"snapshot.{e}", field="snapshot") from None
 
 
-def report_queue(svc, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
+def report_queue(svc, request: pb.ReportQueueRequest) -> pb.ReportQueueResponse:
     if not request.HasField("snapshot"):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot is required.")
-    snap = _snapshot(svc, request.snapshot, context)
+        raise InvalidArgument("snapshot is required.", field="snapshot")
+    diag, decision = svc.report_queue(_snapshot(svc, request.snapshot))
     out = pb.ReportQueueResponse()
-    decision = None
-    if svc.autoscaler is not None and svc.is_leader():
-        from broker.leader import NotLeader
-
-        try:
-            diag, decision = svc.autoscaler.on_snapshot(snap)
-        except NotLeader:  # leadership lapsed under the decision: the new leader takes it up
-            decision = None
     if decision is not None:
         d = out.decisions.add(action=decision.action, reason=decision.reason, job_ids=list(decision.job_ids))
-    else:
-        # Every replica accepts the report; only the leader decides, from the store.
-        from broker.watchers.snapshot_json import snapshot_to_dict
-        from policies.diagnose import diagnose
-
-        svc.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
-        if svc.autoscaler is not None:
-            diag = svc.autoscaler.diagnose(snap)
-            d = out.decisions.add(action="deferred", reason=(
-                "accepted by a replica that does not lead; the leader decides on it within "
-                f"{svc.autoscaler.interval_s:g} s (see ListDecisions)"))
-        else:
-            diag = diagnose(snap, now=svc.clock())
-            d = None
-    if d is not None:
         d.at.CopyFrom(convert.ts(svc.clock()))
     out.diagnosis.CopyFrom(diagnosis_to_pb(diag))
     return out
 
 
-def diagnose(svc, request: pb.DiagnoseRequest, context) -> pb.DiagnoseResponse:
-    from broker.watchers.snapshot_json import snapshot_from_dict
-    from policies.diagnose import diagnose as run
-
-    if request.HasField("snapshot"):
-        snap = _snapshot(svc, request.snapshot, context)
-    else:
-        doc = svc.store.latest_snapshot()
-        if doc is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          "no snapshot to diagnose: send one, or report one with ReportQueue first.")
-        snap = snapshot_from_dict(doc)
-    if svc.autoscaler is not None:
-        diag = svc.autoscaler.diagnose(snap)
-    else:
-        diag = run(snap, now=svc.clock())
-    return pb.DiagnoseResponse(diagnosis=diagnosis_to_pb(diag))
+def diagnose(svc, request: pb.DiagnoseRequest) -> pb.DiagnoseResponse:
+    snap = _snapshot(svc, request.snapshot) if request.HasField("snapshot") else None
+    return pb.DiagnoseResponse(diagnosis=diagnosis_to_pb(svc.diagnose(snap)))

@@ -1,16 +1,19 @@
-"""The gRPC layer: protobuf in, the service's flow, protobuf out. Nothing else lives here.
+"""The gRPC layer: protobuf in, :class:`broker.service.Service` (the façade) called, protobuf out.
 
-Errors: a bad request is INVALID_ARGUMENT with a sentence naming the field; an unknown lease or
-quote NOT_FOUND; a launch over budget RESOURCE_EXHAUSTED naming the cap; a launch whose every
-offer failed UNAVAILABLE listing each attempt.
+Nothing else lives here: who may call what (broker.auth), protobuf ⇄ domain (broker.convert),
+and the calls. Every error the service raises is one of :mod:`broker.errors`; its gRPC status
+comes from that module's one table (the interceptor below): a bad request is INVALID_ARGUMENT
+with a sentence naming the field; an unknown lease or quote NOT_FOUND; a launch over budget
+RESOURCE_EXHAUSTED naming the cap; a launch whose every offer failed UNAVAILABLE listing each
+attempt.
 """
 from __future__ import annotations
 
 import json
 import signal
 import threading
-from dataclasses import replace
 from concurrent import futures
+from dataclasses import replace
 from typing import Iterator
 
 import grpc
@@ -19,24 +22,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker import convert
-from broker.errors import BrokerError, NotFound, PermissionDenied, outcome
-from broker.lifecycle import LeaseError, lease_view
+from broker.errors import BrokerError, InvalidArgument, PermissionDenied
+from broker.lifecycle import lease_view
 from broker.limits import EdgeInterceptor, server_options
 from broker.quote import DerivedCache
-from broker.service import Service
+from broker.service import Service, WatchedEvent
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
-from policies.demand import DemandError
 
 log = structlog.get_logger("broker.server")
-
-STATUS = {
-    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
-    "not_found": grpc.StatusCode.NOT_FOUND,
-    "budget": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "failed": grpc.StatusCode.UNAVAILABLE,
-    "unavailable": grpc.StatusCode.UNAVAILABLE,
-}
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -49,28 +43,22 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def _lease_pb(self, lease) -> pb.Lease:
         return convert.lease_to_pb(lease_view(lease, self.svc.clock()))
 
-    @staticmethod
-    def _abort(context: grpc.ServicerContext, e: Exception):
-        if isinstance(e, BrokerError):
-            context.abort(outcome(e).status, str(e))
-        if isinstance(e, DemandError):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"demand.{e.field}: {e}")
-        if isinstance(e, LeaseError):
-            context.abort(STATUS.get(e.kind, grpc.StatusCode.UNKNOWN), str(e))
-        raise e
+    def _own_lease(self, context, lease_id: str):
+        """The lease, if the (already authenticated) caller may see it; NOT_FOUND otherwise,
+        the same for a missing lease and another tenant's."""
+        lease = self.svc.lease(lease_id)
+        self.auth.principal(context).own(lease.tenant, "lease", lease_id)
+        return lease
 
     # -- RPCs ------------------------------------------------------------------------------------
     def Quote(self, request: pb.QuoteRequest, context) -> pb.QuoteResponse:
         if not request.HasField("demand"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "demand is required.")
+            raise InvalidArgument("demand is required.", field="demand")
         if request.top < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"top must be zero or more, got {request.top}.")
+            raise InvalidArgument(f"top must be zero or more, got {request.top}.", field="top")
         tenant = self.auth.principal(context).acting_for(request.demand.tenant, "demand.tenant")
-        try:
-            demand = convert.demand_from_pb(request.demand)
-            q = self.svc.quote(replace(demand, tenant=tenant), top=request.top)
-        except DemandError as e:
-            self._abort(context, e)
+        demand = convert.demand_from_pb(request.demand)
+        q = self.svc.quote(replace(demand, tenant=tenant), top=request.top)
         return pb.QuoteResponse(quote=self._quote_pb(q))
 
     def _quote_pb(self, q) -> pb.Quote:
@@ -84,44 +72,18 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return m
 
     def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
-        lc = self.svc.lifecycle
         caller = self.auth.principal(context)
         tenant = caller.acting_for(request.tenant)
-        try:
-            target_kind = request.WhichOneof("target")
-            demand, alternatives, quote_id, rank = None, [], "", 0
-            if target_kind == "quote_offer":
-                quote_id, rank = request.quote_offer.quote_id, request.quote_offer.rank
-                quoted_for = self.svc.quote_tenant(quote_id)
-                caller.own(quoted_for, "quote", quote_id)
-                if caller.operator and not request.tenant:
-                    tenant = quoted_for
-                elif quoted_for != tenant:
-                    raise PermissionDenied(f"quote {quote_id} was made for tenant {quoted_for}, not {tenant}.",
-                                           field="tenant")
-                target, demand, alternatives = lc.target_from_quote(quote_id, rank)
-            elif target_kind == "offering":
-                o = request.offering
-                target = lc.target_explicit(o.provider, o.region, o.zone, o.instance_type,
-                                            convert.MARKET_FROM_PB.get(o.market, "unspecified"), o.count)
-            else:
-                raise LeaseError("invalid", "launch needs quote_offer or offering.")
-            job = convert.job_from_pb(request.job) if request.HasField("job") else {}
-            self.svc.boot_template(request.bootstrap)
-            if request.node_names:
-                names = list(request.node_names)
-                if len(names) != target.nodes or len(set(names)) != len(names):
-                    raise LeaseError("invalid", f"node_names must name {target.nodes} distinct nodes, got {len(names)}.")
-                job["node_names"] = names
-            if request.max_lifetime_s < 0:
-                raise LeaseError("invalid", f"max_lifetime_s must be zero or more, got {request.max_lifetime_s}.")
-            lease = lc.launch(
-                idempotency_key=request.idempotency_key, target=target, tenant=tenant,
-                demand=demand, alternatives=alternatives, quote_id=quote_id, offer_rank=rank, job=job,
-                bootstrap=request.bootstrap, max_lifetime_s=request.max_lifetime_s,
-            )
-        except (LeaseError, DemandError, BrokerError) as e:
-            self._abort(context, e)
+        if request.WhichOneof("target") == "quote_offer":
+            quote_id = request.quote_offer.quote_id
+            quoted_for = self.svc.quote_tenant(quote_id)
+            caller.own(quoted_for, "quote", quote_id)
+            if caller.operator and not request.tenant:
+                tenant = quoted_for
+            elif quoted_for != tenant:
+                raise PermissionDenied(f"quote {quote_id} was made for tenant {quoted_for}, not {tenant}.",
+                                       field="tenant")
+        lease = self.svc.launch(convert.launch_from_pb(request, tenant))
         return pb.LaunchResponse(lease=self._lease_pb(lease))
 
     def GetLease(self, request: pb.GetLeaseRequest, context) -> pb.GetLeaseResponse:
@@ -130,53 +92,31 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def ListLeases(self, request: pb.ListLeasesRequest, context) -> pb.ListLeasesResponse:
         states = [convert.STATE_FROM_PB[s] for s in request.states if s in convert.STATE_FROM_PB]
-        if request.limit < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
         caller = self.auth.principal(context)
         tenant = request.tenant if caller.operator else caller.acting_for(request.tenant)
-        leases = self.svc.store.list_leases(states=states, tenant=tenant, limit=request.limit)
+        leases = self.svc.leases(states=states, tenant=tenant, limit=request.limit)
         return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases])
 
     def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
         caller = self.auth.principal(context)
-        store = self.svc.store
-        if request.after_event_id < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"after_event_id must be zero or more, got {request.after_event_id}.")
         if request.lease_id and not caller.operator:
             self._own_lease(context, request.lease_id)
-        after = request.after_event_id or store.last_event_id()
-        tenants: dict[str, str] = {}  # lease id -> tenant, for the per-event wall
-        while context.is_active():
-            for ev in store.events_after(after, request.lease_id):
-                after = ev.id
-                if caller.operator or self._visible(caller, ev, tenants):
-                    yield self._event_pb(ev)
-            store.wait_for_change(1.0)
+        for watched in self.svc.watch(request.lease_id, request.after_event_id or None, context.is_active):
+            # A non-operator sees only events about its tenants' leases (a decision that names
+            # no lease is the operator's).
+            if caller.operator or (watched.lease is not None and caller.sees(watched.lease.tenant)):
+                yield self._event_pb(watched)
 
-    def _visible(self, caller, ev, tenants: dict[str, str]) -> bool:
-        """A non-operator sees an event only when it is about one of its tenants' leases
-        (decisions included: one that names no lease is the operator's)."""
-        if not ev.lease_id:
-            return False
-        if ev.lease_id not in tenants:
-            lease = self.svc.store.get_lease(ev.lease_id)
-            if len(tenants) > 10_000:
-                tenants.clear()
-            tenants[ev.lease_id] = lease.tenant if lease is not None else ""
-        return caller.sees(tenants[ev.lease_id])
-
-    def _event_pb(self, ev) -> pb.WatchLeasesResponse:
+    def _event_pb(self, watched: WatchedEvent) -> pb.WatchLeasesResponse:
+        ev, lease = watched
         out = pb.WatchLeasesResponse(kind=convert.EVENT_TO_PB.get(ev.kind, pb.LEASE_EVENT_KIND_UNSPECIFIED),
                                      message=ev.message, event_id=ev.id)
         out.at.CopyFrom(convert.ts(ev.at))
         data = json.loads(ev.data or "{}")
-        if ev.lease_id:
-            lease = self.svc.store.get_lease(ev.lease_id)
-            if lease is not None:
-                out.lease.CopyFrom(self._lease_pb(lease))
-                if ev.to_state in convert.STATE_TO_PB:  # the lease as this event left it
-                    out.lease.state = convert.STATE_TO_PB[ev.to_state]
+        if lease is not None:
+            out.lease.CopyFrom(self._lease_pb(lease))
+            if ev.to_state in convert.STATE_TO_PB:  # the lease as this event left it
+                out.lease.state = convert.STATE_TO_PB[ev.to_state]
         if ev.kind == "requeue" and data.get("job"):
             out.job.CopyFrom(convert.job_to_pb(data["job"]))
         if ev.kind == "decision":
@@ -189,34 +129,19 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
         self._own_lease(context, request.lease_id)
-        try:
-            lease = self.svc.lifecycle.release(request.lease_id, request.reason or "released by request")
-        except LeaseError as e:
-            self._abort(context, e)
+        lease = self.svc.release(request.lease_id, request.reason)
         return pb.ReleaseResponse(lease=self._lease_pb(lease))
 
     def Handoff(self, request: pb.HandoffRequest, context) -> pb.HandoffResponse:
         self._own_lease(context, request.lease_id)
-        try:
-            lease = self.svc.lifecycle.handoff(request.lease_id, convert.job_from_pb(request.job))
-        except LeaseError as e:
-            self._abort(context, e)
+        lease = self.svc.handoff(request.lease_id, convert.job_from_pb(request.job))
         return pb.HandoffResponse(lease=self._lease_pb(lease))
-
-    def _own_lease(self, context, lease_id: str):
-        """The lease, if the (already authenticated) caller may see it; NOT_FOUND otherwise,
-        the same for a missing lease and another tenant's."""
-        lease = self.svc.store.get_lease(lease_id)
-        if lease is None:
-            raise NotFound(f"lease {lease_id[:64]} does not exist.")
-        self.auth.principal(context).own(lease.tenant, "lease", lease_id)
-        return lease
 
     def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
         from broker.queue_api import report_queue
 
         self._reports_for(context, request.snapshot)
-        return report_queue(self.svc, request, context)
+        return report_queue(self.svc, request)
 
     def _reports_for(self, context, snapshot: pb.QueueSnapshot) -> None:
         caller = self.auth.principal(context)
@@ -228,11 +153,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             caller.reports_for(job.queue, f"snapshot.running[{i}].queue")
 
     def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
-        if request.limit < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be zero or more, got {request.limit}.")
         since = convert.from_ts(request.since) if request.HasField("since") else 0.0
         out = pb.ListDecisionsResponse()
-        for r in self.svc.store.list_decisions(limit=request.limit or 100, since=since or 0.0):
+        for r in self.svc.decisions(limit=request.limit, since=since or 0.0):
             d = out.decisions.add(decision_id=r.decision_id, action=r.action, reason=r.reason,
                                   job_ids=json.loads(r.job_ids), lease_id=r.lease_id)
             d.at.CopyFrom(convert.ts(r.at))
@@ -245,7 +168,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             raise PermissionDenied("snapshot: a scheduler diagnoses the snapshot it sends; the latest "
                                    "reported one is the operator's.", field="snapshot")
         self._reports_for(context, request.snapshot)
-        return diagnose(self.svc, request, context)
+        return diagnose(self.svc, request)
 
 
 class _ErrorStatus(grpc.ServerInterceptor):

@@ -4,17 +4,52 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import structlog
 
 from broker.config import Config
 from broker import market_store
-from broker.errors import ConfigError
+from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
-from policies.demand import Demand
+from policies.demand import Demand, DemandError
 
 log = structlog.get_logger("broker.service")
+
+
+@dataclass(frozen=True)
+class ExplicitOffer:
+    """Capacity named by hand instead of by a quote's offer."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str  # on_demand | spot | reserved
+    count: int
+
+
+@dataclass(frozen=True)
+class LaunchOrder:
+    """A Launch as the domain sees it: one of ``quote_id``/``rank`` or ``offer``, and the rest."""
+
+    idempotency_key: str
+    tenant: str = "default"
+    quote_id: str = ""
+    rank: int = 0
+    offer: ExplicitOffer | None = None
+    job: Mapping[str, Any] = field(default_factory=dict)
+    node_names: Sequence[str] = ()
+    bootstrap: str = ""
+    max_lifetime_s: int = 0
+
+
+class WatchedEvent(NamedTuple):
+    """A lease event and the lease it is about (None for events of no, or of a vanished, lease)."""
+
+    event: Any  # broker.store.LeaseEventRecord
+    lease: Any
 
 
 class Service:
@@ -53,7 +88,6 @@ class Service:
             self.lifecycle.on_quota_error = self._quota_error
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
                                      clock=clock)
-        self.autoscaler = None  # set by broker.autoscaler when [autoscaler] enabled
         from broker.telemetry import Metrics
 
         self.leadership = None  # set by start_background: replicas elect one leader
@@ -62,11 +96,22 @@ class Service:
         self._derived = DerivedCache()  # launch targets and top-N slices of cached quote results
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.autoscaler = None
+        try:
+            from broker.autoscaler import autoscaler_for
+
+            self.autoscaler = autoscaler_for(self)  # None unless [autoscaler] enabled = true
+        except Exception:
+            self.stop()
+            raise
 
     # -- quoting ---------------------------------------------------------------------------------
     def quote(self, demand: Demand, top: int = 0) -> Quote:
         """Validate, price, persist (with its launchable offers) and return a quote."""
-        demand = self.engine.validate(demand)
+        try:
+            demand = self.engine.validate(demand)
+        except DemandError as e:
+            raise InvalidArgument(f"demand.{e.field}: {e}", field=f"demand.{e.field}") from None
         now = self.clock()
         engine = self.engine
         held = market_store.held(self.store.engine, engine.reservation_since) if engine.reservation_since else None
@@ -82,12 +127,123 @@ class Service:
 
     def quote_tenant(self, quote_id: str) -> str:
         """The tenant a stored quote was made for (NotFound when there is no such quote)."""
-        from broker.errors import NotFound
-
         q = self.store.get_quote(quote_id)
         if q is None:
             raise NotFound(f"quote {quote_id[:64]} does not exist.")
         return q.demand.tenant or "default"
+
+    # -- leases ----------------------------------------------------------------------------------
+    def launch(self, order: LaunchOrder):
+        """Persist and launch a lease for a quote's offer (failing over to the quote's next offers)
+        or for explicitly named capacity; a repeated idempotency key returns the same lease."""
+        lc = self.lifecycle
+        demand, alternatives = None, []
+        if order.offer is not None:
+            o = order.offer
+            target = lc.target_explicit(o.provider, o.region, o.zone, o.instance_type, o.market, o.count)
+        elif order.quote_id:
+            target, demand, alternatives = lc.target_from_quote(order.quote_id, order.rank)
+        else:
+            raise InvalidArgument("launch needs quote_offer or offering.", field="target")
+        self.boot_template(order.bootstrap)
+        job = dict(order.job)
+        if order.node_names:
+            names = list(order.node_names)
+            if len(names) != target.nodes or len(set(names)) != len(names):
+                raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
+                                      field="node_names")
+            job["node_names"] = names
+        if order.max_lifetime_s < 0:
+            raise InvalidArgument(f"max_lifetime_s must be zero or more, got {order.max_lifetime_s}.",
+                                  field="max_lifetime_s")
+        return lc.launch(
+            idempotency_key=order.idempotency_key, target=target, tenant=order.tenant, demand=demand,
+            alternatives=alternatives, quote_id=order.quote_id, offer_rank=order.rank, job=job,
+            bootstrap=order.bootstrap, max_lifetime_s=order.max_lifetime_s,
+        )
+
+    def lease(self, lease_id: str):
+        """The lease, or NotFound."""
+        return self.lifecycle.get(lease_id)
+
+    def find_lease(self, lease_id: str):
+        """The lease, or None."""
+        return self.store.get_lease(lease_id)
+
+    def leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0) -> list:
+        """Leases newest first; ``tenant`` "" means every tenant's."""
+        if limit < 0:
+            raise InvalidArgument(f"limit must be zero or more, got {limit}.", field="limit")
+        return self.store.list_leases(states=states, tenant=tenant, limit=limit)
+
+    def release(self, lease_id: str, reason: str = ""):
+        return self.lifecycle.release(lease_id, reason or "released by request")
+
+    def handoff(self, lease_id: str, job: Mapping[str, Any]):
+        return self.lifecycle.handoff(lease_id, job)
+
+    def watch(self, lease_id: str = "", after: int | None = None,
+              active: Callable[[], bool] = lambda: True) -> Iterator[WatchedEvent]:
+        """Lease events as they are written, while ``active()``: after event id ``after`` (0
+        replays from the first event), or from now when ``after`` is None. Checks its arguments
+        at once (an unknown lease is NotFound), before the first event."""
+        if after is not None and after < 0:
+            raise InvalidArgument(f"after_event_id must be zero or more, got {after}.", field="after_event_id")
+        if lease_id and self.store.get_lease(lease_id) is None:
+            raise NotFound(f"lease {lease_id} does not exist.", field="lease_id")
+        return self._events(lease_id, self.store.last_event_id() if after is None else after, active)
+
+    def _events(self, lease_id: str, after: int, active: Callable[[], bool]) -> Iterator[WatchedEvent]:
+        store = self.store
+        while active():
+            for ev in store.events_after(after, lease_id):
+                after = ev.id
+                yield WatchedEvent(ev, store.get_lease(ev.lease_id) if ev.lease_id else None)
+            store.wait_for_change(1.0)
+
+    # -- queues and decisions --------------------------------------------------------------------
+    def report_queue(self, snap):
+        """Take a scheduler's snapshot: (its diagnosis, the autoscaler's decision or None).
+
+        Every replica accepts a report; only the leader decides. A replica that does not lead
+        stores it for the leader, which decides on it from the store ("deferred")."""
+        from broker.watchers.snapshot_json import snapshot_to_dict
+        from policies.diagnose import diagnose
+        from policies.triggers import Decision
+
+        if self.autoscaler is not None and self.is_leader():
+            from broker.leader import NotLeader
+
+            try:
+                return self.autoscaler.on_snapshot(snap)
+            except NotLeader:  # leadership lapsed under the decision: the new leader takes it up
+                pass
+        self.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
+        if self.autoscaler is None:
+            return diagnose(snap, now=self.clock()), None
+        return self.autoscaler.diagnose(snap), Decision("deferred", reason=(
+            "accepted by a replica that does not lead; the leader decides on it within "
+            f"{self.autoscaler.interval_s:g} s (see ListDecisions)"))
+
+    def diagnose(self, snap=None):
+        """Diagnose ``snap``, or the latest reported snapshot."""
+        from broker.watchers.snapshot_json import snapshot_from_dict
+        from policies.diagnose import diagnose
+
+        if snap is None:
+            doc = self.store.latest_snapshot()
+            if doc is None:
+                raise FailedPrecondition("no snapshot to diagnose: send one, or report one with ReportQueue first.")
+            snap = snapshot_from_dict(doc)
+        if self.autoscaler is not None:
+            return self.autoscaler.diagnose(snap)
+        return diagnose(snap, now=self.clock())
+
+    def decisions(self, limit: int = 100, since: float = 0.0) -> list:
+        """The autoscaler's decisions, newest first."""
+        if limit < 0:
+            raise InvalidArgument(f"limit must be zero or more, got {limit}.", field="limit")
+        return self.store.list_decisions(limit=limit or 100, since=since or 0.0)
 
     # -- boot scripts ----------------------------------------------------------------------------
     def boot_template(self, name: str) -> str:

@@ -7,7 +7,6 @@ import time
 import grpc
 import pytest
 
-from broker.autoscaler import attach
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from providers.registry import build_enabled
@@ -26,7 +25,7 @@ def serving(clouds, tmp_path, autoscaler=AUTOSCALER):  # noqa: F811
     providers = build_enabled(tables, "broker-test")
     cfg = {"autoscaler": autoscaler, "providers": tables}
     with running_server(tmp_path, providers=providers, config=cfg) as (addr, svc):
-        attach(svc)
+        assert svc.autoscaler is not None  # built by the service from [autoscaler]
         with grpc.insecure_channel(addr) as ch:
             yield pb_grpc.BrokerStub(ch), svc, clouds
 

@@ -200,7 +200,7 @@ def test_handoff_attaches_a_job(clouds, tmp_path):  # noqa: F811
         stub.Release(pb.ReleaseRequest(lease_id=lease.lease_id), timeout=60)
         with pytest.raises(grpc.RpcError) as e:
             stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=job), timeout=30)
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "released" in e.value.details()
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "released" in e.value.details()
 
 
 def test_release_at_max_lifetime_idle_timeout_and_on_request(clouds, tmp_path):  # noqa: F811

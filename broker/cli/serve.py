@@ -58,7 +58,7 @@ def serve(
 
 
 def _service(cfg):
-    """The wired Service (store opened, providers built, autoscaler attached), or a BrokerError."""
+    """The wired Service (store opened, providers and autoscaler built), or a BrokerError."""
     from broker.errors import ConfigError, Unavailable
     from broker.service import Service
 
@@ -74,13 +74,6 @@ def _service(cfg):
             raise ConfigError(f"config: store.url {where!r} is not a usable database URL: {_reason(e)}") from None
         if isinstance(e, SQLAlchemyError):
             raise Unavailable(f"cannot open the store at {where}: {_reason(e)}") from None
-        raise
-    from broker.autoscaler import attach
-
-    try:
-        attach(service)
-    except BaseException:
-        service.stop()
         raise
     return service
 
