@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from broker.autoscaler import attach
 from broker.v1 import broker_pb2 as pb
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.lease_kit import Watched, service, serving, wait_until
@@ -38,7 +37,7 @@ def replica(tmp_path, clouds, pg, name, before=None):  # noqa: F811
     work.mkdir()
     with service(work, clouds, wrap=wrap, store={"url": pg}, autoscaler=AUTOSCALER,
                  leader={"ttl_s": 4, "renew_s": 0.5}) as svc:
-        attach(svc)
+        assert svc.autoscaler is not None  # built by the service from [autoscaler]
         svc.start_background()
         with serving(svc) as stub:
             yield svc, stub, watched
