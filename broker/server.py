@@ -22,7 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker import convert
-from broker.errors import BrokerError, InvalidArgument, PermissionDenied
+from broker.errors import BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
 from broker.lifecycle import lease_view
 from broker.limits import EdgeInterceptor, server_options
 from broker.quote import DerivedCache
@@ -216,12 +216,13 @@ def _fail(context, method: str, e: Exception):
     if isinstance(e, (db.OperationalError, db.InterfaceError, db.TimeoutError)) or (
             isinstance(e, db.DBAPIError) and e.connection_invalidated):
         log.warning("rpc_database_unavailable", method=method, error=type(e.orig or e).__name__)
-        context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; retry shortly.")
+        lost = Unavailable("the database is unavailable; retry shortly.")
+        context.abort(outcome(lost).status, str(lost))
     import uuid
 
     ref = uuid.uuid4().hex[:12]
     log.error("rpc_internal_error", method=method, ref=ref, exc_info=e)
-    context.abort(grpc.StatusCode.INTERNAL, f"internal error (the server logged it as ref {ref}).")
+    context.abort(outcome(e).status, f"internal error (the server logged it as ref {ref}).")  # INTERNAL
 
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
