@@ -12,14 +12,13 @@ one offer with :meth:`StoredQuote.pick`.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Hashable, Iterable, NamedTuple
 
 from broker.errors import InvalidArgument
+from broker.lru import SizedLRU, rough_bytes
 from policies.bulk import Table
 from policies.cost import Context, Exclusion, PricedOffer
 from policies.demand import Demand
@@ -162,7 +161,8 @@ def _rank_key(p: PricedOffer) -> tuple:
 class QuoteEngine:
     """Quotes demands against a catalog (plus configured reservations)."""
 
-    CACHE_SIZE = 1024
+    CACHE_SIZE = 1024              # results kept for repeated demands...
+    CACHE_BYTES = 64 * 1024 * 1024  # ...and at most this much of them (their sentences vary in size)
 
     def __init__(
         self,
@@ -195,10 +195,9 @@ class QuoteEngine:
         self._all = self.catalog.offerings
         if self.enabled is not None:
             self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
-        self._cache: OrderedDict = OrderedDict()
+        self._cache = SizedLRU(self.CACHE_SIZE, self.CACHE_BYTES, _result_bytes)
         self._shape_groups: dict[str, list] = {}
         self._tables: dict[str, Table] = {}
-        self._lock = threading.Lock()
         # Reservation id -> since when live leases count against its free nodes: configured ones
         # always, refreshed ones from the refresh on (earlier leases are in the cloud's count).
         from providers.market.overlay import epoch
@@ -270,17 +269,16 @@ class QuoteEngine:
         )
 
     def _cache_get(self, key):
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-            return hit
+        return self._cache.get(key)
 
     def _cache_put(self, key, value) -> None:
-        with self._lock:
-            self._cache[key] = value
-            while len(self._cache) > self.CACHE_SIZE:
-                self._cache.popitem(last=False)
+        self._cache.put(key, value)
+
+
+def _result_bytes(result) -> int:
+    """An over-estimate of what one cached (offers, excluded) result holds."""
+    offers, excluded = result
+    return 512 + 1024 * len(offers) + sum(160 + len(e.reason) for e in excluded)
 
 
 class DerivedCache:
@@ -291,23 +289,17 @@ class DerivedCache:
     Bounded, oldest out first; safe to use from every RPC thread.
     """
 
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, size: int = 1024, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._items = SizedLRU(size, max_bytes, lambda entry: rough_bytes(entry[1]))
 
     def get(self, sources: tuple, make, extra: Hashable = ()):
         """``make()``'s value for these ``sources`` (compared by identity) and ``extra``."""
         key = (tuple(id(s) for s in sources), extra)
-        with self._lock:
-            hit = self._items.get(key)
+        hit = self._items.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
             return hit[1]
         value = make()
-        with self._lock:
-            self._items[key] = (sources, value)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        self._items.put(key, (sources, value))
         return value
 
 

@@ -233,3 +233,22 @@ def test_open_streams_do_not_starve_unary_calls_or_health(tmp_path, mini_catalog
                         break
                     assert time.monotonic() < deadline, e
                 time.sleep(0.05)
+
+
+def test_result_caches_are_bounded_in_bytes(mini_catalog):
+    """Distinct demands whose exclusion sentences echo long (but allowed) residency lists: the
+    engine's cache stays within its byte budget however many come."""
+    from broker.lru import SizedLRU
+    from broker.quote import QuoteEngine
+    from policies.demand import Demand
+
+    engine = QuoteEngine(mini_catalog)
+    engine._cache = SizedLRU(QuoteEngine.CACHE_SIZE, 256 * 1024, engine._cache.weigh)
+    for i in range(200):
+        residency = tuple(f"{i}-{j}-" + "z" * 56 for j in range(64))
+        engine.quote(Demand(gpus=8, hours=1, gpu_model="H100", residency=residency).validate(engine.gpu_models))
+        assert engine._cache.bytes <= 256 * 1024
+    assert 0 < len(engine._cache) < 200
+    big = SizedLRU(10, 1000, len)
+    big.put("k", "x" * 2000)  # heavier than the whole budget: not kept
+    assert big.get("k") is None and big.bytes == 0
