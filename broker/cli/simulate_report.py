@@ -36,16 +36,19 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
 
 
 def print_table(doc: dict) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     pols = doc["policies"]
     t = Table(title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
-                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})")
-    for col in ("policy", "cloud $", "bound $", "p50", "p95", "p99", "burst", "util"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
+                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True, show_edge=False)
+    for col in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, d in pols.items():
-        t.add_row(name, f"{d['cloud_cost_usd']:,.0f}", f"{d['lower_bound_cost_usd']:,.0f}", fmt_s(d["wait_p50_s"]),
+        t.add_row(name, f"{d['cloud_cost_usd']:,.0f}", f"{d['hindsight_cost_usd']:,.0f}",
+                  f"{d['lower_bound_cost_usd']:,.0f}",
                   fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]), f"{d['jobs_burst']:,}",
                   f"{d['onprem_utilization'] * 100:.0f} %")
     con = Console(width=80)
@@ -64,7 +67,9 @@ def print_table(doc: dict) -> None:
     if "broker" in pols and "ondemand-cheapest" in pols and pols["ondemand-cheapest"]["cloud_cost_usd"] > 0:
         b, o = pols["broker"], pols["ondemand-cheapest"]
         con.print(f"broker spends {b['cloud_cost_usd'] / o['cloud_cost_usd']:.2f}x what ondemand-cheapest does, "
-                  f"at a p95 wait of {fmt_s(b['wait_p95_s'])} against {fmt_s(o['wait_p95_s'])}.", highlight=False)
+                  f"at a p95 wait of {fmt_s(b['wait_p95_s'])} against {fmt_s(o['wait_p95_s'])}; "
+                  f"{b['cost_over_hindsight'] or 0:.2f}x its hindsight cost (each job it burst on the market that "
+                  f"was cheapest knowing its interruptions).", highlight=False)
     unserved = {n: d["unserved_jobs"] for n, d in pols.items() if d["unserved_jobs"]}
     if unserved:
         con.print("jobs never run (bigger than the cluster and no cloud offer, or never burst): "
@@ -85,12 +90,14 @@ def sweep(doc, jobs, catalog, names, sizes, cfg, lifetimes, workers, fmt, plot) 
     if fmt == "json":
         print_json(doc)
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{len(jobs):,} jobs, {len(sizes)} pool sizes ({doc['gpu_model']} in the cloud)")
+    t = Table(title=f"{len(jobs):,} jobs, {len(sizes)} pool sizes ({doc['gpu_model']} in the cloud)",
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
     for col in ("GPUs", "policy", "cloud $", "p95", "p99", "burst", "util"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for run in doc["sizes"]:
         for k, (name, d) in enumerate(run["policies"].items()):
             t.add_row(f"{run['onprem_gpus']:,}" if k == 0 else "", name, f"{d['cloud_cost_usd']:,.0f}",
