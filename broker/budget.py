@@ -58,16 +58,27 @@ class Budgets:
                 spend += lease_spend_since(l, since, now)
         return rate, spend
 
-    def check_launch(self, tenant: str, new_rate_micros: int, now: float) -> None:
+    def check_launch(self, tenant: str, new_rate_micros: int, now: float,
+                     leases: list[Lease] | None = None) -> None:
+        """Refuse (OverBudget) a launch at ``new_rate_micros`` that breaks a cap.
+        ``leases``: the tenant's counted leases as read inside the insert's transaction
+        (see :meth:`admission`); None reads them now."""
         from broker.errors import OverBudget
 
         caps = self.caps(tenant)
         if caps is None:
             return
-        rate, spend = self.usage(tenant, now)
+        rate, spend = self.usage(tenant, now, leases)
         why = launch_refusal(tenant, caps, rate, spend, new_rate_micros)
         if why:
             raise OverBudget(why + ".")
+
+    def admission(self, tenant: str, new_rate_micros: int, now: float):
+        """``(admit, counted_since)`` for :meth:`broker.store.Store.create_lease`, which runs the
+        check and the insert as one atomic step; ``(None, 0.0)`` for a tenant without caps."""
+        if self.caps(tenant) is None:
+            return None, 0.0
+        return (lambda leases: self.check_launch(tenant, new_rate_micros, now, leases)), month_start(now)
 
     def releases(self, tenant: str, now: float) -> dict[str, str]:
         """Running leases of ``tenant`` the reconciler must release for budget, with why."""

@@ -140,8 +140,8 @@ class Lifecycle:
         existing = self.store.lease_by_key(tenant, idempotency_key)
         if existing is not None:
             return existing, False
-        if self.budgets is not None:
-            self.budgets.check_launch(tenant, target.hourly_micros * target.nodes, now)
+        admit, counted_since = (self.budgets.admission(tenant, target.hourly_micros * target.nodes, now)
+                                if self.budgets is not None else (None, 0.0))
         lease_id = new_id("l")
         record = Lease(
             lease_id=lease_id, tenant=tenant, idempotency_key=idempotency_key, state=LeaseState.REQUESTED,
@@ -155,7 +155,7 @@ class Lifecycle:
             created_at=now, updated_at=now, state_since=now,
             max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
         )
-        return self.store.create_lease(record)
+        return self.store.create_lease(record, admit=admit, counted_since=counted_since)
 
     # -- provisioning ----------------------------------------------------------------------------
     def provision(self, lease: Lease) -> Lease:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from sqlalchemy import BigInteger, Integer, UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
@@ -258,17 +258,37 @@ class Store:
         cols = self._lease_columns
         return [Lease.from_row(cols, r) for r in conn.execute(q)]
 
-    def create_lease(self, lease: Lease, message: str = "lease requested") -> tuple[Lease, bool]:
+    TENANT_LOCK = 0x62726F62  # "brob": namespace of the per-tenant admission locks
+
+    def create_lease(self, lease: Lease, message: str = "lease requested", *,
+                     admit: Callable[[list[Lease]], None] | None = None,
+                     counted_since: float = 0.0) -> tuple[Lease, bool]:
         """Insert ``lease`` unless the tenant already used its idempotency key.
+
+        ``admit`` (a budget check) is called with the tenant's leases that count against its caps
+        (live, or ended at or after ``counted_since``) and raises to refuse. The check and the
+        insert are one atomic step: the transaction first takes the tenant's lock (a transaction
+        advisory lock on PostgreSQL, the database write lock — ``BEGIN IMMEDIATE`` — on SQLite),
+        so two launches at once cannot both fit under a cap that holds only one.
 
         Returns (lease, created): on a repeated key, the existing lease and False.
         """
         t = self._leases
         try:
             with self.engine.begin() as conn:
+                if self.is_postgres:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:ns, hashtext(:tenant))"),
+                                 {"ns": self.TENANT_LOCK, "tenant": lease.tenant})
+                else:
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
                 existing = self._by_key(conn, lease.tenant, lease.idempotency_key)
                 if existing is not None:
                     return existing, False
+                if admit is not None:
+                    admit(self._read_leases(conn, select(t).where(
+                        t.c.tenant == lease.tenant,
+                        t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0)
+                        | (t.c.ended_at >= counted_since))))
                 conn.execute(insert(t).values(**lease.to_row()))
                 conn.execute(insert(LeaseEventRecord.__table__).values(
                     lease_id=lease.lease_id, at=lease.created_at, kind="state_changed", from_state="",
