@@ -181,20 +181,28 @@ class Store:
             self._changed.wait(timeout)
 
     # -- quotes ----------------------------------------------------------------------------------
-    # Quotes are written behind: the Quote RPC returns without waiting on the disk, a writer
-    # thread inserts them in batches, and recent ones are answered from memory. A quote lost in
-    # a crash costs the client one re-quote; it commits nothing.
+    # A quote is on disk before its id is returned, so every replica can launch it. The writes
+    # are group commits: a writer thread inserts whatever quotes are waiting in one transaction
+    # and wakes their callers, so concurrent Quote RPCs share a commit instead of queueing on it.
     def save_quote(self, quote: "StoredQuote") -> None:
+        """Write ``quote``; returns once it is committed (Unavailable if it could not be)."""
+        from concurrent.futures import Future
+
+        done: Future = Future()
         with self._recent_lock:
-            self._recent[quote.quote_id] = quote
-            while len(self._recent) > 8192:
-                self._recent.popitem(last=False)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_quotes, name="quote-writer", daemon=True)
                 self._writer.start()
-        self._pending.put(quote)
+        self._pending.put((quote, done))
+        done.result()
+        with self._recent_lock:  # this replica answers its own recent quotes from memory
+            self._recent[quote.quote_id] = quote
+            while len(self._recent) > 8192:
+                self._recent.popitem(last=False)
 
     def _write_quotes(self) -> None:
+        from broker.errors import Unavailable
+
         while True:
             first = self._pending.get()
             if first is None:
@@ -213,19 +221,18 @@ class Store:
                 with self.engine.begin() as conn:
                     conn.execute(insert(QuoteRecord.__table__), [
                         {"quote_id": q.quote_id, "created_at": q.created_at, "valid_until": q.valid_until,
-                         "body": q.to_json().decode()} for q in batch])
-            except Exception:  # the writer must outlive a bad batch; the quotes stay in memory
+                         "body": q.to_json().decode()} for q, _ in batch])
+            except Exception as e:  # the writer outlives a failed batch; its callers hear of it
                 import structlog
 
-                structlog.get_logger("broker.store").exception("quote_write_failed", quotes=len(batch))
-            finally:
-                for _ in batch:
-                    self._pending.task_done()
-
-    def flush(self) -> None:
-        """Wait until every saved quote is on disk."""
-        if self._writer is not None:
-            self._pending.join()
+                structlog.get_logger("broker.store").warning("quote_write_failed", quotes=len(batch),
+                                                             error=type(e).__name__)
+                for _, done in batch:
+                    done.set_exception(Unavailable("the quote could not be stored (the database is "
+                                                   "unavailable); ask again shortly."))
+            else:
+                for _, done in batch:
+                    done.set_result(None)
 
     def get_quote(self, quote_id: str) -> "StoredQuote | None":
         from broker.quote import StoredQuote

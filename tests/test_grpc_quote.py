@@ -46,7 +46,6 @@ def test_a_stored_quote_reads_back_from_the_database_as_the_same_typed_value(tmp
     with running_server(tmp_path) as (_, svc):
         q = svc.quote(Demand(gpus=16, hours=4, gpu_model="H100", interruptible=True, checkpoint_minutes=30,
                              residency=("us",), deadline=2e9))
-        svc.store.flush()
         from_disk = Store(svc.config.db_url)  # a second process's view: nothing in memory
         try:
             stored = from_disk.get_quote(q.quote_id)
@@ -121,3 +120,35 @@ def test_every_offer_shown_stays_launchable_when_a_demand_repeats(tmp_path):
         q = svc.quote(d, top=30)
         assert len(q.offers) == 30
         assert svc.store.get_quote(q.quote_id).targets == q.targets(30)
+
+
+def test_a_quote_id_the_client_has_seen_is_launchable_on_every_replica(tmp_path):
+    """Two replicas on one database: the moment a quote returns on one, the other finds it."""
+    from broker.store import Store
+    from policies.demand import Demand
+
+    with running_server(tmp_path) as (_, svc):
+        other = Store(svc.config.db_url)  # the second replica's store: nothing of the first in memory
+        try:
+            for i in range(30):
+                q = svc.quote(Demand(gpus=8, hours=1 + i, gpu_model="H100"))
+                seen = other.get_quote(q.quote_id)
+                assert seen is not None, f"quote {i} was not on disk when its id was returned"
+                assert seen.targets == q.targets()
+        finally:
+            other.close()
+
+
+def test_a_quote_that_cannot_be_stored_is_unavailable_not_a_dangling_id(tmp_path):
+    from broker.errors import Unavailable
+    from policies.demand import Demand
+    from sqlalchemy import text
+
+    with running_server(tmp_path) as (addr, svc):
+        with svc.store.engine.begin() as conn:
+            conn.execute(text("DROP TABLE quotes"))
+        with pytest.raises(Unavailable):
+            svc.quote(Demand(gpus=8, hours=2, gpu_model="H100"))
+        with grpc.insecure_channel(addr) as ch, pytest.raises(grpc.RpcError) as e:
+            pb_grpc.BrokerStub(ch).Quote(pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=3)))
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
