@@ -405,7 +405,7 @@ def test_cli_json_has_every_policy_and_key(tmp_path, catalog):
     r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "v100", "--format", "json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert set(doc["policies"]) == {"onprem-only", "ondemand-cheapest", "spot-greedy", "broker"}
+    assert set(doc["policies"]) == {"onprem-only", "ondemand-cheapest", "spot-greedy", "broker", "broker-burst-overdue"}
     keys = {"cloud_cost_usd", "wait_p50_s", "wait_p95_s", "wait_p99_s", "wait_mean_s", "jobs", "jobs_burst",
             "cloud_gpu_hours", "interruptions", "onprem_utilization", "lower_bound_cost_usd"}
     for d in doc["policies"].values():
@@ -494,3 +494,18 @@ def test_the_table_names_jobs_that_never_ran(tmp_path, catalog):
             "--policy", "onprem-only")
     assert r.exit_code == 0, r.output
     assert "never run" in r.stdout and "onprem-only 1" in r.stdout
+
+
+def test_schedule_first_holds_a_fragmented_queue_and_the_opt_in_bursts_its_overdue_jobs(tmp_path, catalog):
+    # 2 nodes x 8: a 5-GPU job on each node for 10 h leaves 3 + 3 GPUs free; a 4-GPU job fits
+    # on neither node although 6 GPUs are free: scheduling-bound. It is overdue at once (its
+    # predicted wait, 10 h, is over half its 2 h runtime).
+    rows = [("a", 0, 5, 36000), ("b", 0, 5, 36000), ("four", 10, 4, 7200)]
+    jobs = load_trace(write_trace(tmp_path / "t.csv", rows), 0.0, 0, "V100")
+    cfg = SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="V100")
+    res = run_policies(jobs, catalog, ["broker", "broker-burst-overdue"], cfg)
+    held, opt_in = res["broker"], res["broker-burst-overdue"]
+    assert held.jobs_burst == 0 and held.cloud_cost_micros == 0
+    assert max(held.waits) == pytest.approx(36000 - 10)  # it waited for a node to free up
+    assert opt_in.jobs_burst == 1 and opt_in.cloud_cost_micros > 0
+    assert max(opt_in.waits) < 1000  # a cloud start-up

@@ -9,7 +9,7 @@ import typer
 
 from broker.cli.app import FORMATS, app, exit_usage, print_json
 
-_POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker")
+_POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker", "broker-burst-overdue")
 LIFETIMES_FILE = "spot_instance_lifetimes_aws_gcp_2020.csv"
 _REPO = Path(__file__).resolve().parents[2]
 

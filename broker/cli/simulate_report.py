@@ -7,7 +7,7 @@ from pathlib import Path
 from broker.cli.app import exit_usage, print_json
 
 COLORS = {"onprem-only": "tab:gray", "ondemand-cheapest": "tab:red", "spot-greedy": "tab:orange",
-          "broker": "tab:blue"}
+          "broker": "tab:blue", "broker-burst-overdue": "tab:cyan"}
 
 
 def fmt_s(s: float) -> str:

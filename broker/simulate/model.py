@@ -40,6 +40,8 @@ class Policy:
 
 NAIVE_TRIGGER = TriggerConfig(order="fifo", burst_verdicts=(), wait_trigger=False)
 BROKER_TRIGGER = TriggerConfig()
+# The opt-in: overdue jobs (the longest waiters) go out even when the queue is scheduling-bound.
+BROKER_OVERDUE_TRIGGER = TriggerConfig(burst_overdue_when_scheduling_bound=True)
 
 
 def builtin_policies() -> dict[str, Policy]:
@@ -49,6 +51,8 @@ def builtin_policies() -> dict[str, Policy]:
         "spot-greedy": Policy("spot-greedy", "spot-greedy", NAIVE_TRIGGER),
         "broker": Policy("broker", "full-cost", BROKER_TRIGGER, predict=True, gate=True,
                          learn_interruptions=True),
+        "broker-burst-overdue": Policy("broker-burst-overdue", "full-cost", BROKER_OVERDUE_TRIGGER, predict=True,
+                                       gate=True, learn_interruptions=True),
     }
 
 
