@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import grpc
-
 
 class BrokerError(Exception):
     """Base of every error the service means to show its caller."""
@@ -62,33 +60,44 @@ class Unavailable(BrokerError):
 
 @dataclass(frozen=True)
 class Outcome:
-    status: grpc.StatusCode
+    """A gRPC status (by its ``grpc.StatusCode`` name) and a CLI exit code.
+
+    The name, not the enum, so that importing this module (every command does) does not import
+    gRPC: ``status`` resolves it when a server or client needs it."""
+
+    status_name: str
     exit_code: int
+
+    @property
+    def status(self):
+        import grpc
+
+        return grpc.StatusCode[self.status_name]
 
 
 #: The one mapping from error to gRPC status and CLI exit code. Most specific class first.
 OUTCOMES: dict[type[BrokerError], Outcome] = {
-    ConfigError: Outcome(grpc.StatusCode.INVALID_ARGUMENT, 2),
-    InvalidArgument: Outcome(grpc.StatusCode.INVALID_ARGUMENT, 2),
-    NotFound: Outcome(grpc.StatusCode.NOT_FOUND, 4),
-    Unauthenticated: Outcome(grpc.StatusCode.UNAUTHENTICATED, 5),
-    PermissionDenied: Outcome(grpc.StatusCode.PERMISSION_DENIED, 5),
-    OverBudget: Outcome(grpc.StatusCode.RESOURCE_EXHAUSTED, 3),
-    Conflict: Outcome(grpc.StatusCode.ABORTED, 6),
-    FailedPrecondition: Outcome(grpc.StatusCode.FAILED_PRECONDITION, 6),
-    Unavailable: Outcome(grpc.StatusCode.UNAVAILABLE, 7),
+    ConfigError: Outcome("INVALID_ARGUMENT", 2),
+    InvalidArgument: Outcome("INVALID_ARGUMENT", 2),
+    NotFound: Outcome("NOT_FOUND", 4),
+    Unauthenticated: Outcome("UNAUTHENTICATED", 5),
+    PermissionDenied: Outcome("PERMISSION_DENIED", 5),
+    OverBudget: Outcome("RESOURCE_EXHAUSTED", 3),
+    Conflict: Outcome("ABORTED", 6),
+    FailedPrecondition: Outcome("FAILED_PRECONDITION", 6),
+    Unavailable: Outcome("UNAVAILABLE", 7),
 }
 
-#: gRPC status → the error class a client raises for it (the inverse of OUTCOMES).
-FROM_STATUS: dict[grpc.StatusCode, type[BrokerError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: OverBudget,
-    grpc.StatusCode.ABORTED: Conflict,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
+#: gRPC status name (``code.name``) → the error class a client raises for it (the inverse of OUTCOMES).
+FROM_STATUS: dict[str, type[BrokerError]] = {
+    "INVALID_ARGUMENT": InvalidArgument,
+    "NOT_FOUND": NotFound,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
+    "RESOURCE_EXHAUSTED": OverBudget,
+    "ABORTED": Conflict,
+    "FAILED_PRECONDITION": FailedPrecondition,
+    "UNAVAILABLE": Unavailable,
 }
 
 
@@ -97,4 +106,4 @@ def outcome(err: BaseException) -> Outcome:
     for cls in type(err).__mro__:
         if cls in OUTCOMES:
             return OUTCOMES[cls]  # type: ignore[index]
-    return Outcome(grpc.StatusCode.INTERNAL, 1)
+    return Outcome("INTERNAL", 1)

@@ -10,21 +10,15 @@ attempt.
 from __future__ import annotations
 
 import json
-import signal
-import threading
-from concurrent import futures
 from dataclasses import replace
 from typing import Iterator
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from broker import convert
 from broker.errors import BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
 from broker.lifecycle import lease_view
-from broker.limits import EdgeInterceptor, server_options
 from broker.quote import DerivedCache
 from broker.service import Service, WatchedEvent
 from broker.v1 import broker_pb2 as pb
@@ -226,55 +220,9 @@ def _fail(context, method: str, e: Exception):
 
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
-    """A started-ready (not yet started) server bound to ``listen``; returns it and its port."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.config.workers,
-                                                    thread_name_prefix="rpc"),
-                         interceptors=[service.metrics.interceptor(), service.auth.interceptor(),
-                                       EdgeInterceptor(service.limits), _ErrorStatus()],
-                         options=[("grpc.so_reuseport", 0), *server_options(service.limits)])
-    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    health_servicer.set("broker.v1.Broker", health_pb2.HealthCheckResponse.SERVING)
-    names = (pb.DESCRIPTOR.services_by_name["Broker"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
-    reflection.enable_server_reflection(names, server)
-    from broker.auth import server_credentials
+    """A server for a built ``service`` bound to ``listen`` (not yet started), SERVING once started."""
+    from broker.serving import open_server
 
-    creds = server_credentials(service.config.server)
-    port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}")
-    server._broker_health = health_servicer  # type: ignore[attr-defined]
+    server, port, gate = open_server(service.config, listen)
+    gate.open(service)
     return server, port
-
-
-def serve(service: Service, listen: str, ready: threading.Event | None = None,
-          on_port=None) -> None:
-    """Run until SIGTERM/SIGINT: stop taking RPCs, finish in-flight ones, stop background loops."""
-    server, port = build_server(service, listen)
-    server.start()
-    service.start_background()
-    metrics_listen = service.config.telemetry.metrics_listen
-    if metrics_listen:
-        log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
-    log.info("serving", listen=listen, port=port, db=service.config.db_url.split("@")[-1],
-             providers=sorted(service.providers))
-    if on_port:
-        on_port(port)
-    stop = threading.Event()
-
-    def _term(signum, _frame) -> None:
-        log.info("shutting_down", signal=signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _term)
-        signal.signal(signal.SIGINT, _term)
-    if ready:
-        ready.set()
-    stop.wait()
-    server._broker_health.enter_graceful_shutdown()  # type: ignore[attr-defined]
-    server.stop(grace=10).wait()
-    service.stop()
-    log.info("stopped")

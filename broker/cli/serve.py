@@ -45,15 +45,15 @@ def serve(
     try:
         cfg = cfgmod.load(config, overrides={"server.listen": listen, "store.url": db})
         _check_free(cfg.listen)
-        service = _service(cfg)
     except BrokerError as e:
         exit_usage(str(e))
-    from broker.server import serve as run
+    from broker.serving import serve as run
 
-    try:
-        run(service, cfg.listen)
-    except (OSError, RuntimeError) as e:  # binding the API or /metrics port: before serving
-        service.stop()
+    try:  # listens first (health NOT_SERVING), then builds the service: both are start-up
+        run(cfg, cfg.listen, lambda: _service(cfg))
+    except BrokerError as e:
+        exit_usage(str(e))
+    except (OSError, RuntimeError) as e:  # binding the API port
         exit_usage(f"cannot serve on {cfg.listen}: {_reason(e)}")
 
 

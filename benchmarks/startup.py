@@ -1,0 +1,137 @@
+"""Start-up of `broker serve`: start-to-listen and start-to-SERVING, against a bare interpreter.
+
+    python benchmarks/startup.py [--runs 5]
+
+Starts `broker serve` as a subprocess (SQLite store in a temporary directory, 127.0.0.1 only) and
+measures, from the moment the process is spawned:
+
+- listen: the port accepts a TCP connection (the gRPC health service answers, NOT_SERVING);
+- serving: grpc.health.v1 says SERVING for broker.v1.Broker (store open, providers built);
+- cli: `broker --help` to exit, the cost every command pays.
+
+twice: with no provider enabled, and with all three enabled (their SDKs imported and clients
+built; endpoints on a closed loopback port, anonymous credentials: nothing leaves the machine).
+The baseline is `python -c pass` in the same run; figures are medians, with their ratio to it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVIDERS = """
+[providers.aws]
+enabled = true
+regions = ["us-east-1"]
+image_id = "ami-0abc12345def67890"
+endpoint_url = "http://127.0.0.1:9"
+credentials = "anonymous"
+[providers.gcp]
+enabled = true
+project = "bench"
+regions = ["us-central1"]
+api_endpoint = "http://127.0.0.1:9"
+credentials = "anonymous"
+[providers.azure]
+enabled = true
+subscription_id = "00000000-0000-0000-0000-000000000000"
+resource_group = "rg-bench"
+regions = ["eastus"]
+base_url = "http://127.0.0.1:9"
+credentials = "anonymous"
+subnet_id = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s"
+ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench bench@example"
+"""
+
+
+def env() -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    e["PYTHONPATH"] = str(ROOT)
+    return e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(argv: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, env=env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def serve_once(config: Path, db: Path, deadline_s: float = 120.0) -> tuple[float, float]:
+    port = free_port()
+    argv = [sys.executable, "-m", "broker", "serve", "--config", str(config), "--db", f"sqlite:///{db}",
+            "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    listen = serving = None
+    try:
+        end = t0 + deadline_s
+        while listen is None and time.perf_counter() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                listen = time.perf_counter() - t0
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit(f"broker serve exited: {proc.stderr.read().decode()[-2000:]}")
+                time.sleep(0.005)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            req = health_pb2.HealthCheckRequest(service="broker.v1.Broker")
+            while serving is None and time.perf_counter() < end:
+                try:
+                    if stub.Check(req, timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        serving = time.perf_counter() - t0
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.01)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    if listen is None or serving is None:
+        raise SystemExit("broker serve did not answer within the deadline")
+    return listen, serving
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        configs = {"no provider": tmp / "none.toml", "aws+gcp+azure": tmp / "three.toml"}
+        configs["no provider"].write_text('owner = "broker-bench"\n[catalog]\nrefresh_interval_s = 0\n')
+        configs["aws+gcp+azure"].write_text('owner = "broker-bench"\n[catalog]\nrefresh_interval_s = 0\n' + PROVIDERS)
+        base, cli, runs = [], [], {k: [] for k in configs}
+        for i in range(a.runs):  # interleaved, so load on the machine touches every figure alike
+            base.append(timed([sys.executable, "-c", "pass"]))
+            cli.append(timed([sys.executable, "-m", "broker", "--help"]))
+            for name, cfg in configs.items():
+                runs[name].append(serve_once(cfg, tmp / f"{name[:2]}-{i}.db"))
+    b = statistics.median(base)
+    print(f"baseline `python -c pass`: {b * 1000:.0f} ms (median of {a.runs})")
+    print(f"`broker --help`: {statistics.median(cli) * 1000:.0f} ms ({statistics.median(cli) / b:.1f}x)")
+    for name, rs in runs.items():
+        listen = statistics.median(r[0] for r in rs)
+        serving = statistics.median(r[1] for r in rs)
+        print(f"broker serve, {name}: listen {listen * 1000:.0f} ms ({listen / b:.1f}x), "
+              f"SERVING {serving * 1000:.0f} ms ({serving / b:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Listening before the service is built: `broker serve` answers on its port (gRPC health
+NOT_SERVING, Broker RPCs UNAVAILABLE "starting") while the store opens and the enabled clouds'
+SDKs load, then opens the gate. This module imports only gRPC and the generated descriptors, so
+the port is bound a fraction of a second after the process starts (``benchmarks/startup.py``).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from broker.v1 import broker_pb2 as pb
+
+log = structlog.get_logger("broker.server")
+
+
+class Gate(grpc.GenericRpcHandler):
+    """The Broker service behind a gate, so the port answers (health NOT_SERVING) while the
+    service is still being built: before :meth:`open`, every Broker RPC is UNAVAILABLE ("the
+    broker is starting", retryable); after it, the servicer's handlers run behind the service's
+    interceptors (metrics, authorization, error statuses)."""
+
+    def __init__(self) -> None:
+        self._handlers: list = []
+        self._interceptors: list = []
+        self.health = health.HealthServicer()
+        for name in ("", "broker.v1.Broker"):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    # grpc.Server's registration calls, as add_BrokerServicer_to_server makes them
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self._handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service_name: str, handlers) -> None:
+        self._handlers.append(grpc.method_handlers_generic_handler(service_name, handlers))
+
+    def open(self, service) -> None:
+        from broker.server import BrokerServicer, _ErrorStatus
+        from broker.v1 import broker_pb2_grpc as pb_grpc
+
+        from broker.limits import EdgeInterceptor
+
+        self._interceptors = [service.metrics.interceptor(), service.auth.interceptor(),
+                              EdgeInterceptor(service.limits), _ErrorStatus()]
+        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), self)
+        for name in ("", "broker.v1.Broker"):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def service(self, details):
+        if not details.method.startswith("/broker.v1.Broker/"):
+            return None
+        if not self._handlers:
+            return grpc.unary_unary_rpc_method_handler(_starting)
+
+        def lookup(d):
+            for h in self._handlers:
+                found = h.service(d)
+                if found is not None:
+                    return found
+            return None
+
+        chain = lookup
+        for i in reversed(self._interceptors):
+            chain = (lambda inner, icpt: lambda d: icpt.intercept_service(inner, d))(chain, i)
+        return chain(details)
+
+
+def _starting(request, context):
+    context.abort(grpc.StatusCode.UNAVAILABLE, "the broker is starting; retry in a moment.")
+
+
+def open_server(config, listen: str) -> tuple[grpc.Server, int, Gate]:
+    """A server bound to ``listen`` (not yet started) with health, reflection and the gated
+    Broker service; returns it, its port and the gate to open once the service is built."""
+    from broker.auth import server_credentials
+
+    from broker.limits import Limits, server_options
+
+    gate = Gate()
+    limits = Limits.from_settings(config.limits, config.workers)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+                         handlers=[gate], options=[("grpc.so_reuseport", 0), *server_options(limits)])
+    health_pb2_grpc.add_HealthServicer_to_server(gate.health, server)
+    names = (pb.DESCRIPTOR.services_by_name["Broker"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    creds = server_credentials(config.server)
+    port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server._broker_health = gate.health  # type: ignore[attr-defined]
+    return server, port, gate
+
+
+def serve(config, listen: str, make_service, *, ready: threading.Event | None = None, on_port=None,
+          stop: threading.Event | None = None) -> None:
+    """Listen first (health NOT_SERVING), then build the service with ``make_service()`` (the
+    store, the clouds' SDKs, the providers) and serve it; run until SIGTERM/SIGINT, then stop
+    taking RPCs, finish in-flight ones and stop the background loops.
+
+    A failure before the service is built propagates (the caller exits 2: a start-up error).
+    ``stop`` (default: set by SIGTERM/SIGINT) ends it; ``ready`` is set once it is SERVING."""
+    server, port, gate = open_server(config, listen)
+    server.start()
+    log.info("listening", listen=listen, port=port)
+    if on_port:
+        on_port(port)
+    stop = stop or threading.Event()
+
+    def _term(signum, _frame) -> None:
+        log.info("shutting_down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _term)
+        signal.signal(signal.SIGINT, _term)
+    try:
+        service = make_service()
+    except BaseException:
+        server.stop(grace=None)
+        raise
+    gate.open(service)
+    service.start_background()
+    metrics_listen = config.telemetry.metrics_listen
+    if metrics_listen:
+        try:
+            log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
+        except OSError as e:
+            server.stop(grace=None)
+            service.stop()
+            from broker.errors import ConfigError
+
+            raise ConfigError(f"config: telemetry.metrics_listen {metrics_listen} cannot be served: "
+                              f"{e.strerror or e}", field="telemetry.metrics_listen") from None
+    log.info("serving", listen=listen, port=port, db=config.db_url.split("@")[-1],
+             providers=sorted(service.providers))
+    if ready:
+        ready.set()
+    stop.wait()
+    server._broker_health.enter_graceful_shutdown()  # type: ignore[attr-defined]
+    server.stop(grace=10).wait()
+    service.stop()
+    log.info("stopped")
