@@ -16,8 +16,9 @@ says whether its role may call the RPC at all (PERMISSION_DENIED), and each obje
 checked against its tenant: another tenant's lease or quote is NOT_FOUND, exactly like a missing
 one, so ids leak nothing. Health and reflection stay open for probes.
 
-A token's role comes from its spec string wherever the token is kept (the config file here;
-a store of issued tokens can hand :func:`principal_for` the same ``role`` and ``tenants``).
+A token's role comes from its spec string in the config file, or from wherever issued tokens are
+kept (``Auth(issued=...)``, answering with :func:`principal_for` from a stored role and tenants):
+the same roles, the same table.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import grpc
 
@@ -145,7 +146,12 @@ def _digest(token: str) -> bytes:
 class Auth:
     """The token table and the checks every RPC goes through."""
 
-    def __init__(self, tokens: Mapping[str, str] | None = None) -> None:
+    def __init__(self, tokens: Mapping[str, str] | None = None,
+                 issued: Callable[[bytes], Principal | None] | None = None) -> None:
+        """``tokens``: the config file's table; ``issued``: looks a token up by its SHA-256 digest
+        among tokens kept elsewhere (a store of issued tokens, building its answer with
+        :func:`principal_for`). Either makes auth required."""
+        self._issued = issued
         self._entries: list[tuple[bytes, Principal]] = []
         for token, spec in (tokens or {}).items():
             if not str(token).strip():
@@ -157,7 +163,7 @@ class Auth:
 
     @property
     def enabled(self) -> bool:
-        return bool(self._entries)
+        return bool(self._entries) or self._issued is not None
 
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
         """The caller behind ``metadata`` (UNAUTHENTICATED without a valid bearer token)."""
@@ -175,6 +181,8 @@ class Auth:
             for stored, principal in self._entries:  # every entry, so timing tells nothing
                 if hmac.compare_digest(digest, stored):
                     found = principal
+            if found is None and self._issued is not None:
+                found = self._issued(digest)
         if found is None:
             raise Unauthenticated("a valid bearer token is required (authorization metadata).")
         return found

@@ -7,7 +7,7 @@ import time
 import grpc
 import pytest
 
-from broker.auth import TABLE, Auth, Principal, Role, parse_spec
+from broker.auth import TABLE, Auth, Principal, Role, parse_spec, principal_for
 from broker.errors import ConfigError
 from broker.lease import Lease
 from broker.v1 import broker_pb2 as pb
@@ -239,6 +239,15 @@ def test_token_specs_parse_and_fail_closed():
         assert type(e.value).__name__ == "Unauthenticated"
     assert auth.authenticate((("authorization", "Bearer t1"),)).tenant == "team-a"
     assert not Auth({}).enabled and Auth({}).authenticate(()).operator
+    import hashlib
+
+    kept = {hashlib.sha256(b"issued-1").digest(): principal_for("scheduler", ["team-c"])}
+    both = Auth({"t1": "team-a"}, issued=kept.get)
+    assert both.authenticate((("authorization", "Bearer issued-1"),)).tenants == {"team-c"}
+    assert both.authenticate((("authorization", "Bearer t1"),)).tenant == "team-a"
+    assert Auth(issued=kept.get).enabled
+    with pytest.raises(Exception, match="bearer token"):
+        both.authenticate((("authorization", "Bearer issued-2"),))
 
 
 def test_a_tenant_token_named_like_an_operator_is_a_tenant(tmp_path, mini_catalog_dir):
