@@ -61,7 +61,8 @@ ENDED: frozenset[LeaseState] = frozenset(s for s, nxt in TRANSITIONS.items() if 
 SERVING: frozenset[LeaseState] = frozenset({S.REQUESTED, S.PROVISIONING, S.RUNNING})
 #: Accrues cost by the hour.
 BILLED: frozenset[LeaseState] = frozenset({S.RUNNING, S.DRAINING})
-#: Waiting on a launch; timed out from when the state was entered.
+#: Waiting on a launch. A lease is in these from its creation until it runs or ends, and never comes
+#: back to them (see TRANSITIONS), so a launch is timed out from ``created_at``.
 LAUNCHING: frozenset[LeaseState] = frozenset({S.REQUESTED, S.PROVISIONING})
 
 

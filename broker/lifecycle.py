@@ -42,6 +42,11 @@ LeaseError = BrokerError
 Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the schema
 
 
+class BootScriptError(FailedPrecondition):
+    """The lease's boot script cannot be rendered: the lease fails at once (no offer would do
+    better), instead of staying in provisioning to be resumed forever."""
+
+
 def lease_view(lease: Lease, now: float) -> dict[str, Any]:
     """A lease as the API and the CLI show it, with cost so far."""
     return {
@@ -189,7 +194,13 @@ class Lifecycle:
                                  "code": "blocked", "scope": scope, "kind": "blocked", "message": why})
                 continue
             tried += 1
-            lease, instances, error = self._try_offer(lease, target, attempts)
+            try:
+                lease, instances, error = self._try_offer(lease, target, attempts)
+            except BootScriptError as e:  # the lease's own fault: no other offer does better
+                attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
+                                 "instance_type": target.instance_type, "market": target.market.value,
+                                 "code": "BootScript", "scope": "", "kind": "invalid", "message": str(e)[:300]})
+                return self._fail(self.get(lease.lease_id), attempts)
             if instances is None:
                 if isinstance(error, AuthError):  # the next offer of the same cloud will not do better
                     refused[target.provider] = f"{error.code or 'auth error'} earlier in this launch"
@@ -198,6 +209,10 @@ class Lifecycle:
                 return self._mark_running(lease, instances, attempts)
             except StaleLease:
                 return self._launched_too_late(lease, instances)
+        return self._fail(lease, attempts)
+
+    def _fail(self, lease: Lease, attempts: list[dict]) -> Lease:
+        """→ failed, with every attempt in the reason; raises :class:`LeaseError` ("failed")."""
         summary = "; ".join(f"{a['provider']}/{a['region']}/{a['instance_type']}/{a['market']}: "
                             f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
         lease = self._write(lease, state=LeaseState.FAILED, message=f"every offer failed: {summary}"[:2000],
@@ -317,7 +332,10 @@ class Lifecycle:
             raise InvalidRequestError(f"unknown instance type {lease.instance_type}", provider=lease.provider,
                                       code="UnknownInstanceType", region=lease.region)
         names = node_names(lease)
-        script = self.boot(lease, names) if (self.boot and lease.bootstrap) else ""
+        try:
+            script = self.boot(lease, names) if (self.boot and lease.bootstrap) else ""
+        except Exception as e:  # a template removed from the config since, a setting it lacks
+            raise BootScriptError(f"boot template {lease.bootstrap!r} cannot be rendered: {e}") from e
         return LaunchSpec(
             lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
             instance=it, market=Market(lease.market), count=lease.nodes, client_token=lease.client_token,

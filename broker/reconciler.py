@@ -15,16 +15,24 @@ Each pass has two phases (DESIGN.md):
 A provider whose listing fails is skipped for the pass (nothing is concluded from silence), and
 a running lease missing instances in a listing is confirmed with ``describe`` before anything is
 concluded (listings lag). It is safe to run after a ``kill -9`` at any point of launch or release.
+
+No one lease, tenant or provider can stop a pass for the others: each is handled on its own, and
+whatever it raises (a cloud error, a bug, a value a cloud SDK refuses) is logged, counted in
+``PassReport.errors`` and reported to ``on_error`` (the ``broker_reconcile_errors`` metric), and
+the pass goes on. A launch that has not finished ``provision_timeout_s`` after the lease was
+created is given up, however often it was resumed: a lease enters the launching states once.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import structlog
 
-from broker.lease import LIVE, Lease, LeaseState
+from broker.lease import LAUNCHING, LIVE, Lease, LeaseState
+from broker.leader import NotLeader
 from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names
 from broker.store import StaleLease
 from providers.base import Instance, Market, ProviderError, StopReason, offering_key
@@ -43,19 +51,41 @@ class PassReport:
     failed: int = 0
     expired: int = 0
     skipped_providers: list[str] = field(default_factory=list)
+    errors: int = 0  # leases, tenants or providers whose handling raised (each logged)
 
 
 class Reconciler:
     def __init__(self, lifecycle: Lifecycle, *, orphan_grace_s: float = 120.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_error: Callable[[str, str], None] | None = None) -> None:
         self.lc = lifecycle
         self.store = lifecycle.store
         self.orphan_grace_s = orphan_grace_s
         self.clock = clock
+        self.on_error = on_error  # (phase, provider): a unit of the pass failed
         self._first_seen: dict[str, float] = {}  # orphan instance id -> first time seen
         # Called before every side-effecting step; raises (broker.leader.NotLeader) when this
         # replica no longer leads, which ends the pass. The service sets it; alone, it leads.
         self.fence: Callable[[], object] = lambda: None
+
+    @contextlib.contextmanager
+    def _isolated(self, report: PassReport, phase: str, provider: str = "", **where: Any) -> Iterator[None]:
+        """Run one unit of the pass (a lease, a tenant, a provider): whatever it raises is logged
+        and counted, and the pass goes on. Losing leadership still ends the whole pass."""
+        try:
+            yield
+        except NotLeader:
+            raise
+        except StaleLease:  # someone (a Release, a Launch) moved it meanwhile: next pass
+            log.info(f"{phase}_superseded", provider=provider, **where)
+        except Exception as e:
+            report.errors += 1
+            if isinstance(e, (ProviderError, LeaseError)):
+                log.warning(f"{phase}_failed", provider=provider, error=str(e), **where)
+            else:
+                log.exception(f"{phase}_failed", provider=provider, error=repr(e)[:500], **where)
+            if self.on_error is not None:
+                self.on_error(phase, provider)
 
     # -----------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -63,11 +93,10 @@ class Reconciler:
         now = self.clock()
         listings: dict[str, list[Instance]] = {}
         for name, provider in self.lc.providers.items():
-            try:
+            with self._isolated(report, "list", name):
                 listings[name] = provider.list_managed()
-            except ProviderError as e:
+            if name not in listings:
                 report.skipped_providers.append(name)
-                log.warning("list_failed", provider=name, code=e.code, error=str(e))
         by_lease: dict[str, list[Instance]] = {}
         for insts in listings.values():
             for i in insts:
@@ -81,33 +110,24 @@ class Reconciler:
             if lease.provider not in listings:
                 continue
             self.fence()
-            try:
+            with self._isolated(report, "sync", lease.provider, lease=lease.lease_id):
                 live[lease.lease_id], replacement = self._sync(lease, by_lease.get(lease.lease_id, []), report)
-            except StaleLease:  # someone (a Release, a Launch) moved it meanwhile: next pass
-                log.info("sync_superseded", lease=lease.lease_id, provider=lease.provider)
-                continue
-            except (ProviderError, LeaseError) as e:
-                log.warning("sync_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
-                continue
-            if replacement is not None:
-                live[replacement.lease_id] = replacement
+                if replacement is not None:
+                    live[replacement.lease_id] = replacement
 
         # step -----------------------------------------------------------------------------
         self._terminate_orphans(listings, live, report, now)
-        budget_reasons = self._over_budget(live.values(), now)
+        budget_reasons = self._over_budget(live.values(), now, report)
         for lease in list(live.values()):
             if lease.state not in LIVE:
                 continue
             self.fence()
-            try:
+            with self._isolated(report, "step", lease.provider, lease=lease.lease_id):
                 self._step(lease, report, now, listed=lease.provider in listings,
                            budget_reason=budget_reasons.get(lease.lease_id))
-            except StaleLease:
-                log.info("step_superseded", lease=lease.lease_id, provider=lease.provider)
-            except (ProviderError, LeaseError) as e:
-                log.warning("step_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         self.fence()
-        self.store.prune_quotes(now - 86400)
+        with self._isolated(report, "prune"):
+            self.store.prune_quotes(now - 86400)
         return report
 
     # -- sync: reflect what the clouds say ----------------------------------------------------
@@ -230,31 +250,37 @@ class Reconciler:
                     orphans.append(i)
             if orphans:
                 self.fence()
-                try:
+                with self._isolated(report, "orphans", name, instances=[i.instance_id for i in orphans]):
                     self.lc.providers[name].terminate(orphans)
                     report.orphans_terminated += len(orphans)
                     for i in orphans:
                         self._first_seen.pop(i.instance_id, None)
                         log.warning("orphan_terminated", provider=name, instance=i.instance_id, lease=i.lease_id)
-                except ProviderError as e:
-                    log.warning("orphan_terminate_failed", provider=name, error=str(e))
         for k in [k for k in self._first_seen if k not in seen]:
             del self._first_seen[k]
 
-    def _over_budget(self, leases, now: float) -> dict[str, str]:
+    def _over_budget(self, leases, now: float, report: PassReport) -> dict[str, str]:
         """Running leases to release for budget, by lease id, with the sentence naming the cap."""
         budgets = self.lc.budgets
         if budgets is None or not budgets.budgets:
             return {}
         out: dict[str, str] = {}
         for tenant in sorted({l.tenant for l in leases if l.state is LeaseState.RUNNING}):
-            out.update(budgets.releases(tenant, now))
+            with self._isolated(report, "budget", tenant=tenant):
+                out.update(budgets.releases(tenant, now))
         return out
 
     def _step(self, lease: Lease, report: PassReport, now: float, listed: bool,
               budget_reason: str | None = None) -> None:
         s = self.lc.settings
         age = now - lease.state_since
+        if lease.state in LAUNCHING and listed and now - lease.created_at >= s.provision_timeout_s:
+            # Timed from the lease's creation: resuming a launch (provisioning → requested →
+            # provisioning) restarts state_since, never this clock.
+            report.failed += 1
+            lease = self.lc.drain(lease, f"launch did not finish within {s.provision_timeout_s:.0f} s")
+            self.lc.finish_drain(lease)
+            return
         if lease.state is LeaseState.REQUESTED:
             # A replacement is launched at once; any other request this old was abandoned by a
             # crash between its creation and its launch.
@@ -267,11 +293,6 @@ class Reconciler:
             return
         if lease.state is LeaseState.PROVISIONING:
             if not listed:
-                return
-            if age >= s.provision_timeout_s:
-                report.failed += 1
-                lease = self.lc.drain(lease, f"launch did not finish within {s.provision_timeout_s:.0f} s")
-                self.lc.finish_drain(lease)
                 return
             if lease.lease_id not in self.lc.inflight and age >= s.resume_after_s:
                 # The launching process died mid-call: retry with the SAME client token (idempotent),

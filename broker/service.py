@@ -87,7 +87,7 @@ class Service:
         if set(self.providers) & set(config.providers.enabled()):
             self.lifecycle.on_quota_error = self._quota_error
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
-                                     clock=clock)
+                                     clock=clock, on_error=self._reconcile_error)
         from broker.telemetry import Metrics
 
         self.leadership = None  # set by start_background: replicas elect one leader
@@ -96,6 +96,8 @@ class Service:
         self._derived = DerivedCache()  # launch targets and top-N slices of cached quote results
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.dead_loops: list[str] = []  # background loops that ended without being stopped
+        self._on_loop_death: list[Callable[[str], None]] = []
         self.autoscaler = None
         try:
             from broker.autoscaler import autoscaler_for
@@ -337,8 +339,31 @@ class Service:
                 return None
         return run
 
+    def _reconcile_error(self, phase: str, provider: str) -> None:
+        self.metrics.reconcile_errors.labels(phase, provider).inc()
+
+    def on_loop_death(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(loop name)`` if a background loop ever ends without being stopped (the
+        server turns its health NOT_SERVING: a replica that no longer reconciles is not well)."""
+        self._on_loop_death.append(fn)
+        for name in self.dead_loops:
+            fn(name)
+
     def _loop(self, name: str, interval: float, fn: Callable[[], Any]) -> threading.Thread:
         def run() -> None:
+            self.metrics.loop_alive.labels(name).set(1)
+            try:
+                passes()
+            except Exception:
+                log.exception("loop_died", loop=name)
+            finally:
+                if not self._stop.is_set():
+                    self.metrics.loop_alive.labels(name).set(0)
+                    self.dead_loops.append(name)
+                    for cb in list(self._on_loop_death):
+                        cb(name)
+
+        def passes() -> None:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:

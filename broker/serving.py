@@ -50,6 +50,11 @@ class Gate(grpc.GenericRpcHandler):
         pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), self)
         for name in ("", "broker.v1.Broker"):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        service.on_loop_death(self._not_serving)  # a replica that no longer reconciles is not well
+
+    def _not_serving(self, _loop: str) -> None:
+        for name in ("", "broker.v1.Broker"):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     def service(self, details):
         if not details.method.startswith("/broker.v1.Broker/"):

@@ -71,7 +71,7 @@ def _uncaught(exc_type, exc, tb) -> None:
 
 class Metrics:
     def __init__(self, store, catalog) -> None:
-        from prometheus_client import CollectorRegistry, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.rpc = Histogram("broker_rpc_duration_seconds", "gRPC handling time", ["method", "code"],
@@ -81,6 +81,11 @@ class Metrics:
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.leader = Gauge("broker_leader", "1 while this replica leads (runs the reconciler and the "
                             "autoscaler), else 0", registry=self.registry)
+        self.reconcile_errors = Counter(
+            "broker_reconcile_errors", "Leases, tenants or providers a reconciler pass could not handle "
+            "(each is logged; the pass goes on without it)", ["phase", "provider"], registry=self.registry)
+        self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
+                                "(health turns NOT_SERVING)", ["loop"], registry=self.registry)
         self.registry.register(StoreCollector(store, catalog))
         self._server = None
 

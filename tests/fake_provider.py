@@ -17,9 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from providers.base import (
-    TAG_LEASE, CapacityError, Instance, InstanceState, LaunchSpec, ProviderError, StopReason,
-)
+from providers.base import TAG_LEASE, CapacityError, Instance, InstanceState, LaunchSpec, StopReason
 
 
 class FakeProvider:
@@ -33,14 +31,15 @@ class FakeProvider:
         self.instances: dict[str, Instance] = {}  # instance id -> what the cloud holds now
         self.calls: list[tuple[str, object]] = []  # (method, argument), in order
         self._tokens: dict[str, list[str]] = {}  # client token -> the instance ids it made
-        self._failures: dict[str, deque[ProviderError | Callable[..., None]]] = defaultdict(deque)
+        self._failures: dict[str, deque[BaseException | Callable[..., None]]] = defaultdict(deque)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
     # -- scripting ----------------------------------------------------------------------------
-    def fail(self, method: str, error: ProviderError | Callable[..., None], times: int = 1) -> None:
-        """The next ``times`` calls of ``method`` raise ``error`` (or call it with the argument,
-        so a test can fail after a side effect: e.g. launch, then lose the answer)."""
+    def fail(self, method: str, error: BaseException | Callable[..., None], times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` raise ``error`` — a :class:`ProviderError`, or
+        anything an SDK lets escape — or call it with the argument, so a test can fail after a
+        side effect (e.g. launch, then lose the answer)."""
         assert method in ("launch", "describe", "list_managed", "terminate"), method
         self._failures[method].extend([error] * times)
 
@@ -74,7 +73,7 @@ class FakeProvider:
             self.calls.append((method, arg))
             queued = self._failures[method]
             failure = queued.popleft() if queued else None
-        if isinstance(failure, ProviderError):
+        if isinstance(failure, BaseException):
             raise failure
         if failure is not None:
             failure(arg)
