@@ -36,7 +36,9 @@ How the broker's lease maps onto Azure:
   the OS disk (``deleteOption=Delete``); no Network SDK is needed. The private IP is read from the
   NIC through the same authenticated pipeline;
 * a lease of more than one node gets a proximity placement group ``broker-<lease>``, removed by
-  :meth:`terminate` once it holds no VM;
+  :meth:`terminate` once it holds no VM. A group that outlived its VMs (its deletion failed during a
+  launch's cleanup or a terminate) is listed by :meth:`list_managed` as a terminated entry of its
+  lease whose id is the group's ARM id, so the reconciler removes it like any other leftover;
 * the boot script goes in ``userData`` (base64) and is never logged.
 
 Interruption: a Spot VM evicted with policy Delete is deleted by Azure; ARM then simply no longer
@@ -102,6 +104,8 @@ NETWORK_API_VERSION = "2020-11-01"  # networkProfile.networkApiVersion for VM-cr
 NIC_READ_API_VERSION = "2024-05-01"  # Microsoft.Network api-version to read a NIC's private IP
 _VM_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/(?P<rg>[^/]+)/providers/"
                     r"Microsoft\.Compute/virtualMachines/(?P<name>[^/]+)$", re.I)
+_PPG_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/"
+                     r"Microsoft\.Compute/proximityPlacementGroups/[^/]+$", re.I)
 
 # ARM error codes, as the Compute resource provider and ARM itself send them.
 CAPACITY_CODES = {"AllocationFailed", "OverconstrainedAllocationRequest", "ZonalAllocationFailed",
@@ -592,12 +596,20 @@ class AzureProvider:
         wanted = None if regions is None else {_norm_region(r) for r in regions}
         try:
             vms = self._list()
+            ppgs = list(self._client.proximity_placement_groups.list_by_resource_group(self.resource_group))
         except AzureError as e:
             raise map_error(e) from e
-        return sorted((self._instance(vm) for vm in vms
-                       if _tag(vm, TAG_OWNER) == self.owner
-                       and (wanted is None or _norm_region(vm.location) in wanted)),
+        out = [self._instance(vm) for vm in vms if _tag(vm, TAG_OWNER) == self.owner]
+        out += [self._empty_ppg(g) for g in ppgs if _tag(g, TAG_OWNER) == self.owner and not g.virtual_machines]
+        return sorted((i for i in out if wanted is None or i.region in wanted),
                       key=lambda i: (i.lease_id, i.node_name))
+
+    def _empty_ppg(self, ppg: Any) -> Instance:
+        """A placement group with no VM left, as a terminated leftover of its lease."""
+        return Instance(provider="azure", instance_id=ppg.id or self._arm_id("proximityPlacementGroups", ppg.name),
+                        region=_norm_region(ppg.location), zone=(ppg.zones or [""])[0], instance_type="",
+                        market=Market.ON_DEMAND, state=InstanceState.TERMINATED, lease_id=_tag(ppg, TAG_LEASE),
+                        stop_reason=StopReason.USER, stop_detail="empty proximity placement group")
 
     def _private_ip(self, vm: Any, region: str, zone: str) -> str:
         refs = (vm.network_profile.network_interfaces if vm.network_profile else None) or []
@@ -641,6 +653,8 @@ class AzureProvider:
             return
         targets: dict[tuple[str, str], tuple[str, str]] = {}
         for inst in instances:
+            if _PPG_ID.match(inst.instance_id or ""):
+                continue  # an empty placement group: removed with its lease below
             rg, name = _rg_name(inst, self.resource_group)
             targets.setdefault((rg.lower(), name.lower()), (rg, name))
         leases = sorted({i.lease_id for i in instances if i.lease_id})

@@ -413,6 +413,28 @@ def test_partial_launch_is_cleaned_up(az: AzureProvider, fake_arm: FakeArm) -> N
     assert leftovers(fake_arm) == NOTHING
 
 
+def test_a_placement_group_whose_cleanup_failed_is_listed_and_removed(make, fake_arm: FakeArm) -> None:
+    """The launch's cleanup cannot delete the group (ARM answers 500 to every try): the group
+    stays, empty. It is listed as a terminated leftover of its lease, so terminating what
+    ``list_managed`` returns (what the reconciler does with orphans) removes it."""
+    az = make(retries=1)
+    fake_arm.retry_after = 0
+    fake_arm.inject("capacity", match="/virtualMachines/lease-q-n1")
+    group = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/proximityPlacementGroups/broker-lease-q"
+    fake_arm.inject("5xx", match=f"DELETE {group}", times=-1)  # ARM keeps failing the group's deletes
+    with pytest.raises(CapacityError):
+        az.launch(spec("lease-q", count=2, market=Market.SPOT))
+    fake_arm.clear_faults()
+    assert leftovers(fake_arm)["ppgs"] == ["broker-lease-q"]
+    [left] = az.list_managed()
+    assert (left.lease_id, left.state, left.instance_type) == ("lease-q", InstanceState.TERMINATED, "")
+    assert left.instance_id.endswith("/proximityPlacementGroups/broker-lease-q")
+    assert az.list_managed(["westus2"]) == []
+    az.terminate([left])
+    assert leftovers(fake_arm) == NOTHING
+    assert not fake_arm.calls_matching("DELETE", "/virtualMachines/broker-lease-q")  # not taken for a VM
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_random_faults_never_leave_a_half_lease(make, fake_arm: FakeArm, seed: int) -> None:
     az = make(retries=1)
