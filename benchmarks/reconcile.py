@@ -10,10 +10,14 @@ Run: .venv/bin/python benchmarks/reconcile.py [--leases 10000] [--passes 5]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,11 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 from broker.lifecycle import Lifecycle  # noqa: E402
 from broker.quote import QuoteEngine  # noqa: E402
-from broker.reconciler import Reconciler  # noqa: E402
+from broker.reconciler import PASS_COLUMNS, Reconciler  # noqa: E402
 from broker.lease import LIVE  # noqa: E402
 from broker.store import LeaseRecord, Store  # noqa: E402
 from providers.base import Instance, InstanceState, Market  # noqa: E402
 from providers.catalog import bundled  # noqa: E402
+
+PROVIDERS = ("aws", "gcp", "azure")
 
 
 class ListingProvider:
@@ -49,31 +55,70 @@ class ListingProvider:
         raise AssertionError("a steady-state pass terminates nothing")
 
 
-def populate(store: Store, n: int, now: float) -> dict[str, list[Instance]]:
-    from sqlmodel import Session
+def instances_of(k: int, p: str, now: float) -> list[Instance]:
+    lid = f"l-bench-{k:06d}"
+    return [Instance(p, f"i-{k:06d}-{j}", "r1", "r1-a", "t1", Market.ON_DEMAND, InstanceState.RUNNING, lid,
+                     f"{lid}-{j}", "10.0.0.1", launched_at=now - 3600) for j in range(1 + (k % 4 == 0))]
 
-    providers = ("aws", "gcp", "azure")
-    listings: dict[str, list[Instance]] = {p: [] for p in providers}
-    rows = []
+
+def listings_for(n: int, now: float) -> dict[str, list[Instance]]:
+    listings: dict[str, list[Instance]] = {p: [] for p in PROVIDERS}
     for k in range(n):
-        p = providers[k % 3]
-        lid = f"l-bench-{k:06d}"
-        nodes = 1 + (k % 4 == 0)
-        insts = [Instance(p, f"i-{k:06d}-{j}", "r1", "r1-a", "t1", Market.ON_DEMAND, InstanceState.RUNNING, lid,
-                          f"{lid}-{j}", "10.0.0.1", launched_at=now - 3600) for j in range(nodes)]
-        listings[p].extend(insts)
-        rows.append(LeaseRecord(
-            lease_id=lid, idempotency_key=lid, state="running", provider=p, region="r1", zone="r1-a",
-            instance_type="t1", market="on_demand", nodes=nodes, hourly_micros=1_000_000, client_token=f"{lid}-1",
-            created_at=now - 3600, updated_at=now - 3600, state_since=now - 3600, started_at=now - 3600,
-            accrued_at=now - 3600, idle_since=0.0, job=json.dumps({"job_id": str(k)}),
-            instances=json.dumps([{"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
-                                   "private_ip": i.private_ip, "state": "running"} for i in insts]),
-        ))
-    with Session(store.engine) as s:
-        s.add_all(rows)
-        s.commit()
+        p = PROVIDERS[k % 3]
+        listings[p].extend(instances_of(k, p, now))
     return listings
+
+
+def populate(url: str, n: int, now: float) -> None:
+    """Write ``n`` running leases (run in a child process, so its memory is not the pass's)."""
+    from sqlalchemy import insert
+
+    store = Store(url)
+    table = LeaseRecord.__table__
+    for start in range(0, n, 10_000):
+        rows = []
+        for k in range(start, min(n, start + 10_000)):
+            p, lid = PROVIDERS[k % 3], f"l-bench-{k:06d}"
+            insts = instances_of(k, p, now)
+            rows.append(dict(
+                lease_id=lid, tenant="default", idempotency_key=lid, state="running", state_reason="", version=1,
+                provider=p, region="r1", zone="r1-a", instance_type="t1", market="on_demand", nodes=len(insts),
+                hourly_micros=1_000_000, reservation="", client_token=f"{lid}-1", attempt=1, quote_id="",
+                offer_rank=0, bootstrap="", job=json.dumps({"job_id": str(k)}), demand="{}", attempts="[]",
+                instances=json.dumps([{"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
+                                       "private_ip": i.private_ip, "state": "running", "region": "r1"}
+                                      for i in insts]),
+                created_at=now - 3600, updated_at=now - 3600, state_since=now - 3600, started_at=now - 3600,
+                ended_at=0.0, accrued_micros=0, accrued_at=now - 3600, max_lifetime_s=0, idle_since=0.0,
+                replaces=""))
+        with store.engine.begin() as conn:
+            conn.execute(insert(table), rows)
+    store.close()
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakRss:
+    """The highest resident set size seen while the block runs (sampled every 2 ms)."""
+
+    def __enter__(self) -> "PeakRss":
+        self.before = self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._sample, daemon=True)
+        self._t.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, rss_mb())
 
 
 def main() -> None:
@@ -83,8 +128,12 @@ def main() -> None:
     args = ap.parse_args()
     now = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(f"sqlite:///{tmp}/bench.db")
-        listings = populate(store, args.leases, now)
+        url = f"sqlite:///{tmp}/bench.db"
+        child = multiprocessing.get_context("fork").Process(target=populate, args=(url, args.leases, now))
+        child.start()
+        child.join()
+        store = Store(url)
+        listings = listings_for(args.leases, now)
         providers = {p: ListingProvider(p, insts) for p, insts in listings.items()}
         lc = Lifecycle(store, providers, QuoteEngine(bundled()), owner="bench", clock=lambda: now)
         rec = Reconciler(lc, clock=lambda: now)
@@ -94,23 +143,34 @@ def main() -> None:
             for prov in providers.values():
                 for i in prov.list_managed():
                     by_lease.setdefault(i.lease_id, []).append(i)
-            store.list_leases(states=LIVE)
+            store.lease_rows(PASS_COLUMNS, states=LIVE)
 
-        base, passes = [], []
+        gc.collect()
+        base, passes, peaks = [], [], []
         for _ in range(args.passes):
             t = time.perf_counter()
             baseline()
             base.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            report = rec.run_pass()
-            passes.append(time.perf_counter() - t)
+            gc.collect()
+            with PeakRss() as mem:
+                t = time.perf_counter()
+                report = rec.run_pass()
+                passes.append(time.perf_counter() - t)
+            peaks.append(mem)
         assert not any((report.adopted, report.released, report.orphans_terminated, report.failed)), report
         n_inst = sum(len(v) for v in listings.values())
         p, b = statistics.median(passes), statistics.median(base)
         print(f"reconciler pass over {args.leases:,} live leases / {n_inst:,} instances (3 providers):")
         print(f"  pass     median {p * 1000:8.1f} ms  (min {min(passes) * 1000:.1f}, max {max(passes) * 1000:.1f})")
         print(f"  baseline median {b * 1000:8.1f} ms  (read leases + index listings, no decisions)")
-        print(f"  ratio pass / baseline: {p / b:.2f}x   target <= 1 s: {'met' if p <= 1.0 else 'MISSED'}")
+        top = max(peaks, key=lambda m: m.peak)
+        grew = max(m.peak - m.before for m in peaks)
+        print(f"  ratio pass / baseline: {p / b:.2f}x")
+        print(f"  memory   process peak {top.peak:6.0f} MB during a pass (the listings held: {top.before:.0f} MB "
+              f"before it); a pass adds at most {grew:.0f} MB")
+        goal_s, goal_mb = (2.0, 300) if args.leases >= 100_000 else (1.0, 300)
+        met = p <= goal_s and top.peak <= goal_mb
+        print(f"  target <= {goal_s:g} s and <= {goal_mb} MB: {'met' if met else 'MISSED'}")
         store.close()
 
 

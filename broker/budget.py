@@ -11,6 +11,11 @@ from policies.budget import Caps, launch_refusal, to_release
 from providers.base import MICROS
 
 
+#: What spend and rate caps are computed from.
+SPEND_COLUMNS = ("lease_id", "state", "created_at", "started_at", "ended_at", "accrued_at", "accrued_micros",
+                 "hourly_micros", "nodes")
+
+
 def month_start(now: float) -> float:
     d = dt.datetime.fromtimestamp(now, dt.timezone.utc)
     return dt.datetime(d.year, d.month, 1, tzinfo=dt.timezone.utc).timestamp()
@@ -44,8 +49,9 @@ class Budgets:
         return Caps(to(b.usd_per_hour), to(b.usd_per_month))
 
     def _leases(self, tenant: str, now: float):
-        """The leases that can count against a cap now: live, or ended this month."""
-        return self.store.list_leases(tenant=tenant, active_since=month_start(now))
+        """The leases that can count against a cap now: live, or ended this month (the money
+        columns only, as plain rows: a tenant may have thousands)."""
+        return self.store.lease_rows(SPEND_COLUMNS, tenant=tenant, active_since=month_start(now))
 
     def usage(self, tenant: str, now: float, leases: list[Lease] | None = None) -> tuple[int, int]:
         """(live rate micros/h, month spend micros) for ``tenant``."""
@@ -87,5 +93,5 @@ class Budgets:
             return {}
         leases = self._leases(tenant, now)
         rate, spend = self.usage(tenant, now, leases)
-        running = sorted((l for l in leases if l.state is LeaseState.RUNNING), key=lambda l: (l.created_at, l.lease_id))
+        running = sorted((l for l in leases if l.state == LeaseState.RUNNING), key=lambda l: (l.created_at, l.lease_id))
         return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)

@@ -325,6 +325,16 @@ class Store:
             found = self._read_leases(conn, select(t).where(t.c.lease_id == lease_id))
         return found[0] if found else None
 
+    def _lease_query(self, q, states: Sequence[str], tenant: str, active_since: float | None):
+        t = self._leases
+        if states:
+            q = q.where(t.c.state.in_([LeaseState(s).value for s in states]))
+        if tenant:
+            q = q.where(t.c.tenant == tenant)
+        if active_since is not None:
+            q = q.where(t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
+        return q
+
     def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
                     active_since: float | None = None) -> list[Lease]:
         """Leases newest first.
@@ -332,18 +342,22 @@ class Store:
         ``active_since``: only leases that are live, have not ended, or ended at or after it.
         """
         t = self._leases
-        q = select(t)
-        if states:
-            q = q.where(t.c.state.in_([LeaseState(s).value for s in states]))
-        if tenant:
-            q = q.where(t.c.tenant == tenant)
-        if active_since is not None:
-            q = q.where(t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
-        q = q.order_by(t.c.created_at.desc())
+        q = self._lease_query(select(t), states, tenant, active_since).order_by(t.c.created_at.desc())
         if limit:
             q = q.limit(limit)
         with self.engine.connect() as conn:
             return self._read_leases(conn, q)
+
+    def lease_rows(self, columns: Sequence[str], states: Sequence[str] = (), tenant: str = "",
+                   active_since: float | None = None) -> list[Any]:
+        """Only ``columns`` of the matching leases, as plain rows (attribute access, values as
+        stored: ``state`` a string, JSON columns text), in no particular order. For passes over
+        every lease (the reconciler, budgets), which read the full :class:`Lease` only of the
+        few they act on: at 100,000 leases this is a fraction of the time and memory."""
+        t = self._leases
+        q = self._lease_query(select(*(t.c[c] for c in columns)), states, tenant, active_since)
+        with self.engine.connect() as conn:
+            return conn.execute(q).all()
 
     def update_lease(self, lease: Lease, *, now: float, state: LeaseState | None = None,
                      message: str = "", event_kind: str = "", event_data: dict | None = None,
