@@ -21,7 +21,7 @@ from broker.errors import InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
 from policies.bulk import Table
 from policies.cost import Context, Exclusion, PricedOffer
-from policies.demand import Demand
+from policies.demand import Demand, DemandError
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
 
@@ -240,8 +240,28 @@ class QuoteEngine:
             return self._by_gpu.get(d.gpu_model, ())
         return [o for o in self._all if o.instance.gpu_memory_gb >= d.min_gpu_memory_gb]
 
-    def validate(self, d: Demand) -> Demand:
-        return d.validate(self.gpu_models)
+    def validate(self, d: Demand, now: float | None = None) -> Demand:
+        """``d`` normalised and checked against this catalog: known regions, residency
+        geographies, data location and a deadline still ahead (DemandError naming the field)."""
+        d = d.validate(self.gpu_models)
+        regions = self.catalog.regions
+        names = sorted({name for _, name in regions})
+        geos = sorted({r.geo for r in regions.values()})
+        for r in d.regions:
+            if r not in names:
+                raise DemandError("regions", f"unknown region {r[:64]!r}: no offering of the catalog is there.")
+        for r in d.residency:
+            if r not in geos and r not in names:
+                raise DemandError("residency", f"residency {r[:64]!r} is neither a geography "
+                                               f"({', '.join(geos)}) nor a region of the catalog.")
+        if d.data_location != "onprem":
+            provider, _, region = d.data_location.partition(":")
+            if (provider, region) not in regions:
+                raise DemandError("data_location", f"data_location {d.data_location[:64]!r} is not a region of "
+                                                   f"{provider} in the catalog.")
+        if d.deadline is not None and d.deadline <= (time.time() if now is None else now):
+            raise DemandError("deadline", "deadline is in the past.")
+        return d
 
     def quote(self, d: Demand, now: float | None = None, top: int = 0,
               blocked: dict[str, str] | None = None, held: dict[str, int] | None = None) -> Quote:

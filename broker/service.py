@@ -110,11 +110,11 @@ class Service:
     # -- quoting ---------------------------------------------------------------------------------
     def quote(self, demand: Demand, top: int = 0) -> Quote:
         """Validate, price, persist (with its launchable offers) and return a quote."""
+        now = self.clock()
         try:
-            demand = self.engine.validate(demand)
+            demand = self.engine.validate(demand, now)
         except DemandError as e:
             raise InvalidArgument(f"demand.{e.field}: {e}", field=f"demand.{e.field}") from None
-        now = self.clock()
         engine = self.engine
         held = market_store.held(self.store.engine, engine.reservation_since) if engine.reservation_since else None
         q = engine.quote(demand, now=now, blocked=self.store.active_blocks(now), held=held)

@@ -1,10 +1,13 @@
 """Demand: what a job needs from burst capacity, validated with sentences that name the field."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from providers.base import PROVIDERS
+
+
+MAX_HOURS = 87_840  # ten years: a longer runtime is a typo (and would overflow the cost model)
+MAX_GB = 1e9  # an exabyte of data in or out
 
 
 class DemandError(ValueError):
@@ -48,16 +51,16 @@ class Demand:
 
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise bad("gpus", f"gpus must be a positive whole number, got {self.gpus!r}.")
-        if not (isinstance(self.hours, (int, float)) and math.isfinite(self.hours) and self.hours > 0):
-            raise bad("hours", f"hours must be a positive number, got {self.hours!r}.")
+        if not (isinstance(self.hours, (int, float)) and 0 < self.hours <= MAX_HOURS):
+            raise bad("hours", f"hours must be a positive number of at most {MAX_HOURS} (ten years), got {self.hours!r}.")
         if self.nodes < 0:
             raise bad("nodes", f"nodes must be zero (choose) or positive, got {self.nodes}.")
         if self.nodes and self.gpus % self.nodes:
             raise bad("nodes", f"{self.gpus} GPUs do not split evenly over {self.nodes} nodes.")
         for name in ("data_in_gb", "data_out_gb", "min_sla_pct"):
             v = getattr(self, name)
-            if not math.isfinite(v) or v < 0:
-                raise bad(name, f"{name} must be zero or positive, got {v}.")
+            if not 0 <= v <= MAX_GB:  # NaN fails both comparisons
+                raise bad(name, f"{name} must be zero or positive and at most {MAX_GB:.0e}, got {v}.")
         if self.min_sla_pct > 100:
             raise bad("min_sla_pct", f"min_sla_pct is a percentage, got {self.min_sla_pct}.")
         if self.min_gpu_memory_gb < 0:

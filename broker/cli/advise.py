@@ -100,7 +100,7 @@ def advise_cmd(
     staff_per_year: float = typer.Option(150_000.0, "--staff-per-year", help="USD a year, whole fleet."),
     facility_per_year: float = typer.Option(60_000.0, "--facility-per-year", help="USD a year, whole fleet."),
     catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Price catalog directory (default: bundled)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of yearly cost against utilisation."),
 ) -> None:
     """Build or rent? The cheapest of owning, renting and a hybrid, with the break-even utilisation.

@@ -23,6 +23,34 @@ app = typer.Typer(
 DEFAULT_SERVER = "127.0.0.1:50051"
 
 
+def _version(value: bool) -> None:
+    if value:
+        from broker import __version__
+
+        sys.stdout.write(f"broker {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", help="Print the version and exit.",
+                                       callback=_version, is_eager=True)) -> None:
+    """Multi-cloud GPU burst broker."""
+    _check_client_environment(os.environ)
+
+
+def _check_client_environment(environ) -> None:
+    """A client setting that cannot work is bad input for every command: say so before anything."""
+    ca = environ.get("BROKER_TLS_CA", "")
+    if ca:
+        try:
+            with open(ca, "rb") as f:
+                pem = f.read()
+        except OSError as e:
+            exit_usage(f"BROKER_TLS_CA names {ca}, which cannot be read ({e.strerror}).")
+        if b"-----BEGIN CERTIFICATE-----" not in pem:
+            exit_usage(f"BROKER_TLS_CA names {ca}, which is not a PEM certificate file.")
+
+
 def server_option_default() -> str:
     return os.environ.get("BROKER_SERVER", DEFAULT_SERVER)
 

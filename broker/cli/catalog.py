@@ -48,7 +48,7 @@ def _load(config: Optional[str]):
 def refresh_cmd(
     provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider (aws, gcp, azure)."),
     config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
     from broker import market, market_store
     from broker.errors import BrokerError
@@ -85,7 +85,7 @@ def show_cmd(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU model (H100, A100, ...)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider."),
     config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
     import time
 

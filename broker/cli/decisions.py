@@ -14,7 +14,7 @@ from broker.cli.app import (app, check_format, console, exit_error, exit_usage, 
                   "  broker decisions --limit 20\n\n  broker decisions --format json")
 def decisions(
     limit: int = typer.Option(50, "--limit", help="How many (newest first)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help="Broker address host:port (env BROKER_SERVER)."),
 ) -> None:
     import grpc

@@ -183,7 +183,7 @@ def diagnose_command(
     source: str = typer.Option("", "--source", help="Name of the queue, e.g. slurm:cluster-a."),
     now: Optional[float] = typer.Option(
         None, "--now", help="Epoch seconds to measure waits against (default: the clock)."),
-    output: str = typer.Option("table", "--format", help="table or json."),
+    output: str = typer.Option("table", "--format", "-o", help="table or json."),
     save_snapshot: Optional[Path] = typer.Option(
         None, "--save-snapshot", help="Also write the snapshot that was diagnosed (JSON)."),
 ) -> None:

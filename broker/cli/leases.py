@@ -86,7 +86,7 @@ def launch(
     bootstrap: str = typer.Option("", "--bootstrap", help="Boot template: slurm, kubernetes, container or a configured name."),
     job_id: str = typer.Option("", "--job-id", help="Job to hand off right away."),
     max_lifetime: int = typer.Option(0, "--max-lifetime-s", help="Release after this many seconds (0 = configured default)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     from broker.client import ClientError
@@ -124,7 +124,7 @@ def launch(
 def release(
     lease_id: str = typer.Argument(..., help="Lease to release."),
     reason: str = typer.Option("", "--reason"),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     check_format(fmt)
@@ -141,7 +141,7 @@ def release(
 @app.command(help="Show one lease with its instances.\n\n  broker lease l-mx6-1a2b --format json")
 def lease(
     lease_id: str = typer.Argument(...),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     check_format(fmt)
@@ -161,7 +161,7 @@ def leases(
     state: Optional[list[str]] = typer.Option(None, "--state", help="Only this state (repeatable)."),
     tenant: str = typer.Option("", "--tenant"),
     limit: int = typer.Option(100, "--limit"),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     from broker.client import ClientError
@@ -188,7 +188,7 @@ def handoff(
     queue: str = typer.Option("", "--queue"),
     checkpoint_uri: str = typer.Option("", "--checkpoint-uri"),
     dataset_uri: str = typer.Option("", "--dataset-uri"),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     check_format(fmt)

@@ -109,7 +109,7 @@ FLAG = {"gpus": "--gpu", "gpu_model": "--gpu", "min_gpu_memory_gb": "--gpu-memor
         "nodes": "--nodes", "data_in_gb": "--data-in-gb", "data_out_gb": "--data-out-gb",
         "data_location": "--data-location", "checkpoint_minutes": "--checkpoint-minutes",
         "providers": "--providers", "regions": "--regions", "residency": "--residency",
-        "min_sla_pct": "--min-sla"}
+        "min_sla_pct": "--min-sla", "deadline": "--deadline"}
 
 
 @app.command(help=HELP)
@@ -129,7 +129,7 @@ def quote(
     min_sla: float = typer.Option(0.0, "--min-sla", help="Minimum published SLA, percent (spot has none)."),
     deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish by: ISO time or hours from now (36h)."),
     top: int = typer.Option(10, "--top", help="Offers to show (0 = all)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help="Ask a running broker (host:port) instead of quoting in-process."),
     config: Optional[str] = typer.Option(None, "--config", help="TOML config (reservations, enabled providers).", envvar="BROKER_CONFIG"),
 ) -> None:
@@ -143,8 +143,8 @@ def quote(
     for name, v in (("--hours", hours), ("--data-in-gb", data_in_gb), ("--data-out-gb", data_out_gb),
                     ("--nodes", nodes), ("--gpu-memory", gpu_memory), ("--checkpoint-minutes", checkpoint_minutes),
                     ("--min-sla", min_sla)):
-        if v < 0 or v != v:
-            exit_usage(f"{name} must not be negative, got {v}.")
+        if not 0 <= v <= 1e9:  # NaN fails both comparisons
+            exit_usage(f"{name} must be a finite number from 0 to 1e9, got {v}.")
     model, count = parse_gpu(gpu)
     now = time.time()
     demand = Demand(

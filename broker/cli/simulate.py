@@ -112,7 +112,7 @@ def simulate_cmd(
                                           "submit, gpus, duration, start, end, gpu_milli, queue, ...)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes for a sweep (default: CPUs)."),
     catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Price catalog directory (default: bundled)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: over time for one size (queue, cloud "
                                         "GPUs, spend), or per size for a sweep (cost, p95 wait, utilisation)."),
 ) -> None:
