@@ -1,0 +1,40 @@
+"""Reproducible builds: the lock the container installs from pins every dependency of the project,
+each at a version pyproject.toml allows, with hashes; the base image is pinned by digest."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def locked() -> dict[str, str]:
+    text = (ROOT / "deploy" / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+) \\\n    --hash=sha256:[0-9a-f]{64}", text, re.M))
+    assert len(pins) == len(re.findall(r"^[A-Za-z0-9_.-]+==", text, re.M)), "every pin carries a hash"
+    return {canonicalize_name(k): v for k, v in pins.items()}
+
+
+def test_the_lock_pins_every_dependency_within_its_range():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pins = locked()
+    wanted = [*project["project"]["dependencies"], *project["project"]["optional-dependencies"]["postgres"],
+              *project["build-system"]["requires"]]
+    for spec in wanted:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not in deploy/requirements.lock: regenerate it (see deploy/build.in)"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} is outside {req.specifier}"
+
+
+def test_the_image_installs_from_the_lock_on_a_pinned_base():
+    docker = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=\S+@sha256:[0-9a-f]{64}$", docker, re.M)
+    assert "--require-hashes --no-deps -r requirements.lock" in docker
+    assert "--no-build-isolation" in docker
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text()
+    assert "!deploy/requirements.lock" in ignore and "!README.md" in ignore
