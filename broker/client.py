@@ -12,13 +12,36 @@ from policies.demand import Demand
 
 
 class ClientError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    """A call the broker refused (``code`` is its gRPC status; ``error`` the same as one of
+    broker.errors, whose table gives the CLI's exit code), or no broker answering at all."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, answered: bool = True) -> None:
+        from broker.errors import FROM_STATUS, BrokerError
+
         super().__init__(message)
         self.code = code
+        self.answered = answered  # False: nothing answered (down, unreachable), not a refusal
+        self.error = FROM_STATUS.get(code, BrokerError)(message)
 
     @property
-    def invalid(self) -> bool:
-        return self.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+    def exit_code(self) -> int:
+        from broker.errors import outcome
+
+        return outcome(self.error).exit_code
+
+
+def _client_error(e: grpc.RpcError, target: str) -> ClientError:
+    """The server's own answer, told apart from a transport failure by the mark the server puts
+    on every status it sends (a launch that failed in the cloud with a connection error is an
+    answer, not a dead broker)."""
+    from broker.convert import ANSWERED
+
+    code = e.code()
+    answered = any(k == ANSWERED for k, _ in (e.trailing_metadata() or ()))
+    if code == grpc.StatusCode.UNAVAILABLE and not answered:
+        return ClientError(code, f"no broker answering at {target} (start one with `broker serve`).",
+                           answered=False)
+    return ClientError(code, e.details() or code.name)
 
 
 def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = None) -> grpc.Channel:
@@ -82,10 +105,7 @@ class BrokerClient:
         try:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as e:
-            code = e.code()
-            if code == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower():
-                raise ClientError(code, f"no broker answering at {self.target} (start one with `broker serve`).") from None
-            raise ClientError(code, e.details() or code.name) from None
+            raise _client_error(e, self.target) from None
 
     def quote(self, demand: Demand, top: int = 0) -> dict[str, Any]:
         r = self._call(self.stub.Quote, pb.QuoteRequest(demand=convert.demand_to_pb(demand), top=top), 30)
@@ -108,8 +128,13 @@ class BrokerClient:
         req = pb.HandoffRequest(lease_id=lease_id, job=convert.job_to_pb(job))
         return convert.lease_from_pb(self._call(self.stub.Handoff, req, 30).lease)
 
-    def watch(self, lease_id: str = "", after_event_id: int = 0) -> Iterator[pb.WatchLeasesResponse]:
+    def decisions(self, limit: int = 0) -> list[dict[str, Any]]:
+        r = self._call(self.stub.ListDecisions, pb.ListDecisionsRequest(limit=limit), 30)
+        return [convert.decision_from_pb(d) for d in r.decisions]
+
+    def watch(self, lease_id: str = "", after_event_id: int | None = None) -> Iterator[pb.WatchLeasesResponse]:
+        """Lease events: after ``after_event_id`` (0 replays from the first), or only new ones."""
         try:
             yield from self.stub.WatchLeases(pb.WatchLeasesRequest(lease_id=lease_id, after_event_id=after_event_id))
         except grpc.RpcError as e:
-            raise ClientError(e.code(), e.details() or e.code().name) from None
+            raise _client_error(e, self.target) from None

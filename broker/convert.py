@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from broker.quote import Quote
     from broker.service import LaunchOrder
 
+#: Trailing metadata the server puts on every status it sends: a client tells the broker's own
+#: UNAVAILABLE (a cloud down, a database lost) from no broker answering at all.
+ANSWERED = "broker-answered"
+
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
 STATE_TO_PB = {s.value: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
@@ -199,6 +203,33 @@ def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
         "job": job_from_pb(m.job) if m.job.job_id else {},
         "created_at": iso(from_ts(m.created_at)), "updated_at": iso(from_ts(m.updated_at)),
     }
+
+
+EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
+
+
+def decision_from_pb(d: pb.Decision) -> dict[str, Any]:
+    """A decision as `broker decisions --format json` and `broker watch` print it."""
+    from broker.views import iso
+
+    return {"decision_id": d.decision_id, "at": iso(from_ts(d.at)), "action": d.action, "reason": d.reason,
+            "job_ids": list(d.job_ids), "lease_id": d.lease_id}
+
+
+def event_from_pb(m: pb.WatchLeasesResponse) -> dict[str, Any]:
+    """A lease event in the CLI's one JSON dialect: the lease exactly as `broker lease --format
+    json` prints it, lower-case kinds, RFC 3339 times."""
+    from broker.views import iso
+
+    out: dict[str, Any] = {"event_id": m.event_id, "kind": EVENT_FROM_PB.get(m.kind, "unspecified"),
+                           "at": iso(from_ts(m.at)), "message": m.message}
+    if m.HasField("lease"):
+        out["lease"] = lease_from_pb(m.lease)
+    if m.HasField("job"):
+        out["job"] = job_from_pb(m.job)
+    if m.HasField("decision"):
+        out["decision"] = decision_from_pb(m.decision)
+    return out
 
 
 def dumps(obj: Any) -> str:

@@ -95,7 +95,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         caller = self.auth.principal(context)
         if request.lease_id and not caller.operator:
             self._own_lease(context, request.lease_id)
-        for watched in self.svc.watch(request.lease_id, request.after_event_id or None, context.is_active):
+        after = request.after_event_id if request.HasField("after_event_id") else None
+        for watched in self.svc.watch(request.lease_id, after, context.is_active):
             # A non-operator sees only events about its tenants' leases (a decision that names
             # no lease is the operator's).
             if caller.operator or (watched.lease is not None and caller.sees(watched.lease.tenant)):
@@ -203,6 +204,7 @@ class _ErrorStatus(grpc.ServerInterceptor):
 def _fail(context, method: str, e: Exception):
     if context.code() is not None:  # the handler aborted with a status of its own
         raise e
+    context.set_trailing_metadata(((convert.ANSWERED, "1"),))
     if isinstance(e, BrokerError):
         context.abort(outcome(e).status, str(e))
     from sqlalchemy import exc as db

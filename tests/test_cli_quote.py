@@ -105,3 +105,17 @@ def test_table_groups_exclusions_by_kind(mini):
     assert {"provider", "residency", "market"} <= set(counts)
     lines = [l.strip() for l in r.stdout.splitlines() if " × " in l]
     assert [l.split(":")[0] for l in lines] == [f"{n} × {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
+def test_at_80_columns_no_total_is_cut(mini):
+    args = ["quote", "--gpu", "H100:8", "--hours", "2400", "--data-in-gb", "50000", "--data-out-gb", "5000",
+            "--top", "0"]
+    doc = json.loads(run([*args, "--format", "json"], mini).stdout)
+    r = run(args, {**mini, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    table = r.stdout.split("offers excluded")[0]
+    assert "…" not in table
+    rows = [line.split() for line in table.splitlines()[:-1] if line.split() and line.split()[0].isdigit()]
+    assert [(row[0], row[-1]) for row in rows] == [(str(o["rank"]), f"{o['cost_usd']['total']:.2f}")
+                                                    for o in doc["offers"]]

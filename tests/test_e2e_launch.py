@@ -89,7 +89,7 @@ def test_capacity_error_names_code_and_scope(clouds, serve):  # noqa: F811
     clouds.gcp.inject("capacity", times=5)
     r, _ = launch(serve, "--provider", "gcp", "--region", "us-central1", "--instance-type", "a3-highgpu-8g",
                   "--market", "on_demand", "--count", "1")
-    assert r.returncode == 1
+    assert r.returncode == 7  # UNAVAILABLE in the errors table: every offer failed
     assert "ZONE_RESOURCE_POOL_EXHAUSTED" in r.stderr
     assert "gcp/us-central1" in r.stderr
     assert "Traceback" not in r.stderr
@@ -103,4 +103,67 @@ def test_bad_launch_input_exits_2(clouds, serve):  # noqa: F811
     r, _ = launch(serve, "--provider", "gcp", "--region", "mars-1", "--instance-type", "a3-highgpu-8g")
     assert r.returncode == 2 and "region" in r.stderr
     r = cli("release", "l-does-not-exist", server=serve.address)
-    assert r.returncode == 2 and "does not exist" in r.stderr
+    assert r.returncode == 4 and "does not exist" in r.stderr
+
+
+def _watch_lines(serve, *args, want: int, timeout: float = 60) -> list[dict]:
+    """The first ``want`` JSON lines `broker watch` prints (then it is stopped)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "BROKER_SERVER": serve.address}
+    p = subprocess.Popen([sys.executable, "-m", "broker.cli", "watch", *args], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[dict] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < want and time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            out.append(json.loads(line))
+    finally:
+        p.kill()
+        p.wait(10)
+    return out
+
+
+def test_leases_lease_and_watch_print_one_json_dialect(clouds, serve, monkeypatch):  # noqa: F811
+    r, lease = launch(serve, "--provider", "aws", "--region", "us-east-1", "--instance-type", "p5.48xlarge",
+                      "--market", "on_demand", "--count", "1")
+    assert r.returncode == 0, r.stderr
+    listed = [x for x in json.loads(cli("leases", "--format", "json", server=serve.address).stdout)
+              if x["lease_id"] == lease["lease_id"]][0]
+    one = json.loads(cli("lease", lease["lease_id"], "--format", "json", server=serve.address).stdout)
+    events = _watch_lines(serve, "--lease", lease["lease_id"], "--after", "0", want=3)
+    assert events and events[0]["event_id"] == 1 and events[0]["kind"] == "state_changed"  # --after 0 replays it
+    watched = events[-1]["lease"]
+    assert watched["state"] == "running" and events[-1]["at"].endswith("Z")
+    for doc in (listed, watched):
+        assert set(doc) == set(one)
+        for k, v in one.items():
+            assert type(doc[k]) is type(v), (k, doc[k], v)
+    assert one["state"] == "running" and one["market"] == "on_demand"
+    assert isinstance(one["hourly_usd"], float) and one["created_at"].endswith("Z")
+    assert watched["hourly_usd"] == one["hourly_usd"] and watched["created_at"] == one["created_at"]
+
+    monkeypatch.setenv("COLUMNS", "80")
+    table = cli("leases", server=serve.address)
+    assert table.returncode == 0, table.stderr
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+    assert lease["lease_id"] in table.stdout.split()  # the whole id, pasteable into `broker release`
+    assert f"{one['cost_so_far_usd']:.2f}" in table.stdout or "cost so far" in table.stdout
+    assert cli("release", lease["lease_id"], server=serve.address).returncode == 0
+
+
+def test_watch_of_an_unknown_lease_is_not_found_at_once(serve):
+    import time
+
+    started = time.monotonic()
+    r = cli("watch", "--lease", "l-nope", server=serve.address, timeout=30)
+    assert r.returncode == 4 and "l-nope" in r.stderr, (r.returncode, r.stderr)
+    assert time.monotonic() - started < 20

@@ -77,3 +77,32 @@ def test_the_server_has_no_status_table_of_its_own():
     chains = _attribute_chains(server)
     statuses = {c for c in chains if c.startswith("grpc.StatusCode.")}
     assert not statuses, f"statuses chosen outside broker.errors: {sorted(statuses)}"
+
+
+def test_the_client_tells_a_cloud_connection_error_from_a_dead_broker(tmp_path):
+    """A launch that failed in the cloud with a connection error is the broker's answer; only a
+    call nothing answered is "no broker answering". Both are UNAVAILABLE (exit 7)."""
+    import socket
+
+    from broker.client import BrokerClient, ClientError
+
+    with running_server(tmp_path) as (addr, svc):
+        def launch(order):
+            raise errors.Unavailable("lease l-1 could not be launched: aws/us-east-1: connection refused "
+                                     "(could not connect to ec2.us-east-1.amazonaws.com).")
+
+        svc.launch = launch
+        req = pb.LaunchRequest(idempotency_key="k")
+        req.offering.provider, req.offering.region, req.offering.instance_type = "aws", "us-east-1", "p5.48xlarge"
+        with BrokerClient(addr) as c, pytest.raises(ClientError) as e:
+            c.launch(req)
+    assert e.value.answered and "could not connect to ec2" in str(e.value)
+    assert "no broker answering" not in str(e.value) and e.value.exit_code == 7
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with BrokerClient(dead, timeout=5) as c, pytest.raises(ClientError) as e:
+        c.get_lease("l-1")
+    assert not e.value.answered and "no broker answering at " + dead in str(e.value)
+    assert e.value.exit_code == 7

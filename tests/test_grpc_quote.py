@@ -152,3 +152,40 @@ def test_a_quote_that_cannot_be_stored_is_unavailable_not_a_dangling_id(tmp_path
         with grpc.insecure_channel(addr) as ch, pytest.raises(grpc.RpcError) as e:
             pb_grpc.BrokerStub(ch).Quote(pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=3)))
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_watch_after_zero_replays_the_first_event_and_unset_means_only_new_ones(server):
+    ch, svc = server
+    svc.store.add_event("", "budget", "first", 1.0)
+    stub = pb_grpc.BrokerStub(ch)
+    stream = stub.WatchLeases(pb.WatchLeasesRequest(after_event_id=0), timeout=5)
+    first = next(stream)
+    stream.cancel()
+    assert (first.message, first.event_id) == ("first", 1)
+    import threading
+
+    stream = stub.WatchLeases(pb.WatchLeasesRequest(), timeout=10)  # from now: the old event is not sent
+    got = threading.Event()
+
+    def tick():  # the stream starts at some point; keep writing until it has seen one
+        n = 2
+        while not got.wait(0.1):
+            svc.store.add_event("", "budget", f"later {n}", float(n))
+            n += 1
+
+    writer = threading.Thread(target=tick)
+    writer.start()
+    try:
+        nxt = next(stream)
+    finally:
+        got.set()
+        writer.join()
+        stream.cancel()
+    assert nxt.event_id > 1 and nxt.message.startswith("later")
+
+
+def test_watch_of_an_unknown_lease_is_not_found_before_any_event(server):
+    ch, _ = server
+    with pytest.raises(grpc.RpcError) as e:
+        next(pb_grpc.BrokerStub(ch).WatchLeases(pb.WatchLeasesRequest(lease_id="l-nope"), timeout=10))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND

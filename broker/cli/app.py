@@ -67,11 +67,20 @@ def exit_error(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def exit_refused(e) -> NoReturn:
+    """A broker call that failed (a broker.client.ClientError): its sentence on stderr, and the
+    exit code broker.errors' table gives its status (2 bad input, 3 over budget, 4 not found,
+    5 not allowed, 6 conflict or wrong state, 7 unavailable: no broker answering, or a cloud)."""
+    sys.stderr.write(f"broker: {str(e).rstrip()}\n")
+    raise typer.Exit(e.exit_code)
+
+
 def console():
-    """A rich console; wide when the output is not a terminal, so piped tables stay readable."""
+    """A rich console: the terminal's width (or $COLUMNS); wide when the output is piped, so piped
+    tables stay readable."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 200)
+    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 
 
 FORMATS = ("table", "json")
@@ -89,3 +98,27 @@ def print_json(obj) -> None:
     import json
 
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def fitted_table(console, columns: list[tuple[str, str]], rows: list[tuple[str, ...]],
+                 drop_first: tuple[str, ...] = (), **table_kw):
+    """A table that fits ``console`` without cutting a cell: ``columns`` are (name, "left" or
+    "right"); while the table is too wide, the columns in ``drop_first`` are left out, in that
+    order. Ids and totals belong in no ``drop_first``: they are never cut or wrapped."""
+    from rich import box
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    keep = [name for name, _ in columns]
+    for drop in (None, *drop_first):
+        if drop is not None:
+            keep.remove(drop)
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False, **table_kw)
+        idx = [i for i, (name, _) in enumerate(columns) if name in keep]
+        for i in idx:
+            t.add_column(columns[i][0], justify=columns[i][1], no_wrap=True)
+        for r in rows:
+            t.add_row(*(r[i] for i in idx))
+        if Measurement.get(console, console.options.update_width(1 << 16), t).maximum <= console.width:
+            break  # its natural width (measured unbounded) fits
+    return t

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import (app, check_format, console, exit_error, exit_usage, print_json,
+from broker.cli.app import (app, check_format, console, exit_refused, exit_usage, print_json,
                             server_option_default)
 from broker.lease import LeaseState
 
@@ -21,26 +21,26 @@ def _client(server: Optional[str]):
 
 
 def _fail(e) -> None:
-    if e.invalid:
-        exit_usage(str(e))
-    import grpc
-
-    exit_error(str(e), 3 if e.code == grpc.StatusCode.RESOURCE_EXHAUSTED else 1)
+    exit_refused(e)
 
 
 def _print_leases(leases: list[dict], fmt: str) -> None:
     if fmt == "json":
         print_json(leases)
         return
-    from rich.table import Table
+    from broker.cli.app import fitted_table
 
-    t = Table()
-    for col in ("lease", "state", "provider", "region", "zone", "instance", "market", "nodes", "$/h", "cost so far", "job"):
-        t.add_column(col, justify="right" if col in ("nodes", "$/h", "cost so far") else "left")
-    for l in leases:
-        t.add_row(l["lease_id"], l["state"], l["provider"], l["region"], l["zone"], l["instance_type"], l["market"],
-                  str(l["nodes"]), f"{l['hourly_usd']:.2f}", f"{l['cost_so_far_usd']:.2f}",
-                  (l.get("job") or {}).get("job_id", ""))
+    right = ("nodes", "$/h", "cost so far")
+    columns = [(c, "right" if c in right else "left") for c in
+               ("lease", "state", "provider", "region", "zone", "instance", "market", "nodes", "$/h",
+                "cost so far", "job")]
+    rows = [(l["lease_id"], l["state"], l["provider"], l["region"], l["zone"], l["instance_type"], l["market"],
+             str(l["nodes"]), f"{l['hourly_usd']:.2f}", f"{l['cost_so_far_usd']:.2f}",
+             (l.get("job") or {}).get("job_id", "")) for l in leases]
+    # On a narrow terminal the details go first; the lease id (to paste into `broker release`),
+    # its state and its cost so far always show in full.
+    t = fitted_table(console(), columns, rows,
+                     drop_first=("zone", "job", "market", "nodes", "region", "$/h", "instance", "provider"))
     console().print(t)
     for l in leases:
         if l["state"] in (LeaseState.FAILED, LeaseState.DRAINING) and l["state_reason"]:
@@ -67,7 +67,9 @@ or name the capacity explicitly:
 The lease is persisted before any cloud call; a retry with the same
 --idempotency-key returns the same lease and launches nothing new. On capacity
 or quota errors a quoted launch fails over to the next offers of the quote,
-across clouds. Exit codes: 2 bad input, 3 over budget, 1 launch failed.
+across clouds. Exit codes: 2 bad input, 3 over budget, 4 no such quote,
+7 the launch failed in every cloud tried (or no broker answering: the
+message says which).
 """
 
 
@@ -205,21 +207,21 @@ def handoff(
 
 
 @app.command(help="Stream lease events (state changes, interruptions, requeues, budget actions, "
-                  "autoscaler decisions) as JSON lines until interrupted.\n\n  broker watch")
+                  "autoscaler decisions) as JSON lines, in the same JSON dialect as --format json, until "
+                  "interrupted. An unknown --lease is an error at once.\n\n  broker watch\n\n  broker watch --lease l-mx6-1a2b --after 0")
 def watch(
     lease_id: str = typer.Option("", "--lease", help="Only this lease."),
-    after: int = typer.Option(0, "--after", help="Resume after this event_id (replays what came since)."),
+    after: Optional[int] = typer.Option(None, "--after", help="Replay the events after this event_id (0 = from the first), then follow; default: only new events."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
-    from google.protobuf.json_format import MessageToDict
-
     from broker.client import ClientError
+    from broker.convert import event_from_pb
 
-    if after < 0:
+    if after is not None and after < 0:
         exit_usage(f"--after must be zero or more, got {after}.")
     try:
         with _client(server) as c:
             for ev in c.watch(lease_id, after):
-                print(json.dumps(MessageToDict(ev, preserving_proto_field_name=True)), flush=True)
+                print(json.dumps(event_from_pb(ev)), flush=True)
     except ClientError as e:
         _fail(e)

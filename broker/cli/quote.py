@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+from broker.cli.app import app, check_format, exit_refused, exit_usage, print_json
 
 HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
 
@@ -60,33 +60,29 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
 
 
 def _table(doc: dict) -> None:
-    from rich.table import Table
-
-    from broker.cli.app import console as make_console
+    from broker.cli.app import console as make_console, fitted_table
 
     console = make_console()
     d = doc["demand"]
     what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
-    offers = doc["offers"]
-    oldest = min(offers, key=lambda o: o.get("price_as_of") or "", default=None)
-    prices = (f"oldest price {oldest['price_as_of'][:10]} ({oldest['price_source'].split(':')[0]})"
-              if oldest and oldest.get("price_source") else f"prices as of {doc['catalog_as_of']}")
-    t = Table(title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  {prices}",
-              title_justify="left")
-    for col in ("#", "provider", "region", "instance", "market", "nodes", "$/h", "compute", "interrupt",
-                "storage", "transfer", "sla risk", "total $"):
-        t.add_column(col, justify="right" if col in ("#", "nodes", "$/h", "compute", "interrupt", "storage",
-                                                      "transfer", "sla risk", "total $") else "left")
+    right = ("#", "nodes", "$/h", "compute", "interrupt", "storage", "transfer", "sla risk", "total $")
+    columns = [(c, "right" if c in right else "left") for c in
+               ("#", "provider", "region", "instance", "market", "nodes", "$/h", "compute", "interrupt",
+                "storage", "transfer", "sla risk", "total $")]
+    rows = []
     for o in doc["offers"]:
         c = o["cost_usd"]
-        t.add_row(str(o["rank"]), o["provider"], o["region"], o["instance_type"], o["market"], str(o["nodes"]),
-                  f"{o['hourly_usd']:.2f}" + ("*" if o.get("stale") else ""), f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
-                  f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
-                  f"[bold]{c['total']:.2f}[/bold]")
+        rows.append((str(o["rank"]), o["provider"], o["region"], o["instance_type"], o["market"], str(o["nodes"]),
+                     f"{o['hourly_usd']:.2f}", f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
+                     f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
+                     f"{c['total']:.2f}"))
+    # On a narrow terminal the cost lines go first (--format json has them all), then the
+    # hourly price and node count; the rank, where, what and the total always show in full.
+    t = fitted_table(console, columns, rows,
+                     drop_first=("sla risk", "storage", "interrupt", "transfer", "compute", "nodes", "$/h"),
+                     title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  "
+                           f"prices as of {doc['catalog_as_of']}", title_justify="left")
     console.print(t)
-    if any(o.get("stale") for o in offers):
-        console.print("* stale: the price is older than [catalog] max_age_h (broker catalog refresh)",
-                      highlight=False, markup=False)
     _excluded(console, doc["excluded"])
 
 
@@ -161,9 +157,7 @@ def quote(
             with BrokerClient(server) as c:
                 doc = c.quote(demand, top=top)
         except ClientError as e:
-            if e.invalid:
-                exit_usage(str(e))
-            exit_error(str(e))
+            exit_refused(e)
     else:
         from broker.config import ConfigError
         from broker.quote import quote_engine_from_config
