@@ -21,7 +21,7 @@ class ClientError(Exception):
         super().__init__(message)
         self.code = code
         self.answered = answered  # False: nothing answered (down, unreachable), not a refusal
-        self.error = FROM_STATUS.get(code, BrokerError)(message)
+        self.error = FROM_STATUS.get(code.name, BrokerError)(message)
 
     @property
     def exit_code(self) -> int:

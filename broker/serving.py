@@ -76,6 +76,9 @@ class Gate(grpc.GenericRpcHandler):
 
 
 def _starting(request, context):
+    from broker.convert import ANSWERED
+
+    context.set_trailing_metadata(((ANSWERED, "1"),))  # a broker answered: not "no broker answering"
     context.abort(grpc.StatusCode.UNAVAILABLE, "the broker is starting; retry in a moment.")
 
 
