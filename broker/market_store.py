@@ -18,9 +18,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from broker.lease import LIVE
 from providers.market import Snapshot
 
-LIVE_STATES = ("requested", "provisioning", "running", "draining")
 CREATE = ("CREATE TABLE IF NOT EXISTS market_snapshots (provider VARCHAR(16) PRIMARY KEY, "
           "fetched_at FLOAT NOT NULL, attempted_at FLOAT NOT NULL, last_error TEXT NOT NULL, body TEXT NOT NULL)")
 
@@ -120,7 +120,7 @@ def held(db: Any, since: dict[str, float]) -> dict[str, int]:
         return {}
     names = sorted(since)
     marks = ", ".join(f":r{i}" for i in range(len(names)))
-    states = ", ".join(f"'{s}'" for s in LIVE_STATES)
+    states = ", ".join(f"'{s.value}'" for s in sorted(LIVE))
     rows = _rows(db, f"SELECT reservation, nodes, created_at FROM leases WHERE state IN ({states}) "
                      f"AND reservation IN ({marks})", {f"r{i}": n for i, n in enumerate(names)}) or []
     out: dict[str, int] = {}
