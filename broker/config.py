@@ -184,8 +184,12 @@ class LifecycleSettings(Table):
     backoff_s: NonNegative = 1.0  # first backoff; doubles
     provision_timeout_s: NonNegative = 900.0
     resume_after_s: NonNegative = 60.0  # a launch this old with no process working on it is resumed
-    idle_timeout_s: NonNegative = 0.0  # release a running lease with no job after this long (0 = never)
-    max_lifetime_s: NonNegative = 0.0  # default lease lifetime (0 = none)
+    # Release a running lease that is idle (no job, no scheduler's nodes: lifecycle.has_work)
+    # after this long (0 = never).
+    idle_timeout_s: NonNegative = 3600.0
+    # Every lease's lifetime unless its launch asks for another (0 = unlimited): a safety net
+    # against capacity nobody remembers.
+    max_lifetime_s: NonNegative = 7 * 86400.0
 
 
 def _table_of(cls: type, exclude: tuple[str, ...] = ()) -> type[Table]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
@@ -180,12 +181,12 @@ class Lifecycle:
 
     def _provision(self, lease: Lease) -> Lease:
         attempts = list(lease.attempts)
-        targets = [_lease_target(lease)] + self._alternatives(lease)
-        tried = 0
+        tried: set[tuple] = set()  # offers (zones aside) tried; at most max_failover of them
         refused: dict[str, str] = {}  # provider -> why none of its offers is tried (auth errors)
-        for target in targets:
-            if tried >= self.settings.max_failover:
-                break
+        for target in self.failover_order(_lease_target(lease), self._alternatives(lease)):
+            offer = (target.provider, target.region, target.instance_type, target.market)
+            if offer not in tried and len(tried) >= self.settings.max_failover:
+                continue
             blocked = self._blocked_reason(target)
             if blocked or target.provider in refused:
                 scope, why = blocked or (target.provider, refused[target.provider])
@@ -193,7 +194,7 @@ class Lifecycle:
                                  "instance_type": target.instance_type, "market": target.market.value,
                                  "code": "blocked", "scope": scope, "kind": "blocked", "message": why})
                 continue
-            tried += 1
+            tried.add(offer)
             try:
                 lease, instances, error = self._try_offer(lease, target, attempts)
             except BootScriptError as e:  # the lease's own fault: no other offer does better
@@ -212,12 +213,11 @@ class Lifecycle:
         return self._fail(lease, attempts)
 
     def _fail(self, lease: Lease, attempts: list[dict]) -> Lease:
-        """→ failed, with every attempt in the reason; raises :class:`LeaseError` ("failed")."""
-        summary = "; ".join(f"{a['provider']}/{a['region']}/{a['instance_type']}/{a['market']}: "
-                            f"{a['code']} ({a['scope'] or 'skipped'}) {a['message']}" for a in attempts)
-        lease = self._write(lease, state=LeaseState.FAILED, message=f"every offer failed: {summary}"[:2000],
+        """→ failed, with every attempt in the reason; raises FailedPrecondition (see launch_failure)."""
+        lease = self._write(lease, state=LeaseState.FAILED,
+                            message=f"every offer failed: {attempts_summary(attempts)}"[:2000],
                             attempts=attempts, ended_at=self.clock())
-        raise Unavailable(f"lease {lease.lease_id} could not be launched: {summary}", attempts=attempts)
+        raise launch_failure(lease)
 
     def _try_offer(self, lease: Lease, t: Target,
                    attempts: list) -> tuple[Lease, list[Instance] | None, ProviderError | None]:
@@ -251,6 +251,32 @@ class Lifecycle:
                 self._discard_attempt(lease, t, keep=instances)
             return lease, instances, None
         raise AssertionError("unreachable")
+
+    def failover_order(self, first: Target, alternatives: Sequence[Target]) -> list[Target]:
+        """Where a launch tries, in order: the chosen offer in its zone, then in every other zone
+        of its region where the type is offered, then the other offers of the same cloud (other
+        regions, other markets) in rank order, each zone by zone, then the next cloud's, and so
+        on. Blocks (a zone, a region, a cloud out of capacity or quota) skip what they cover."""
+        offers = [first, *alternatives]
+        clouds = list(dict.fromkeys(t.provider for t in offers))
+        out: list[Target] = []
+        seen: set[Target] = set()
+        for cloud in clouds:
+            for t in (t for t in offers if t.provider == cloud):
+                for z in self._zones(t):
+                    if z not in seen:
+                        seen.add(z)
+                        out.append(z)
+        return out
+
+    def _zones(self, t: Target) -> list[Target]:
+        """``t`` in its own zone first, then in each other zone of its region that offers the type
+        (a reservation lives in one zone; a target with no zone lets the cloud choose)."""
+        if t.reservation or not t.zone:
+            return [t]
+        o = self.engine.catalog.find(t.provider, t.region, t.instance_type, t.market)
+        zones = o.zones if o is not None else ()
+        return [t, *(replace(t, zone=z) for z in zones if z != t.zone)]
 
     def _alternatives(self, lease: Lease) -> list[Target]:
         return [_d2t(t) for t in lease.demand.get("alternatives", [])]
@@ -375,7 +401,8 @@ class Lifecycle:
         return self._write(lease, state=LeaseState.RUNNING,
                            message=f"{len(instances)} nodes running in {lease.provider}/{zone}",
                            instances=[instance_dict(i) for i in instances], zone=zone,
-                           started_at=lease.started_at or now, accrued_at=now, idle_since=now, attempts=attempts)
+                           started_at=lease.started_at or now, accrued_at=now,
+                           idle_since=0.0 if has_work(lease) else now, attempts=attempts)
 
     # -- named transitions (also the reconciler's) -------------------------------------------------
     def adopt(self, lease: Lease, instances: Sequence[Instance]) -> Lease:
@@ -414,6 +441,8 @@ class Lifecycle:
                 and time.monotonic() < deadline:
             self.store.wait_for_change(0.5)  # another thread of this process is launching it
             lease = self.get(lease.lease_id)
+        if lease.state is LeaseState.FAILED:  # a retry of a launch that failed for good: the same answer
+            raise launch_failure(lease)
         return lease
 
     # -- hand-off and release --------------------------------------------------------------------
@@ -490,6 +519,28 @@ class Lifecycle:
                     raise
                 lease = fresh  # only bookkeeping changed under us: re-apply on the fresh row
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
+
+
+def attempts_summary(attempts: Sequence[Mapping[str, Any]]) -> str:
+    """Each launch attempt in one line: where, the provider's own code, the scope it blocked."""
+    return "; ".join(f"{a['provider']}/{a['region']}{'/' + a['zone'] if a.get('zone') else ''}/"
+                     f"{a['instance_type']}/{a['market']}: {a['code']} ({a['scope'] or 'skipped'}) {a['message']}"
+                     for a in attempts)
+
+
+def launch_failure(lease: Lease) -> FailedPrecondition:
+    """The error of a launch that failed for good (every offer tried or ruled out), with its
+    attempts: FAILED_PRECONDITION, not a retryable UNAVAILABLE — the same request fails again;
+    a new quote (or a new key) is what can help."""
+    return FailedPrecondition(f"lease {lease.lease_id} could not be launched: "
+                              f"{attempts_summary(lease.attempts) or lease.state_reason}", attempts=lease.attempts)
+
+
+def has_work(lease: Lease) -> bool:
+    """Does the lease have a job? A job attached (at launch or by a hand-off), or nodes that a
+    scheduler runs jobs on (Slurm cloud nodes, named by the job; Slurm powers them down itself).
+    A running lease without either is idle."""
+    return bool(lease.job.get("job_id") or lease.job.get("node_names"))
 
 
 def node_names(lease: Lease) -> tuple[str, ...]:

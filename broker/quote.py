@@ -15,12 +15,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Hashable, Iterable, NamedTuple
+from typing import Hashable, Iterable, Mapping, NamedTuple
 
 from broker.errors import InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
 from policies.bulk import Table
-from policies.cost import Context, Exclusion, PricedOffer
+from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer
 from policies.demand import Demand, DemandError
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
@@ -171,7 +171,11 @@ class QuoteEngine:
         onprem_egress_usd_per_gb: float | Decimal = 0,
         enabled_providers: Iterable[str] | None = None,
         ttl_s: int = QUOTE_TTL_S,
+        regions: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
+        """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
+        the in-process ``broker quote`` does). ``regions``: per provider, the regions it is
+        configured for (none listed: any); an offer elsewhere is excluded as not launchable."""
         extra = []
         live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
         for r in reservations:
@@ -190,6 +194,8 @@ class QuoteEngine:
             ))
         self.catalog = catalog.with_offerings(tuple(extra)) if extra else catalog
         self.enabled = tuple(enabled_providers) if enabled_providers is not None else None
+        self.regions = {p: frozenset(r.lower().replace(" ", "") for r in rs)
+                        for p, rs in (regions or {}).items() if rs}
         self.onprem_egress_micros = int(Decimal(str(onprem_egress_usd_per_gb)) * MICROS)
         self.ttl_s = ttl_s
         self._all = self.catalog.offerings
@@ -278,7 +284,12 @@ class QuoteEngine:
         else:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
                           self.onprem_egress_micros, blocked, held)
-            ok, out = self.table(d).price(d, ctx, top)  # in rank order (see _rank_key)
+            if self.regions:  # rank every offer, set aside what cannot launch here, then cut
+                ok, out = self.table(d).price(d, ctx, 0)  # in rank order (see _rank_key)
+                ok = self._launchable(ok, out)
+                ok = ok[:top] if top else ok
+            else:
+                ok, out = self.table(d).price(d, ctx, top)  # in rank order (see _rank_key)
             offers = tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok))
             excluded = tuple(out)
             if key is not None:
@@ -287,6 +298,22 @@ class QuoteEngine:
             quote_id=new_id("q"), created_at=now, valid_until=now + self.ttl_s,
             catalog_as_of=self.catalog.as_of, demand=d, offers=offers, excluded=excluded,
         )
+
+    def _launchable(self, priced: list[PricedOffer], excluded: list[Exclusion]) -> list[PricedOffer]:
+        """The offers this broker can launch; the others join ``excluded``, saying why, so a
+        quote never hands a launch (or its failover) an offer that cannot work here."""
+        keep = []
+        for p in priced:
+            o = p.offering
+            allowed = self.regions.get(o.instance.provider)
+            if allowed is None or o.region.lower() in allowed:
+                keep.append(p)
+            else:
+                excluded.append(Exclusion(
+                    o, f"not launchable here: {o.instance.provider} region {o.region} is not in "
+                       f"providers.{o.instance.provider}.regions ({', '.join(sorted(allowed))})",
+                    ExclusionKind.NOT_LAUNCHABLE))
+        return keep
 
     def _cache_get(self, key):
         return self._cache.get(key)
@@ -336,9 +363,10 @@ def engine_for(config, catalog: Catalog | None = None) -> QuoteEngine:
         for r in config.reservations
     ]
     enabled = list(config.providers.enabled()) or None
+    regions = {n: tuple(t.regions) for n, t in config.providers.enabled().items()}
     try:
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
-                           config.quote.ttl_s)
+                           config.quote.ttl_s, regions=regions)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 

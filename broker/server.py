@@ -4,8 +4,8 @@ Nothing else lives here: who may call what (broker.auth), protobuf ⇄ domain (b
 and the calls. Every error the service raises is one of :mod:`broker.errors`; its gRPC status
 comes from that module's one table (the interceptor below): a bad request is INVALID_ARGUMENT
 with a sentence naming the field; an unknown lease or quote NOT_FOUND; a launch over budget
-RESOURCE_EXHAUSTED naming the cap; a launch whose every offer failed UNAVAILABLE listing each
-attempt.
+RESOURCE_EXHAUSTED naming the cap; a launch whose every offer failed FAILED_PRECONDITION listing
+each attempt (a retry with the same key gets the same answer).
 """
 from __future__ import annotations
 

@@ -74,6 +74,7 @@ class ExclusionKind(str, enum.Enum):
     DEADLINE = "deadline"  # the job would finish after its deadline
     BLOCKED = "blocked"  # a recent capacity/quota error or interruption blocks the scope for now
     QUOTA = "quota"  # the account's remaining quota in the region cannot hold the offer
+    NOT_LAUNCHABLE = "not_launchable"  # this broker cannot launch it (a region it is not configured for)
 
     def __str__(self) -> str:
         return self.value

@@ -66,8 +66,9 @@ def test_launch_over_the_hourly_cap_is_refused(clouds, tmp_path):  # noqa: F811
 def test_spent_month_releases_running_leases(clouds, tmp_path):  # noqa: F811
     start = dt.datetime(2026, 11, 10, tzinfo=dt.timezone.utc).timestamp()
     clock = Clock(start)
-    with service(tmp_path, clouds, clock=clock, budgets={"default": {"usd_per_month": 50}}) as svc, \
-            serving(svc) as stub:
+    # idle job-less leases are kept (idle_timeout_s = 0): only the budget releases them here
+    with service(tmp_path, clouds, clock=clock, budgets={"default": {"usd_per_month": 50}},
+                 lifecycle={"idle_timeout_s": 0}) as svc, serving(svc) as stub:
         a, b = _launch(stub, "a"), _launch(stub, "b")  # 2 x 1.006 $/h
         other = _launch(stub, "other", tenant="research")
         watch = Watch(stub).opened(svc.store)

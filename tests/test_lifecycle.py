@@ -123,18 +123,19 @@ def _gang(svc, first: Target, alt: Target, key: str = "gang"):
 
 def test_gang_second_node_fails_then_the_whole_gang_fails_over(clouds, tmp_path):  # noqa: F811
     """GCP refuses the 2nd node of a 2-node lease: node 1 is deleted and the lease fails over, as a
-    whole, to Azure — even when GCP's own rollback of node 1 fails."""
+    whole, to the region's next zone — even when GCP's own rollback of node 1 fails."""
     with service(tmp_path, clouds) as svc:
         lease = _gang(svc, target(svc, "gcp", "us-central1", "a2-highgpu-1g", count=2),
                       target(svc, "azure", "eastus", "Standard_NC24ads_A100_v4", count=2))
         clouds.gcp.inject("capacity", match=f"{lease.lease_id}-1-1")  # attempt 1, node 1
         clouds.gcp.inject("5xx", match="DELETE")  # the provider's own rollback fails once
         lease = svc.lifecycle.provision(lease)
-        assert lease.state == "running" and lease.provider == "azure"
+        assert lease.state == "running" and lease.provider == "gcp" and lease.zone != "us-central1-a"
         assert len(instances_of(lease)) == 2
         live = live_by_lease(clouds)
-        assert sorted(p for p, _ in live[lease.lease_id]) == ["azure", "azure"]
-        assert [i for i in clouds.gcp.instances() if i["status"] != "TERMINATED"] == []
+        assert sorted(p for p, _ in live[lease.lease_id]) == ["gcp", "gcp"]
+        assert [i for i in clouds.gcp.instances() if i["status"] != "TERMINATED"
+                and i["zone"].endswith("us-central1-a")] == []
         (a,) = lease.attempts
         assert (a["provider"], a["scope"]) == ("gcp", "gcp/us-central1/us-central1-a")
         assert "blocked" not in a["code"] and a["code"]
@@ -161,8 +162,9 @@ def test_gang_cloud_gives_fewer_nodes(clouds, tmp_path):  # noqa: F811
         lease = svc.lifecycle.provision(lease)
         assert lease.state == "running" and lease.provider == "gcp"
         assert clouds.azure.instances() == []
-        (a,) = lease.attempts
-        assert a["code"] == "PartialLaunch" and a["scope"].startswith("azure/eastus")
+        zones = [a["zone"] for a in lease.attempts if a["code"] == "PartialLaunch"]
+        assert len(zones) == len(set(zones)) > 1, lease.attempts  # each zone of eastus, then GCP
+        assert all(a["code"] == "PartialLaunch" and a["scope"].startswith("azure/eastus") for a in lease.attempts)
         assert any(k.startswith("azure/eastus") for k in svc.store.active_blocks(svc.clock()))
         svc.lifecycle.release(lease.lease_id)
         assert existing_by_lease(clouds) == {}
@@ -174,8 +176,13 @@ def test_every_offer_failing_reports_each_attempt(clouds, tmp_path):  # noqa: F8
         with pytest.raises(grpc.RpcError) as e:
             stub.Launch(pb.LaunchRequest(idempotency_key="q", offering=offering("aws", "us-west-2", "g5.xlarge")),
                         timeout=60)
-        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # failed for good: not worth a retry
         assert "VcpuLimitExceeded" in e.value.details() and "aws/us-west-2" in e.value.details()
+        # a retry with the same key gets the same failure, not OK with a failed lease
+        with pytest.raises(grpc.RpcError) as again:
+            stub.Launch(pb.LaunchRequest(idempotency_key="q", offering=offering("aws", "us-west-2", "g5.xlarge")),
+                        timeout=60)
+        assert (again.value.code(), again.value.details()) == (e.value.code(), e.value.details())
         (lease,) = svc.store.list_leases()
         assert lease.state == "failed"
         assert states(svc.store, lease.lease_id) == ["requested", "provisioning", "failed"]

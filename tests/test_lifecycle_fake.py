@@ -60,8 +60,10 @@ def test_capacity_fails_over_to_the_next_cloud_and_blocks_the_zone(kit):
     clouds[first.provider].capacity[(first.region, first.instance_type)] = 0
     lease = lc.launch(idempotency_key="k", target=first, demand=demand, alternatives=targets[1:])
     assert lease.state is S.RUNNING and (lease.provider, lease.region) != (first.provider, first.region)
-    (a,) = lease.attempts
+    a = lease.attempts[0]
     assert (a["provider"], a["code"], a["kind"]) == (first.provider, "InsufficientCapacity", "capacity")
+    # every zone of the full region was tried (or skipped as blocked) before leaving it
+    assert all((b["provider"], b["region"]) == (first.provider, first.region) for b in lease.attempts)
     assert any(k.startswith(f"{first.provider}/{first.region}") for k in lc.store.active_blocks(lc.clock()))
 
 
@@ -170,7 +172,7 @@ def test_spend_past_2_to_the_31_micro_dollars_accrues_and_releases(db_url, mini_
     try:
         lc = Lifecycle(store, {"aws": aws}, QuoteEngine(mini_catalog), owner="test", clock=clock)
         rec = Reconciler(lc, clock=clock)
-        lease = lc.launch(idempotency_key="big", target=h100(lc, count=2))
+        lease = lc.launch(idempotency_key="big", target=h100(lc, count=2), job={"job_id": "j0"})  # busy: not idle
         clock.advance(30 * 3600)  # 2 x $98.32/h x 30 h = $5,899.20
         rec.run_pass()
         lc.handoff(lease.lease_id, {"job_id": "j"})  # a write while the accrual is past 2^31 in view

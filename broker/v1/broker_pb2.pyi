@@ -30,6 +30,7 @@ class ExclusionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSION_KIND_DEADLINE: _ClassVar[ExclusionKind]
     EXCLUSION_KIND_BLOCKED: _ClassVar[ExclusionKind]
     EXCLUSION_KIND_QUOTA: _ClassVar[ExclusionKind]
+    EXCLUSION_KIND_NOT_LAUNCHABLE: _ClassVar[ExclusionKind]
 
 class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -73,6 +74,7 @@ EXCLUSION_KIND_SLA: ExclusionKind
 EXCLUSION_KIND_DEADLINE: ExclusionKind
 EXCLUSION_KIND_BLOCKED: ExclusionKind
 EXCLUSION_KIND_QUOTA: ExclusionKind
+EXCLUSION_KIND_NOT_LAUNCHABLE: ExclusionKind
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_REQUESTED: LeaseState
 LEASE_STATE_PROVISIONING: LeaseState
