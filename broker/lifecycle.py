@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
@@ -272,11 +271,11 @@ class Lifecycle:
     def _zones(self, t: Target) -> list[Target]:
         """``t`` in its own zone first, then in each other zone of its region that offers the type
         (a reservation lives in one zone; a target with no zone lets the cloud choose)."""
+        from broker.market import zone_targets  # the live zones where the market knows them
+
         if t.reservation or not t.zone:
             return [t]
-        o = self.engine.catalog.find(t.provider, t.region, t.instance_type, t.market)
-        zones = o.zones if o is not None else ()
-        return [t, *(replace(t, zone=z) for z in zones if z != t.zone)]
+        return [t, *zone_targets(self.engine, t)]
 
     def _alternatives(self, lease: Lease) -> list[Target]:
         return [_d2t(t) for t in lease.demand.get("alternatives", [])]

@@ -283,6 +283,7 @@ class Service:
 
         self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
                                      on_change=self.metrics.set_leader).start()
+        self.reconciler.fence = self.fence  # checked before each of its side-effecting steps
         interval = self.config.reconciler.interval_s
         self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
         if self.autoscaler is not None:

@@ -21,6 +21,15 @@ from tests.lease_kit import serving
 pytestmark = pytest.mark.timeout(60)
 
 REGIONS = {"aws": ["us-east-1", "us-west-2"], "gcp": ["us-central1"], "azure": ["eastus"]}
+SUB = "3f2b1c9e-5d4a-4e8b-9c7d-0a1b2c3d4e5f"
+SETTINGS = {  # what each provider requires besides its regions (the clouds themselves are in memory)
+    "aws": {"image_id": "ami-0123456789abcdef0"},
+    "gcp": {"project": "test-project"},
+    "azure": {"subscription_id": SUB, "resource_group": "broker-rg",
+              "subnet_id": f"/subscriptions/{SUB}/resourceGroups/net-rg/providers/Microsoft.Network/"
+                           "virtualNetworks/gpu-vnet/subnets/nodes",
+              "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBroKerTestKey broker@test"},
+}
 
 
 @pytest.fixture
@@ -28,7 +37,8 @@ def broker(tmp_path):
     clouds = {name: FakeProvider(name) for name in REGIONS}
     cfg = cfgmod.load(None, environ={}, overrides={
         "store.url": f"sqlite:///{tmp_path / 'broker.db'}", "owner": "broker-test",
-        "providers": {name: {"enabled": True, "regions": regions} for name, regions in REGIONS.items()},
+        "providers": {name: {"enabled": True, "regions": regions, **SETTINGS[name]}
+                      for name, regions in REGIONS.items()},
         "lifecycle": {"backoff_s": 0, "retries": 1}})
     svc = Service(cfg, providers=clouds)
     try:
