@@ -40,7 +40,8 @@ def market(aws_cloud, fake_gcp, fake_billing, fake_arm, fake_retail, mini_catalo
         "owner": "broker-test", "store": {"url": f"sqlite:///{tmp_path / 'broker.db'}"},
         "catalog": {"path": str(mini_catalog_dir), "max_age_h": 24},
         "providers": {
-            "aws": aws_cloud.provider_settings(["us-east-1"], credentials="anonymous"),
+            # eu-west-1 is configured (launchable) but nothing live prices it: it keeps the bundled price
+            "aws": aws_cloud.provider_settings(["us-east-1", "eu-west-1"], credentials="anonymous"),
             "gcp": {"enabled": True, "project": "test-project", "regions": ["us-central1"],
                     "api_endpoint": fake_gcp.url, "billing_api_endpoint": fake_billing.url,
                     "credentials": "anonymous", "timeout_s": 5},

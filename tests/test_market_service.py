@@ -24,7 +24,8 @@ NOW = time.time()
 def config(tmp_path, mini_catalog_dir):
     return load(None, environ={}, overrides={
         "store.url": f"sqlite:///{tmp_path / 'b.db'}", "catalog.path": str(mini_catalog_dir),
-        "providers.aws": {"enabled": True, "regions": ["us-east-1"], "image_id": "ami-0abc12345def67890"}})
+        "providers.aws": {"enabled": True, "regions": ["us-east-1", "eu-west-1"],
+                          "image_id": "ami-0abc12345def67890"}})
 
 
 def snapshot(**kw) -> Snapshot:

@@ -365,7 +365,7 @@ def test_failures_set_the_nodes_down_with_the_reason(broker, fake):
     down = {c[1]: c for c in fake.updates()}
     assert set(down) == {"nodename=burst-1", "nodename=rare-1"}  # gpu-7 is not the broker's: untouched
     assert down["nodename=burst-1"][2] == "state=down"
-    assert down["nodename=burst-1"][3].startswith("reason=broker: broker unavailable: lease ")
+    assert down["nodename=burst-1"][3].startswith("reason=broker: broker failed_precondition: lease ")
     assert "could not be launched" in down["nodename=burst-1"][3]
     assert down["nodename=rare-1"][3].startswith("reason=broker: no cloud offer fits 1 x 3 L4")
     assert all(len(c[3]) <= 250 and "\n" not in c[3] for c in down.values())
