@@ -157,8 +157,26 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)").bindparams(k=self.SCHEMA_LOCK))
                 SQLModel.metadata.create_all(conn)
+                self._widen_integers(conn)
         else:
             SQLModel.metadata.create_all(self.engine)
+
+    @staticmethod
+    def _widen_integers(conn) -> None:
+        """A database created before money and counters were 64-bit has 32-bit columns, which
+        ``create_all`` leaves as they are: widen them (at most once; a no-op afterwards)."""
+        wanted = {(t.name, c.name) for t in SQLModel.metadata.sorted_tables for c in t.columns
+                  if isinstance(c.type, BigInteger)}
+        narrow = conn.execute(text(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND data_type = 'integer'")).all()
+        for table, column in narrow:
+            if (table, column) in wanted:
+                conn.execute(text(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE BIGINT'))
+        for (seq,) in conn.execute(text(
+                "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema() "
+                "AND data_type = 'integer'::regtype")).all():
+            conn.execute(text(f'ALTER SEQUENCE "{seq}" AS BIGINT'))
 
     @property
     def is_postgres(self) -> bool:

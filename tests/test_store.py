@@ -73,3 +73,33 @@ def test_blocks_expire_and_only_extend(store):
     store.block("gcp/us-central1", 50.0, "shorter")
     assert store.active_blocks(99.0) == {"gcp/us-central1": "capacity"}
     assert store.active_blocks(100.0) == {}
+
+
+def test_a_postgresql_store_made_with_32_bit_columns_is_widened_on_open():
+    """Deployments created before money was 64-bit keep working: opening the store widens them."""
+    from sqlalchemy import text
+
+    from tests.stores import pg_url_or_skip
+
+    gen = pg_url_or_skip()
+    url = next(gen)
+    try:
+        old = Store(url)
+        with old.engine.begin() as conn:  # the schema as an earlier release created it
+            for col in ("accrued_micros", "hourly_micros", "nodes", "version"):
+                conn.execute(text(f"ALTER TABLE leases ALTER COLUMN {col} TYPE INTEGER"))
+            conn.execute(text("ALTER TABLE lease_events ALTER COLUMN id TYPE INTEGER"))
+            conn.execute(text("ALTER SEQUENCE lease_events_id_seq AS INTEGER"))
+        old.close()
+        store = Store(url)
+        with store.engine.connect() as conn:
+            types = dict(conn.execute(text(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'leases' "
+                "AND column_name IN ('accrued_micros', 'hourly_micros', 'nodes', 'version')")).all())
+        assert types == dict.fromkeys(("accrued_micros", "hourly_micros", "nodes", "version"), "bigint")
+        l, _ = store.create_lease(lease())
+        l = store.update_lease(l, now=2.0, accrued_micros=3 * 2**31)
+        assert store.get_lease(l.lease_id).accrued_micros == 3 * 2**31
+        store.close()
+    finally:
+        next(gen, None)  # drops the database
