@@ -65,7 +65,7 @@ def test_bulk_equals_scalar(d, blocked):
 
     cat = varied_catalog()
     engine = QuoteEngine(cat)
-    d = engine.validate(d)
+    d = engine.validate(d, NOW)
     groups = engine.shapes(d)
     held = {"r-0": 1, "r-37": 2}
     ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, 20_000, blocked, held)

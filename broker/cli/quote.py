@@ -70,19 +70,29 @@ def _table(doc: dict) -> None:
                ("#", "provider", "region", "instance", "market", "nodes", "$/h", "compute", "interrupt",
                 "storage", "transfer", "sla risk", "total $")]
     rows = []
-    for o in doc["offers"]:
+    offers = doc["offers"]
+    for o in offers:
         c = o["cost_usd"]
         rows.append((str(o["rank"]), o["provider"], o["region"], o["instance_type"], o["market"], str(o["nodes"]),
-                     f"{o['hourly_usd']:.2f}", f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
+                     f"{o['hourly_usd']:.2f}" + ("*" if o.get("stale") else ""), f"{c['compute']:.2f}", f"{c['interruption']:.2f}",
                      f"{c['storage']:.2f}", f"{c['data_transfer']:.2f}", f"{c['sla_risk']:.2f}",
                      f"{c['total']:.2f}"))
+    # The oldest price behind the shown offers, and where it came from (a live API or the
+    # bundled catalog), rather than one catalog date that live prices make meaningless.
+    oldest = min(offers, key=lambda o: o.get("price_as_of") or "", default=None)
+    prices = (f"oldest price {oldest['price_as_of'][:10]} ({oldest['price_source'].split(':')[0]})"
+              if oldest and oldest.get("price_source") and oldest.get("price_as_of")
+              else f"prices as of {doc['catalog_as_of']}")
     # On a narrow terminal the cost lines go first (--format json has them all), then the
     # hourly price and node count; the rank, where, what and the total always show in full.
     t = fitted_table(console, columns, rows,
                      drop_first=("sla risk", "storage", "interrupt", "transfer", "compute", "nodes", "$/h"),
                      title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  "
-                           f"prices as of {doc['catalog_as_of']}", title_justify="left")
+                           f"{prices}", title_justify="left")
     console.print(t)
+    if any(o.get("stale") for o in offers):
+        console.print("* stale: the price is older than [catalog] max_age_h (broker catalog refresh)",
+                      highlight=False, markup=False)
     _excluded(console, doc["excluded"])
 
 
