@@ -52,7 +52,7 @@ def snapshot_pb(pb, rng: random.Random):
 
     taken = Timestamp()
     taken.FromSeconds(int(time.time()))
-    nodes = [pb.ClusterNode(name=f"gpu-{i}", state="mixed", gpus_total=8, gpus_allocated=rng.randint(0, 8),
+    nodes = [pb.ClusterNode(name=f"gpu-{i}", state="mix", gpus_total=8, gpus_allocated=rng.randint(0, 8),
                             gpu_model="A100", partitions=["gpu"]) for i in range(8)]
     samples = [pb.GpuSample(node=f"gpu-{i}", index=g, utilization_pct=rng.uniform(0, 100), memory_used_mb=1000)
                for i in range(8) for g in range(8)]
@@ -70,6 +70,7 @@ class Load:
         self.address, self.clients, self.seconds, self.seed = address, clients, seconds, seed
         self.lat: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, Counter] = defaultdict(Counter)
+        self.first_error: dict[str, str] = {}  # per RPC and status: the first details seen
         self.lock = threading.Lock()
 
     def run(self) -> float:
@@ -101,6 +102,7 @@ class Load:
                 except grpc.RpcError as e:
                     with self.lock:
                         self.errors[op][e.code().name] += 1
+                        self.first_error.setdefault(f"{op} {e.code().name}", (e.details() or "")[:160])
                     continue
                 with self.lock:
                     self.lat[op].append(time.perf_counter() - t)
@@ -169,14 +171,16 @@ def soak(store: str, args) -> dict:
                 stop.set()
                 sampler.join(5)
                 serve.stop()
-            return report(store, load, elapsed, rss)
+            logged = serve.log.read_text(errors="replace").splitlines()
+            return report(store, load, elapsed, rss, [line for line in logged if '"level": "error"' in line
+                                                      or '"level":"error"' in line])
     finally:
         if pg is not None:
             pg.close()
         clouds.stop()
 
 
-def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]]) -> dict:
+def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]], errors_logged: list[str]) -> dict:
     print(f"\n== {store}: {load.clients} clients for {elapsed:.0f} s")
     print(f"{'rpc':15} {'calls':>7} {'per s':>7} {'p50 ms':>8} {'p99 ms':>8}  errors")
     total = 0
@@ -186,6 +190,10 @@ def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]
         errs = ", ".join(f"{k} {v}" for k, v in sorted(load.errors.get(op, {}).items())) or "0"
         print(f"{op:15} {len(lat):7d} {len(lat) / elapsed:7.1f} {pct(lat, 50) * 1e3:8.1f} {pct(lat, 99) * 1e3:8.1f}  {errs}")
     print(f"{'all':15} {total:7d} {total / elapsed:7.1f}")
+    for what, details in sorted(load.first_error.items()):
+        print(f"  first {what}: {details}")
+    if errors_logged:
+        print(f"  the server logged {len(errors_logged)} errors; the first: {errors_logged[0][:600]}")
     marks = [rss[min(len(rss) - 1, int(len(rss) * f))] for f in (0.0, 0.25, 0.5, 0.75, 1.0)] if rss else []
     print("RSS MB over time: " + "  ".join(f"{t:5.0f}s {m:6.1f}" for t, m in marks))
     half = [m for t, m in rss if t >= rss[-1][0] / 2] if rss else []
