@@ -1,0 +1,88 @@
+"""EC2's error codes as the providers' typed errors: every botocore exception becomes exactly one
+``providers.base`` error carrying EC2's own code, with the scope failover acts on."""
+from __future__ import annotations
+
+import botocore.exceptions as bce
+
+from providers.base import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    ProviderError,
+    QuotaError,
+    Scope,
+    ThrottledError,
+    TransientError,
+)
+
+PROVIDER = "aws"
+
+# EC2 error codes -> error class and scope. Codes not listed fall back on their family below.
+_CAPACITY = {
+    "InsufficientInstanceCapacity": Scope.ZONE,
+    "InsufficientCapacity": Scope.ZONE,
+    "InsufficientHostCapacity": Scope.ZONE,
+    "InsufficientCapacityOnHost": Scope.ZONE,
+    "InsufficientReservedInstanceCapacity": Scope.ZONE,
+    "ReservationCapacityExceeded": Scope.OFFER,
+    "SpotMaxPriceTooLow": Scope.OFFER,
+}
+_QUOTA = {
+    "InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded",
+    "VolumeLimitExceeded", "MaxIOPSLimitExceeded", "ResourceLimitExceeded",
+    "InsufficientFreeAddressesInSubnet",
+}
+_THROTTLE = {
+    "RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled",
+    "TooManyRequestsException", "SlowDown", "EC2ThrottledException",
+}
+_AUTH = {
+    "UnauthorizedOperation": Scope.CLOUD, "AuthFailure": Scope.CLOUD,
+    "InvalidClientTokenId": Scope.CLOUD, "SignatureDoesNotMatch": Scope.CLOUD,
+    "ExpiredToken": Scope.CLOUD, "RequestExpired": Scope.CLOUD,
+    "MissingAuthenticationToken": Scope.CLOUD, "AccessDenied": Scope.CLOUD,
+    "AccessDeniedException": Scope.CLOUD, "UnrecognizedClientException": Scope.CLOUD,
+    "Blocked": Scope.CLOUD, "OptInRequired": Scope.REGION, "PendingVerification": Scope.REGION,
+}
+_TRANSIENT = {
+    "InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable",
+    "ServiceUnavailableException", "RequestTimeout", "RequestTimeoutException",
+}
+# Invalid-request codes that are about the region's configuration rather than one offer.
+_INVALID_REGION_PREFIXES = (
+    "InvalidAMIID", "InvalidSubnetID", "InvalidGroup", "InvalidKeyPair", "InvalidSecurityGroupID",
+    "InvalidVpcID",
+)
+
+
+def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
+    """The one ``providers.base`` error for a botocore exception (``code`` is EC2's own)."""
+    where = {"provider": PROVIDER, "region": region, "zone": zone}
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, bce.ClientError):
+        err = exc.response.get("Error", {}) or {}
+        code = str(err.get("Code") or "")
+        message = str(err.get("Message") or exc)
+        status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+        if code in _CAPACITY:
+            return CapacityError(message, code=code, scope=_CAPACITY[code], **where)
+        if code in _QUOTA:
+            return QuotaError(message, code=code, **where)
+        if code in _THROTTLE or status == 429:
+            return ThrottledError(message, code=code, **where)
+        if code in _AUTH or status in (401, 403):
+            return AuthError(message, code=code, scope=_AUTH.get(code, Scope.CLOUD), **where)
+        if code in _TRANSIENT or status >= 500:
+            return TransientError(message, code=code, **where)
+        scope = Scope.REGION if code.startswith(_INVALID_REGION_PREFIXES) else Scope.OFFER
+        return InvalidRequestError(message, code=code, scope=scope, **where)
+    code = type(exc).__name__
+    if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError,
+                        bce.CredentialRetrievalError, bce.TokenRetrievalError,
+                        bce.UnauthorizedSSOTokenError, bce.NoAuthTokenError)):
+        return AuthError(str(exc), code=code, **where)
+    if isinstance(exc, bce.ParamValidationError):
+        return InvalidRequestError(str(exc), code=code, **where)
+    # Connection refused/reset, connect and read timeouts, unparseable answers, waiter failures.
+    return TransientError(str(exc), code=code, **where)
