@@ -32,9 +32,10 @@ from broker.errors import Unavailable
 
 log = structlog.get_logger("broker.leader")
 
-_meta = MetaData()
+#: The leader's table (created and changed by the store's migrations, broker/migrate.py).
+METADATA = MetaData()
 LEADER_TABLE = Table(
-    "broker_leader", _meta,
+    "broker_leader", METADATA,
     Column("name", String, primary_key=True),
     Column("holder", String, nullable=False),
     Column("term", BigInteger, nullable=False),
@@ -85,10 +86,6 @@ class Leadership:
         # that wakes from a freeze knows at once that it may have been replaced.
         self._valid_until = 0.0 if store.is_postgres else float("inf")
         self._was_leading = not store.is_postgres
-        if store.is_postgres:
-            with store.engine.begin() as conn:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)").bindparams(k=store.SCHEMA_LOCK))
-                _meta.create_all(conn)
         if on_change is not None:
             on_change(self._was_leading)
 

@@ -6,8 +6,8 @@ nothing did). A failed refresh only updates ``attempted_at`` and ``last_error``:
 uses stays the last good one. Also read from here: the interruptions this broker observed on
 spot leases, and the reservation nodes live leases hold.
 
-Writes go through the store's SQLAlchemy engine (SQLite or PostgreSQL) into its own table,
-created on first use. Reads take that engine or, for an in-process `broker quote` on the
+Writes go through the store's SQLAlchemy engine (SQLite or PostgreSQL) into its own table
+(``market_snapshots``, created by the store's migrations). Reads take that engine or, for an in-process `broker quote` on the
 embedded SQLite store, a plain ``sqlite3`` connection (:func:`reader`): the same SQL, without
 paying SQLAlchemy's import on every command.
 """
@@ -20,10 +20,6 @@ from typing import Any
 
 from broker.lease import LIVE
 from providers.market import Snapshot
-
-CREATE = ("CREATE TABLE IF NOT EXISTS market_snapshots (provider VARCHAR(16) PRIMARY KEY, "
-          "fetched_at FLOAT NOT NULL, attempted_at FLOAT NOT NULL, last_error TEXT NOT NULL, body TEXT NOT NULL)")
-
 
 class MarketRow:
     __slots__ = ("snapshot", "attempted_at", "last_error")
@@ -54,7 +50,6 @@ def _write(engine: Any, *statements: tuple[str, dict]) -> list[int]:
     from sqlalchemy import text
 
     with engine.begin() as conn:
-        conn.execute(text(CREATE))
         return [conn.execute(text(sql), params).rowcount for sql, params in statements]
 
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from sqlalchemy import BigInteger, Integer, UniqueConstraint, delete, event, func, insert, text, update
+from sqlalchemy import BigInteger, Integer, String, Text, UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -120,6 +120,16 @@ class SnapshotRecord(SQLModel, table=True):
     body: str
 
 
+class MarketSnapshotRecord(SQLModel, table=True):
+    """A provider's live market (broker/market_store.py reads and writes it in plain SQL)."""
+    __tablename__ = "market_snapshots"
+    provider: str = Field(primary_key=True, sa_type=String(16))
+    fetched_at: float
+    attempted_at: float
+    last_error: str = Field(sa_type=Text)
+    body: str = Field(sa_type=Text)
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
@@ -129,19 +139,26 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+def engine_for(url: str, *, create: bool = True):
+    """The store's engine for ``url``: SQLite in WAL mode (its directory made unless ``create``
+    is false), or a pooled engine for PostgreSQL. Raises SQLAlchemy's ArgumentError or
+    NoSuchModuleError on a URL it cannot use."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if create and path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
 class Store:
     """All persistence. Thread-safe; every method is one transaction."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        if url.startswith("sqlite"):
-            path = url.split("///", 1)[1] if "///" in url else ""
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        self.engine = engine_for(url)
         self._create_schema()
         self._changed = threading.Condition()
         self._recent: OrderedDict[str, tuple] = OrderedDict()
@@ -150,33 +167,18 @@ class Store:
         self._writer: threading.Thread | None = None
         self._blocks: tuple[float, list[BlockRecord]] | None = None
 
-    SCHEMA_LOCK = 0x62726F6B  # "brok": advisory lock serialising schema creation across replicas
-
     def _create_schema(self) -> None:
-        if self.engine.dialect.name == "postgresql":
-            with self.engine.begin() as conn:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)").bindparams(k=self.SCHEMA_LOCK))
-                SQLModel.metadata.create_all(conn)
-                self._widen_integers(conn)
-        else:
-            SQLModel.metadata.create_all(self.engine)
+        """Bring the database to the newest schema revision (broker/migrate.py): creates an empty
+        one, upgrades an older one (under the schema lock on PostgreSQL), refuses a newer one."""
+        from broker import migrate
 
-    @staticmethod
-    def _widen_integers(conn) -> None:
-        """A database created before money and counters were 64-bit has 32-bit columns, which
-        ``create_all`` leaves as they are: widen them (at most once; a no-op afterwards)."""
-        wanted = {(t.name, c.name) for t in SQLModel.metadata.sorted_tables for c in t.columns
-                  if isinstance(c.type, BigInteger)}
-        narrow = conn.execute(text(
-            "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND data_type = 'integer'")).all()
-        for table, column in narrow:
-            if (table, column) in wanted:
-                conn.execute(text(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE BIGINT'))
-        for (seq,) in conn.execute(text(
-                "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema() "
-                "AND data_type = 'integer'::regtype")).all():
-            conn.execute(text(f'ALTER SEQUENCE "{seq}" AS BIGINT'))
+        done = migrate.upgrade(self.engine)
+        if done.changed:
+            import structlog
+
+            structlog.get_logger("broker.store").info(
+                "schema_upgraded", database=migrate.where(self.url), before=done.before, after=done.after,
+                made_before_migrations=done.adopted)
 
     @property
     def is_postgres(self) -> bool:

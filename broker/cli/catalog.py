@@ -61,7 +61,10 @@ def refresh_cmd(
         exit_usage("no provider is enabled in the config: nothing to refresh.")
     from broker.store import Store
 
-    store = Store(cfg.db_url)
+    try:
+        store = Store(cfg.db_url)
+    except BrokerError as e:  # the store's schema is newer than this broker
+        exit_usage(str(e))
     try:
         outcomes = market.refresh(cfg, store.engine, [provider] if provider else None)
         _, warnings = market.live_catalog(cfg, store.engine)
