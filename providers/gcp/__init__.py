@@ -1,0 +1,47 @@
+"""Google Compute Engine: GPU VMs for a lease through ``google-cloud-compute`` (REST transport).
+
+How the pieces of the protocol map onto Compute:
+
+* **launch** is all-or-nothing in one zone: one ``instances.insert`` per node, each with a
+  ``requestId`` that is a UUIDv5 of (client token, zone, node index, generation), so a retried
+  call is de-duplicated by Compute itself; before inserting, the lease's instances are looked up
+  by label, so a retry after a crash adopts what exists and creates only what is missing (and
+  deletes the lease's instances elsewhere: leftovers of an earlier attempt). If any node fails,
+  every instance of the lease is deleted and the mapped error raised.
+  The *generation* covers Compute's requestId cache: a retry with the same token after a failed
+  attempt gets the old operation back (DONE at once, with its error, or with its instance since
+  deleted by the cleanup); such a replay moves on to the next generation's requestId.
+* Operations are awaited with ``zoneOperations.wait`` through our own ``ZoneOperationsClient``
+  (built with the same endpoint and credentials; the SDK's ``operation.result()`` would poll a
+  client built without our ``api_endpoint``). Transient errors while waiting are retried until
+  ``operation_timeout_s``.
+* Spot: ``provisioningModel: SPOT``, ``instanceTerminationAction: DELETE``; GCP has no spot bid,
+  so ``LaunchSpec.max_price_micros`` is not sent. On-demand and spot VMs say
+  ``reservationAffinity: NO_RESERVATION`` so they never eat a reservation the broker accounts
+  for; reserved ones consume exactly ``spec.reservation``.
+* Labels ``broker-lease``/``broker-owner`` (sanitised to GCP's label rules) find the VMs; the
+  exact lease id, owner and catalog instance type ride in metadata, which has no such rules.
+* **Interruption**: a spot VM that is TERMINATED is reported INTERRUPTED, with the matching
+  ``compute.instances.preempted`` zone operation as ``stop_detail`` when there is one. Because
+  ``instanceTerminationAction: DELETE`` makes a preempted VM vanish, the provider remembers the
+  instances it has seen per lease (name, zone, id) and, when one is gone, looks for a preempted
+  operation targeting that instance id to still report it INTERRUPTED. That memory is per
+  process: a VM preempted *and* deleted before this process ever saw it is reported as simply
+  gone. ``terminate`` clears it.
+* Compact placement (``compact_placement = true``): a multi-node lease gets a regional
+  ``resourcePolicies`` entry ``broker-<lease>`` with ``groupPlacementPolicy.collocation:
+  COLLOCATED`` (idempotent by name), named in every node's ``resourcePolicies``; it is deleted
+  when the launch is rolled back and when ``terminate`` leaves it unused. Off by default: not
+  every machine family supports it, and a reservation may carry its own placement.
+"""
+from __future__ import annotations
+
+from providers.gcp.client import ComputeClient
+from providers.gcp.credentials import SCOPES, load_credentials
+from providers.gcp.errors import NAME, classify, map_error, operation_error
+from providers.gcp.inventory import ComputeInventory
+from providers.gcp.launch import GcpProvider
+from providers.gcp.names import label_key, label_value, placement_name, request_id
+
+__all__ = ["NAME", "SCOPES", "ComputeClient", "ComputeInventory", "GcpProvider", "classify", "label_key",
+           "label_value", "load_credentials", "map_error", "operation_error", "placement_name", "request_id"]

@@ -1,0 +1,91 @@
+"""Compute's errors as the providers' typed errors: HTTP ``error.errors[].reason`` and Operation
+``error.errors[].code`` alike, with the scope failover acts on."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import requests
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from google.cloud import compute_v1
+
+from providers.base import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    ProviderError,
+    QuotaError,
+    Scope,
+    ThrottledError,
+    TransientError,
+)
+
+NAME = "gcp"
+
+CAPACITY_CODES = {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                  "resourcePoolExhausted", "insufficientCapacity", "STOCKOUT"}
+QUOTA_CODES = {"QUOTA_EXCEEDED", "quotaExceeded", "RESOURCE_QUOTA_EXCEEDED"}
+THROTTLE_CODES = {"rateLimitExceeded", "userRateLimitExceeded", "RESOURCE_OPERATION_RATE_EXCEEDED",
+                  "RATE_LIMIT_EXCEEDED"}
+GONE_CODES = {"RESOURCE_NOT_FOUND", "notFound"}
+# 4xx answers that only mean "not now": the resource is busy with another operation.
+TRANSIENT_CODES = {"resourceNotReady", "RESOURCE_NOT_READY", "RESOURCE_OPERATION_IN_PROGRESS", "backendError",
+                   "internalError"}
+
+
+def classify(codes: Sequence[str], status: int | None, message: str, *, region: str = "",
+             zone: str = "") -> ProviderError:
+    """One GCP error (HTTP ``error.errors[].reason`` or Operation ``error.errors[].code``)."""
+    codes = [c for c in codes if c]
+    code = codes[0] if codes else (str(status) if status else "")
+    text = message.lower()
+    kw: dict[str, Any] = {"provider": NAME, "code": code, "region": region, "zone": zone}
+    hit = set(codes)
+    if hit & CAPACITY_CODES or "resource pool exhausted" in text or "does not have enough resources" in text:
+        return CapacityError(message, scope=Scope.ZONE, **{**kw, "code": next(iter(hit & CAPACITY_CODES), code)})
+    if hit & THROTTLE_CODES or status == 429:
+        return ThrottledError(message, scope=Scope.REGION, **kw)
+    if hit & QUOTA_CODES:
+        return QuotaError(message, scope=Scope.REGION, **{**kw, "code": next(iter(hit & QUOTA_CODES))})
+    if hit & TRANSIENT_CODES:
+        return TransientError(message, scope=Scope.REGION, **kw)
+    if status in (401, 403):
+        return AuthError(message, scope=Scope.CLOUD, **kw)
+    if status in (400, 404, 409, 412, 413, 422):
+        return InvalidRequestError(message, scope=Scope.OFFER, **kw)
+    return TransientError(message, scope=Scope.REGION, **kw)
+
+
+def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
+    """Any error a Compute call raised, as the provider error that decides failover."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, gexc.GoogleAPICallError):
+        reasons = [e.get("reason", "") for e in exc.errors if isinstance(e, dict)]
+        if exc.reason:
+            reasons.append(exc.reason)
+        return classify(reasons, exc.code if isinstance(exc.code, int) else None, exc.message or str(exc),
+                        region=region, zone=zone)
+    if isinstance(exc, (requests.exceptions.Timeout, TimeoutError)):
+        return TransientError(f"Compute call timed out: {exc}", provider=NAME, code="TIMEOUT",
+                              region=region, zone=zone)
+    if isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError)):
+        return TransientError(f"cannot reach Compute: {exc}", provider=NAME, code="CONNECTION_ERROR",
+                              region=region, zone=zone)
+    if isinstance(exc, auth_exc.TransportError):
+        return TransientError(f"cannot reach the token endpoint: {exc}", provider=NAME, code="AUTH_TRANSPORT",
+                              region=region, zone=zone)
+    if isinstance(exc, auth_exc.GoogleAuthError):  # refresh refused, anonymous asked to refresh, ...
+        return AuthError(f"credentials refused: {exc}", provider=NAME, code=type(exc).__name__,
+                         region=region, zone=zone)
+    raise exc
+
+
+def operation_error(op: compute_v1.Operation, *, region: str, zone: str) -> ProviderError | None:
+    """The error a DONE operation ended with, if any."""
+    errors = list(op.error.errors)
+    if not errors and not op.http_error_status_code:
+        return None
+    message = "; ".join(e.message for e in errors if e.message) or op.http_error_message or "operation failed"
+    return classify([e.code for e in errors], op.http_error_status_code or None, message,
+                    region=region, zone=zone)
