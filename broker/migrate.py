@@ -20,6 +20,7 @@ fails while the models and the migrations disagree).
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,9 @@ def config(connection: "Connection | None" = None) -> "Config":
     return cfg
 
 
+@functools.cache
 def scripts() -> "ScriptDirectory":
+    """The revisions this code knows (read once per process)."""
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(config())
@@ -180,6 +183,9 @@ def upgrade(engine: "Engine") -> Outcome:
 
     sd = scripts()
     newest = sd.get_current_head()
+    with engine.connect() as conn:  # current (every start but the first after a release): no lock
+        if current(conn) == newest:
+            return Outcome(newest, newest, False)
     with engine.begin() as conn:
         _lock(conn)
         rev = current(conn)
