@@ -284,20 +284,32 @@ class Budget:
 class AuthSettings(Table):
     """``[auth]``: with this section present, every Broker RPC needs a bearer token.
 
-    ``tokens``: token = tenant (``"*"``: an operator acting for any tenant). An empty table, an
-    empty token or tenant is refused: auth never silently turns itself off."""
+    ``tokens``: token (or ``"sha256:<hex>"`` of it) = tenant (``"*"``: an operator acting for
+    any tenant). The tokens issued into the store with ``broker tokens create`` are honoured
+    too, unless ``store_tokens = false``; each replica remembers a lookup for ``store_cache_s``,
+    so a revocation reaches every replica within it. An empty token or tenant is refused, and so
+    is an empty table unless ``store_tokens = true`` says the store's tokens are the only ones:
+    auth never silently turns itself off."""
 
     tokens: dict[str, str] = {}
+    store_tokens: Union[bool, None] = None  # None: honoured (but not enough for an empty table)
+    store_cache_s: Annotated[float, Meta(ge=0, le=300)] = 2.0
 
     def __post_init__(self) -> None:
-        if not self.tokens:
+        if not self.tokens and self.store_tokens is not True:
             raise bad("tokens", "is empty: with an [auth] section every call needs a bearer token, "
-                      "so list at least one (token = tenant)")
+                      "so list at least one (token = tenant), or set auth.store_tokens = true to "
+                      "take them from the store only (broker tokens create)")
         for token, tenant in self.tokens.items():
             if not token.strip():
                 raise bad("tokens", "holds an empty token")
             if not tenant.strip():
                 raise bad("tokens", "maps a token to an empty tenant (use \"*\" for an operator)")
+
+    @property
+    def honours_store(self) -> bool:
+        """Whether tokens issued into the store are honoured."""
+        return self.store_tokens is not False
 
 
 class LimitsSettings(Table):

@@ -68,11 +68,16 @@ class Service:
 
         self.config = config
         self.clock = clock
-        self.auth = Auth(config.auth_tokens)
+        self.auth = Auth(config.auth_tokens)  # the config file's tokens checked before the store opens
         self.limits = Limits.from_settings(config.limits, config.workers)
         from broker import market
 
         self.store = Store(config.db_url)
+        if config.auth is not None and config.auth.honours_store:
+            from broker.tokens import IssuedTokens, TokenStore
+
+            issued = IssuedTokens(TokenStore(self.store.engine, clock), config.auth.store_cache_s, clock)
+            self.auth = Auth(config.auth_tokens, issued=issued)
         self.engine = market.quote_engine(config, self.store.engine)
         try:
             self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)

@@ -1,5 +1,6 @@
 """The authorization matrix: every RPC × every role (none, a bad token, tenant, scheduler,
-operator) × its own and another tenant's objects, streams filtered per event included."""
+operator) × its own and another tenant's objects, streams filtered per event included; the
+config file's tokens (clear and ``sha256:``) and the store's (revoked and expired ones refused)."""
 from __future__ import annotations
 
 import time
@@ -24,8 +25,15 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 TOKENS = {"tok-a": "team-a", "tok-b": "team-b", "tok-sched-a": "scheduler:team-a",
           "sha256:" + "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8": "*"}  # "password"
+#: Tokens issued into the store (broker.tokens): caller → (role, tenants, expires_at, revoked_at).
+STORE_TOKENS = {"store-tenant-a": ("tenant", "team-a", None, None),
+                "store-scheduler-a": ("scheduler", "team-a", 4e9, None),
+                "store-operator": ("operator", "*", None, None),
+                "store-revoked": ("operator", "*", None, 1.0),
+                "store-expired": ("tenant", "team-a", 1.0, None)}
 CALLERS = {"none": None, "bad": "nope", "tenant-a": "tok-a", "tenant-b": "tok-b",
-           "scheduler-a": "tok-sched-a", "operator": "password"}
+           "scheduler-a": "tok-sched-a", "operator": "password",
+           **{caller: f"brk_{caller}-token" for caller in STORE_TOKENS}}
 SECRET = {"a": "SECRET_OF_A_17", "b": "SECRET_OF_B_42"}
 
 
@@ -45,6 +53,7 @@ def world(tmp_path_factory, mini_catalog_dir):
     tmp = tmp_path_factory.mktemp("authz")
     with running_server(tmp, config={"catalog.path": str(mini_catalog_dir), "auth.tokens": TOKENS}) as (addr, svc):
         store = svc.store
+        _issue(store.engine)
         store.add_event("", "state_changed", "the watch starts after this", 1.0)
         start = store.last_event_id()
         for tenant in ("team-a", "team-b"):
@@ -64,6 +73,19 @@ def world(tmp_path_factory, mini_catalog_dir):
                                metadata=_md(f"tok-{side}"))
                 quotes[side] = r.quote.quote_id
             yield stub, quotes, start
+
+
+def _issue(engine) -> None:
+    """The store's tokens of :data:`STORE_TOKENS`, written as ``broker tokens create`` writes them."""
+    from sqlmodel import Session
+
+    from broker.tokens import TokenRecord, digest_hex
+
+    with Session(engine) as s:
+        for caller, (role, tenants, expires_at, revoked_at) in STORE_TOKENS.items():
+            s.add(TokenRecord(id=f"tok-{caller}", role=role, tenants=tenants, digest=digest_hex(CALLERS[caller]),
+                              created_at=0.5, expires_at=expires_at, revoked_at=revoked_at))
+        s.commit()
 
 
 def _md(token):
@@ -133,7 +155,9 @@ OPERATOR = {("Launch", "own"): INVALID, ("Launch", "other"): INVALID, ("Launch",
             ("Launch", "missing"): MISSING, ("GetLease", "missing"): MISSING, ("Release", "missing"): MISSING,
             ("Handoff", "missing"): MISSING}
 ROLE_OF = {"none": Role.NONE, "bad": Role.NONE, "tenant-a": Role.TENANT, "tenant-b": Role.TENANT,
-           "scheduler-a": Role.SCHEDULER, "operator": Role.OPERATOR}
+           "scheduler-a": Role.SCHEDULER, "operator": Role.OPERATOR,
+           "store-tenant-a": Role.TENANT, "store-scheduler-a": Role.SCHEDULER, "store-operator": Role.OPERATOR,
+           "store-revoked": Role.NONE, "store-expired": Role.NONE}
 
 
 def expected(caller: str, rpc: str, case: str):
@@ -183,25 +207,28 @@ def _watch(stub, token, after: int, **kw) -> list[pb.WatchLeasesResponse]:
 
 
 @pytest.mark.parametrize("caller,sees", [("tenant-a", "a"), ("tenant-b", "b"), ("scheduler-a", "a"),
-                                         ("operator", "ab")])
+                                         ("operator", "ab"), ("store-tenant-a", "a"),
+                                         ("store-scheduler-a", "a"), ("store-operator", "ab")])
 def test_watch_leases_filters_every_event(world, caller, sees):
     stub, _, start = world
     events = _watch(stub, CALLERS[caller], start)
     leases = {e.lease.lease_id for e in events if e.lease.lease_id}
     assert leases == {f"l-{s}" for s in sees} | {f"l-{s}-old" for s in sees}
     decisions = {e.decision.decision_id for e in events if e.kind == pb.LEASE_EVENT_KIND_DECISION}
-    assert decisions == {f"d-{s}" for s in sees} | ({"d-none"} if caller == "operator" else set())
+    assert decisions == {f"d-{s}" for s in sees} | ({"d-none"} if ROLE_OF[caller] is Role.OPERATOR else set())
     blob = b"".join(e.SerializeToString() for e in events)
     for side in "ab":
         assert (SECRET[side].encode() in blob) == (side in sees)
         assert (f"i-{side * 3}".encode() in blob) == (side in sees)
 
 
-@pytest.mark.parametrize("caller", ["none", "bad", "tenant-a", "scheduler-a", "operator"])
+@pytest.mark.parametrize("caller", ["none", "bad", "tenant-a", "scheduler-a", "operator", "store-revoked",
+                                    "store-operator"])
 def test_watch_leases_of_one_lease(world, caller):
     stub, _, start = world
     token = CALLERS[caller]
-    for lid, visible in (("l-a", caller != "none" and caller != "bad"), ("l-b", caller == "operator")):
+    role = ROLE_OF[caller]
+    for lid, visible in (("l-a", role is not Role.NONE), ("l-b", role is Role.OPERATOR)):
         try:
             events = _watch(stub, token, start, lease_id=lid)
         except grpc.RpcError as e:
