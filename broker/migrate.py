@@ -53,6 +53,7 @@ def target_metadata() -> list:
     from sqlmodel import SQLModel
 
     import broker.store  # noqa: F401  quotes, leases, lease_events, decisions, blocks, snapshots, market_snapshots
+    import broker.tokens  # noqa: F401  tokens
     from broker import leader
 
     return [SQLModel.metadata, leader.METADATA]

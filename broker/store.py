@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
 from broker.lease import LIVE, Lease, LeaseState, check_transition, encode
-from broker.tokens import TokenRecord  # noqa: F401  (its table is the store's too)
 
 
 #: Money (micro-dollars) and counters are 64-bit on every store: a 32-bit column of micro-dollars

@@ -102,6 +102,11 @@ def check_grant(role: str, tenants: Iterable[str]) -> tuple[str, str]:
     return role, ",".join(sorted(p.tenants))
 
 
+def check_note(note: str) -> None:
+    if len(note) > MAX_NOTE or any(ord(c) < 32 or ord(c) == 127 for c in note):
+        raise ValueError(f"a note is one line of at most {MAX_NOTE} characters")
+
+
 class TokenStore:
     """Issued tokens in the store's database: create, list, revoke, look up."""
 
@@ -114,8 +119,7 @@ class TokenStore:
         """A new token: its record and the token itself (the only time it exists outside the
         caller's hands). ValueError with a sentence for a bad role, tenant or note."""
         role, stored = check_grant(role, tenants)
-        if len(note) > MAX_NOTE or any(ord(c) < 32 for c in note):
-            raise ValueError(f"a note is one line of at most {MAX_NOTE} characters")
+        check_note(note)
         now = self.clock()
         token = new_token()
         rec = TokenRecord(id=f"tok-{secrets.token_hex(5)}", role=role, tenants=stored, digest=digest_hex(token),

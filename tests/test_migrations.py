@@ -19,7 +19,7 @@ from broker.store import Store, engine_for
 from tests.stores import db_url, pg_url_or_skip  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = {"quotes", "leases", "lease_events", "decisions", "blocks", "snapshots", "market_snapshots",
+TABLES = {"tokens", "quotes", "leases", "lease_events", "decisions", "blocks", "snapshots", "market_snapshots",
           "broker_leader"}
 
 

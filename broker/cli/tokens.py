@@ -56,17 +56,21 @@ def _open(db: Optional[str], config: Optional[str]):
     does not answer exit 7."""
     from broker import config as cfgmod
     from broker.errors import BrokerError, outcome
+    from broker.telemetry import configure
 
     try:
         cfg = cfgmod.load(config, overrides={"store.url": db})
     except BrokerError as e:
         exit_usage(str(e))
+    configure("warning")  # opening the store may upgrade its schema: say so only if it goes wrong
     from broker.cli.serve import _reason
     from broker.store import Store
 
     where = cfg.db_url.split("@")[-1]
     try:
         return cfg, Store(cfg.db_url)
+    except BrokerError as e:  # a schema newer than this broker knows
+        exit_error(str(e), outcome(e).exit_code)
     except OSError as e:
         exit_usage(f"cannot open the store at {where}: {_reason(e)}.")
     except Exception as e:
@@ -99,7 +103,7 @@ def create_cmd(
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP, envvar="BROKER_CONFIG"),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
-    from broker.tokens import ROLES, TokenStore, check_grant, parse_duration, token_view
+    from broker.tokens import ROLES, TokenStore, check_grant, check_note, parse_duration, token_view
 
     check_format(fmt)
     try:
@@ -112,11 +116,13 @@ def create_cmd(
         check_grant(role, tenant or ())
     except ValueError as e:
         exit_usage(f"--tenant: {e}.")
+    try:
+        check_note(note)
+    except ValueError as e:
+        exit_usage(f"--note: {e}.")
     cfg, store = _open(db, config)
     try:
         rec, token = TokenStore(store.engine).create(role, tenant or (), lifetime, note)
-    except ValueError as e:
-        exit_usage(f"--note: {e}.")
     finally:
         store.close()
     if cfg.auth is None or not cfg.auth.honours_store:
@@ -156,6 +162,9 @@ def list_cmd(
     if fmt == "json":
         print_json([token_view(r, now) for r in rows])
         return
+    if not rows:
+        print("No tokens." if all_ else "No active tokens (--all shows revoked and expired ones).")
+        return
     columns = [("id", "left"), ("role", "left"), ("tenants", "left"), ("status", "left"),
                ("expires (UTC)", "left"), ("created (UTC)", "left"), ("sha256", "left"), ("note", "left")]
     table = [(r.id, r.role, r.tenants, r.status(now), _when(r.expires_at), _when(r.created_at),
@@ -165,8 +174,6 @@ def list_cmd(
     con = console()
     con.print(fitted_table(con, columns, table,
                            drop_first=("sha256", "created (UTC)", "note", "tenants", "expires (UTC)")))
-    if not rows:
-        print("No tokens." if all_ else "No active tokens (--all shows revoked and expired ones).")
 
 
 @tokens_app.command("revoke", help=REVOKE_HELP)
