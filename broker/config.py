@@ -93,11 +93,18 @@ def is_loopback_host(host: str) -> bool:
 # the tables
 
 
+MAX_PROCESSES = 64  # serving processes per host: a 64-core machine, one each
+
+
 class ServerSettings(Table):
     """``[server]``: where the gRPC API listens, its workers and TLS."""
 
     listen: str = "127.0.0.1:50051"
     workers: Annotated[int, Meta(ge=1, le=4096)] = 32
+    #: Serving processes sharing ``listen`` (SO_REUSEPORT): each runs the API with its own
+    #: ``workers`` threads; one of them also runs the leader's work (reconciler, autoscaler,
+    #: market refresh) and /metrics. More than one needs a fixed port.
+    processes: Annotated[int, Meta(ge=1, le=MAX_PROCESSES)] = 1
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
@@ -116,6 +123,9 @@ class ServerSettings(Table):
             raise bad(missing, f"is required when server.{given} is set (TLS needs both)")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise bad("tls_client_ca_file", "needs server.tls_cert_file and server.tls_key_file")
+        if self.processes > 1 and split_host_port(self.listen)[1] == 0:
+            raise bad("processes", f"is {self.processes}, but serving processes share one fixed port "
+                                   f"and server.listen {self.listen} asks for any free port")
 
     @property
     def tls(self) -> bool:

@@ -53,6 +53,27 @@ def money(value: float | Decimal | int) -> str:
     return format(Decimal(str(value)).quantize(Decimal("0.0001")), "f")
 
 
+def ten_thousandths(micros: int) -> int:
+    """Micro-dollars in ten-thousandths of a dollar, rounded half to even (as
+    :func:`broker.quote.usd` rounds), in integers only."""
+    q, r = divmod(abs(micros), 100)
+    if r > 50 or (r == 50 and q & 1):
+        q += 1
+    return -q if micros < 0 else q
+
+
+def usd_text(micros: int) -> str:
+    """``money(usd(micros))`` without a Decimal: "12.3400" from 12_340_000 micro-dollars."""
+    q = abs(ten_thousandths(micros))
+    return f"{'-' if micros < 0 else ''}{q // 10000}.{q % 10000:04d}"
+
+
+def _usd_4dp(t: int) -> str:
+    """Ten-thousandths of a dollar as "D.DDDD"."""
+    a = abs(t)
+    return f"{'-' if t < 0 else ''}{a // 10000}.{a % 10000:04d}"
+
+
 # -- demand ------------------------------------------------------------------------------------
 def demand_from_pb(m: pb.Demand) -> Demand:
     return Demand(
@@ -80,31 +101,59 @@ def demand_to_pb(d: Demand) -> pb.Demand:
 
 # -- quote -------------------------------------------------------------------------------------
 def quote_to_pb(q: "Quote") -> pb.Quote:
-    from broker.quote import usd
+    m = quote_body_pb(q)
+    m.quote_id = q.quote_id
+    m.valid_until.CopyFrom(ts(q.valid_until))
+    return m
+
+
+def quote_body_pb(q: "Quote") -> pb.Quote:
+    """The part of a Quote message that a repeated demand shares (everything but the id and
+    validity). Money is formatted from the integer micro-dollars (no Decimal on this path):
+    each line rounded half to even to the ten-thousandth, the total the sum of the rounded lines."""
     from broker.views import market_fields
 
-    m = pb.Quote(quote_id=q.quote_id, catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
-    m.valid_until.CopyFrom(ts(q.valid_until))
+    m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
+    add_offer, add_excluded = m.offers.add, m.excluded.add
     for r in q.offers:
         p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
-        m.offers.add(
+        lines = [ten_thousandths(x) for x in c]  # compute, interruption, storage, data transfer, SLA risk
+        add_offer(
             rank=r.rank, provider=it.provider, region=o.region, zone=p.zone, instance_type=it.name,
             gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
-            market=MARKET_TO_PB[o.market.value], hourly_usd=money(usd(o.hourly_micros)),
+            market=MARKET_TO_PB[o.market.value], hourly_usd=usd_text(o.hourly_micros),
             interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
             runtime_hours=p.runtime_hours, **market_fields(o),
             cost=pb.CostBreakdown(
-                compute_usd=money(usd(c.compute)), interruption_usd=money(usd(c.interruption)),
-                storage_usd=money(usd(c.storage)), data_transfer_usd=money(usd(c.data_transfer)),
-                sla_risk_usd=money(usd(c.sla_risk)),
-                total_usd=money(sum(usd(x) for x in (c.compute, c.interruption, c.storage, c.data_transfer, c.sla_risk))),
+                compute_usd=usd_text(c.compute), interruption_usd=usd_text(c.interruption),
+                storage_usd=usd_text(c.storage), data_transfer_usd=usd_text(c.data_transfer),
+                sla_risk_usd=usd_text(c.sla_risk), total_usd=_usd_4dp(sum(lines)),
             ),
         )
     for e in q.excluded:
         o = e.offering
-        m.excluded.add(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
-                       market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind])
+        add_excluded(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
+                     market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind])
     return m
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def quote_response_bytes(q: "Quote", body: bytes) -> bytes:
+    """The encoded ``QuoteResponse`` of ``q`` whose shared part ``body`` (quote_body_pb's
+    encoding) is already made: the id and validity are encoded per call and put before it, in
+    field order, so the bytes are exactly what serialising the whole message would give."""
+    head = pb.Quote(quote_id=q.quote_id)
+    head.valid_until.FromNanoseconds(int(q.valid_until * 1e9))
+    quote = head.SerializeToString() + body
+    return b"\x0a" + _varint(len(quote)) + quote  # QuoteResponse.quote: field 1, length-delimited
 
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:

@@ -15,6 +15,10 @@ replica froze can still make its one call late; every such call is idempotent or
 (client tokens, tagged instances), which is what makes that window harmless.
 
 SQLite is a single-host embedded store: the one process that owns it leads, in term 1.
+
+A host serving with several processes (``broker serve --processes N``) lets one of them contend;
+the others are built with ``contend=False`` and never lead, on either store, so nothing the
+leader does runs twice on one host.
 """
 from __future__ import annotations
 
@@ -73,8 +77,9 @@ class Leadership:
     """
 
     def __init__(self, store, *, ttl_s: float = 10.0, renew_s: float = 2.0, replica: str = "",
-                 on_change: Callable[[bool], None] | None = None) -> None:
+                 on_change: Callable[[bool], None] | None = None, contend: bool = True) -> None:
         self.store = store
+        self.contend = contend
         self.ttl_s, self.renew_s = ttl_s, renew_s
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.on_change = on_change
@@ -84,8 +89,8 @@ class Leadership:
         self.term = 0 if store.is_postgres else 1
         # Monotonic deadline of our lease. It runs on while the process is stopped, so a replica
         # that wakes from a freeze knows at once that it may have been replaced.
-        self._valid_until = 0.0 if store.is_postgres else float("inf")
-        self._was_leading = not store.is_postgres
+        self._valid_until = 0.0 if store.is_postgres or not contend else float("inf")
+        self._was_leading = not store.is_postgres and contend
         if on_change is not None:
             on_change(self._was_leading)
 
@@ -114,6 +119,8 @@ class Leadership:
     # -- the heartbeat ---------------------------------------------------------------------------
     def beat(self) -> bool:
         """Acquire or renew once; returns whether this replica leads now."""
+        if not self.contend:
+            return False
         if not self.store.is_postgres:
             return True
         with self._lock:
@@ -149,7 +156,7 @@ class Leadership:
                 self.on_change(False)
 
     def start(self) -> "Leadership":
-        if self.store.is_postgres and self._thread is None:
+        if self.store.is_postgres and self.contend and self._thread is None:
             self.beat()
             self._thread = threading.Thread(target=self._run, name="leader", daemon=True)
             self._thread.start()
@@ -168,7 +175,7 @@ class Leadership:
         if self._thread is not None:
             self._thread.join(self.renew_s + 5)
             self._thread = None
-        if not self.store.is_postgres:
+        if not self.store.is_postgres or not self.contend:
             return
         with self._lock:
             if self._was_leading:

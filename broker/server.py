@@ -31,7 +31,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def __init__(self, service: Service) -> None:
         self.svc = service
         self.auth = service.auth
-        self._pb_cache = DerivedCache()
+        # Encoded quote bodies by result (bytes, weighed by their length against the byte budget).
+        self._encoded = DerivedCache(size=1024, max_bytes=64 * 1024 * 1024)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease_pb(self, lease) -> pb.Lease:
@@ -45,7 +46,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return lease
 
     # -- RPCs ------------------------------------------------------------------------------------
-    def Quote(self, request: pb.QuoteRequest, context) -> pb.QuoteResponse:
+    def Quote(self, request: pb.QuoteRequest, context) -> bytes:
+        """The QuoteResponse, already encoded (the server sends bytes as they are; see
+        :func:`preencoded`)."""
         if not request.HasField("demand"):
             raise InvalidArgument("demand is required.", field="demand")
         if request.top < 0:
@@ -53,17 +56,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         tenant = self.auth.principal(context).acting_for(request.demand.tenant, "demand.tenant")
         demand = convert.demand_from_pb(request.demand)
         q = self.svc.quote(replace(demand, tenant=tenant), top=request.top)
-        return pb.QuoteResponse(quote=self._quote_pb(q))
+        return self._quote_bytes(q)
 
-    def _quote_pb(self, q) -> pb.Quote:
-        """Repeated demands share their priced offers (the engine caches them): convert each
-        such result to protobuf once, and stamp only the id and validity per response."""
-        template = self._pb_cache.get((q.offers, q.excluded), lambda: convert.quote_to_pb(q))
-        m = pb.Quote()
-        m.CopyFrom(template)
-        m.quote_id = q.quote_id
-        m.valid_until.CopyFrom(convert.ts(q.valid_until))
-        return m
+    def _quote_bytes(self, q) -> bytes:
+        """Repeated demands share their priced offers (the engine caches them): encode each such
+        result once, and encode only the id and validity per response."""
+        body = self._encoded.get((q.offers, q.excluded),
+                                 lambda: convert.quote_body_pb(q).SerializeToString())
+        return convert.quote_response_bytes(q, body)
 
     def Launch(self, request: pb.LaunchRequest, context) -> pb.LaunchResponse:
         caller = self.auth.principal(context)
@@ -219,6 +219,19 @@ def _fail(context, method: str, e: Exception):
     ref = uuid.uuid4().hex[:12]
     log.error("rpc_internal_error", method=method, ref=ref, exc_info=e)
     context.abort(outcome(e).status, f"internal error (the server logged it as ref {ref}).")  # INTERNAL
+
+
+def preencoded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` with a response serializer that sends ``bytes`` as they are (a handler that
+    encoded its response itself, as Quote does) and serializes a message as before."""
+    if not handler.unary_unary or handler.response_serializer is None:
+        return handler
+    serialize = handler.response_serializer
+
+    def send(response):
+        return response if type(response) is bytes else serialize(response)
+
+    return grpc.unary_unary_rpc_method_handler(handler.unary_unary, handler.request_deserializer, send)
 
 
 def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:

@@ -282,24 +282,31 @@ class Service:
         return render(resolve(lease.bootstrap, templates), ctx)
 
     # -- background loops ------------------------------------------------------------------------
-    def start_background(self) -> None:
-        """Run the reconciler (and the autoscaler) on the leader replica only."""
+    def start_background(self, lead: bool = True) -> None:
+        """Run the reconciler (and the autoscaler) on the leader replica only. ``lead=False``:
+        a serving process beside the host's leading one (``broker serve --processes N``): it
+        never contends for leadership and runs no leader loop, only re-pricing when the stored
+        market changes."""
         from broker.leader import Leadership
 
         self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
-                                     on_change=self.metrics.set_leader).start()
+                                     on_change=self.metrics.set_leader, contend=lead).start()
         self.reconciler.fence = self.fence  # checked before each of its side-effecting steps
-        interval = self.config.reconciler.interval_s
-        self._threads.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
-        if self.autoscaler is not None:
-            self._threads.append(self._loop("autoscaler", self.autoscaler.interval_s,
-                                            self._leading(self.autoscaler.tick)))
+        loops = []
+        if lead:
+            interval = self.config.reconciler.interval_s
+            loops.append(self._loop("reconciler", interval, self._leading(self.reconciler.run_pass)))
+            if self.autoscaler is not None:
+                loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
+                                        self._leading(self.autoscaler.tick)))
         from broker.market import Refresher
 
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
                               clock=self.clock)
-        self._threads.append(self._loop("market", refresher.poll_s, refresher.tick))
+        loops.append(self._loop("market", refresher.poll_s, refresher.tick))
+        self._threads.extend(loops)
+        log.info("background_started", loops=[t.name for t in loops], contends=lead)
 
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and

@@ -37,7 +37,11 @@ class Gate(grpc.GenericRpcHandler):
         self._handlers.extend(handlers)
 
     def add_registered_method_handlers(self, service_name: str, handlers) -> None:
-        self._handlers.append(grpc.method_handlers_generic_handler(service_name, handlers))
+        from broker.server import preencoded
+
+        handlers = {name: preencoded(h) for name, h in handlers.items()}
+        # ahead of the generic handler the generated code also adds for the same methods
+        self._handlers.insert(0, grpc.method_handlers_generic_handler(service_name, handlers))
 
     def open(self, service) -> None:
         from broker.server import BrokerServicer, _ErrorStatus
@@ -45,7 +49,7 @@ class Gate(grpc.GenericRpcHandler):
 
         from broker.limits import EdgeInterceptor
 
-        self._interceptors = [service.metrics.interceptor(), service.auth.interceptor(),
+        self._interceptors = [service.metrics.interceptor(), _ReplicaName(), service.auth.interceptor(),
                               EdgeInterceptor(service.limits), _ErrorStatus()]
         pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), self)
         for name in ("", "broker.v1.Broker"):
@@ -75,6 +79,34 @@ class Gate(grpc.GenericRpcHandler):
         return chain(details)
 
 
+REPLICA_KEY = "broker-replica"
+
+
+class _ReplicaName(grpc.ServerInterceptor):
+    """A call that sends ``broker-replica`` metadata is told which process answered it
+    (``host:pid`` in the response's initial metadata): several processes share one port, and an
+    operator tracing a call to a log needs to know whose log."""
+
+    def __init__(self) -> None:
+        import os
+        import socket
+
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not handler.unary_unary or not any(
+                k == REPLICA_KEY for k, _ in details.invocation_metadata or ()):
+            return handler
+        inner, name = handler.unary_unary, self.name
+
+        def named(request, context):
+            context.send_initial_metadata(((REPLICA_KEY, name),))
+            return inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(named, handler.request_deserializer, handler.response_serializer)
+
+
 def _starting(request, context):
     from broker.convert import ANSWERED
 
@@ -82,9 +114,11 @@ def _starting(request, context):
     context.abort(grpc.StatusCode.UNAVAILABLE, "the broker is starting; retry in a moment.")
 
 
-def open_server(config, listen: str) -> tuple[grpc.Server, int, Gate]:
+def open_server(config, listen: str, reuse_port: bool = False) -> tuple[grpc.Server, int, Gate]:
     """A server bound to ``listen`` (not yet started) with health, reflection and the gated
-    Broker service; returns it, its port and the gate to open once the service is built."""
+    Broker service; returns it, its port and the gate to open once the service is built.
+    ``reuse_port``: share the port with the other serving processes of this host (SO_REUSEPORT;
+    the kernel spreads new connections over them). Otherwise a second server on the port fails."""
     from broker.auth import server_credentials
 
     from broker.limits import Limits, server_options
@@ -92,7 +126,7 @@ def open_server(config, listen: str) -> tuple[grpc.Server, int, Gate]:
     gate = Gate()
     limits = Limits.from_settings(config.limits, config.workers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-                         handlers=[gate], options=[("grpc.so_reuseport", 0), *server_options(limits)])
+                         handlers=[gate], options=[("grpc.so_reuseport", int(reuse_port)), *server_options(limits)])
     health_pb2_grpc.add_HealthServicer_to_server(gate.health, server)
     names = (pb.DESCRIPTOR.services_by_name["Broker"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
@@ -105,18 +139,19 @@ def open_server(config, listen: str) -> tuple[grpc.Server, int, Gate]:
 
 
 def serve(config, listen: str, make_service, *, ready: threading.Event | None = None, on_port=None,
-          stop: threading.Event | None = None) -> None:
+          stop: threading.Event | None = None, process: int = 0, ready_fd: int | None = None) -> None:
     """Listen first (health NOT_SERVING), then build the service with ``make_service()`` (the
     store, the clouds' SDKs, the providers) and serve it; run until SIGTERM/SIGINT, then stop
     taking RPCs, finish in-flight ones and stop the background loops.
 
     A failure before the service is built propagates (the caller exits 2: a start-up error).
-    ``stop`` (default: set by SIGTERM/SIGINT) ends it; ``ready`` is set once it is SERVING."""
-    server, port, gate = open_server(config, listen)
-    server.start()
-    log.info("listening", listen=listen, port=port)
-    if on_port:
-        on_port(port)
+    ``stop`` (default: set by SIGTERM/SIGINT) ends it; ``ready`` is set once it is SERVING.
+
+    ``process``: this process's index among ``config.server.processes`` serving processes
+    sharing the port (:mod:`broker.processes` starts them). Process 0 runs the leader's work and
+    /metrics; the others serve RPCs and re-price, and build the service before they listen (the
+    port already answers), so a connection the kernel hands them is never told "starting". ``ready_fd``: a pipe to write one line to once
+    SERVING (how the parent process learns it)."""
     stop = stop or threading.Event()
 
     def _term(signum, _frame) -> None:
@@ -126,15 +161,27 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _term)
         signal.signal(signal.SIGINT, _term)
-    try:
+    several = config.server.processes > 1
+    service = None
+    if process > 0:  # the port already answers (process 0): join it only once able to serve
         service = make_service()
+        if stop.is_set():
+            service.stop()
+            return
+    server, port, gate = open_server(config, listen, reuse_port=several)
+    server.start()
+    log.info("listening", listen=listen, port=port, process=process)
+    if on_port:
+        on_port(port)
+    try:
+        service = service or make_service()
     except BaseException:
         server.stop(grace=None)
         raise
     gate.open(service)
-    service.start_background()
+    service.start_background(lead=process == 0)
     metrics_listen = config.telemetry.metrics_listen
-    if metrics_listen:
+    if metrics_listen and process == 0:
         try:
             log.info("metrics", listen=metrics_listen, port=service.metrics.serve(metrics_listen))
         except OSError as e:
@@ -145,11 +192,19 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
             raise ConfigError(f"config: telemetry.metrics_listen {metrics_listen} cannot be served: "
                               f"{e.strerror or e}", field="telemetry.metrics_listen") from None
     log.info("serving", listen=listen, port=port, db=config.db_url.split("@")[-1],
-             providers=sorted(service.providers))
+             providers=sorted(service.providers), process=process)
     if ready:
         ready.set()
+    if ready_fd is not None:
+        import os
+
+        try:
+            os.write(ready_fd, b"serving\n")
+            os.close(ready_fd)
+        except OSError:  # the parent is gone; SIGTERM (or its death signal) follows
+            pass
     stop.wait()
     server._broker_health.enter_graceful_shutdown()  # type: ignore[attr-defined]
     server.stop(grace=10).wait()
     service.stop()
-    log.info("stopped")
+    log.info("stopped", process=process)

@@ -79,25 +79,41 @@ class Metrics:
                              buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
         self.loop = Histogram("broker_loop_duration_seconds", "Reconciler / autoscaler pass time", ["loop"],
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        # Several serving processes (broker serve --processes N) write their samples to files that
+        # the one process serving /metrics adds up (prometheus_client's multiprocess mode); a
+        # gauge says how: the host leads if any process does, a loop is alive if alive in all.
         self.leader = Gauge("broker_leader", "1 while this replica leads (runs the reconciler and the "
-                            "autoscaler), else 0", registry=self.registry)
+                            "autoscaler), else 0", registry=self.registry, multiprocess_mode="max")
         self.reconcile_errors = Counter(
             "broker_reconcile_errors", "Leases, tenants or providers a reconciler pass could not handle "
             "(each is logged; the pass goes on without it)", ["phase", "provider"], registry=self.registry)
         self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
-                                "(health turns NOT_SERVING)", ["loop"], registry=self.registry)
-        self.registry.register(StoreCollector(store, catalog))
+                                "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
+                                multiprocess_mode="min")
+        self.store_collector = StoreCollector(store, catalog)
+        self.registry.register(self.store_collector)
         self._server = None
 
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
 
     def serve(self, listen: str) -> int:
-        """Expose /metrics on ``listen`` (host:port); returns the bound port."""
-        from prometheus_client import start_http_server
+        """Expose /metrics on ``listen`` (host:port); returns the bound port. Under
+        ``PROMETHEUS_MULTIPROC_DIR`` (set by ``broker serve --processes N``) it serves the sum of
+        every serving process's samples, and the store's figures once."""
+        import os
 
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = self.registry
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            registry.register(self.store_collector)
         host, _, port = listen.rpartition(":")
-        self._server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        self._server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
         return self._server.server_port
 
     def stop(self) -> None:

@@ -1,4 +1,5 @@
-"""`broker serve`: the gRPC API, the reconciler and the autoscaler in one process.
+"""`broker serve`: the gRPC API, the reconciler and the autoscaler (in one process, or in
+``--processes N`` sharing the port: :mod:`broker.processes`).
 
 Start-up failures (configuration, the store, the listen address) exit 2 with one sentence and no
 traceback, so a supervisor that restarts on failure (systemd ``RestartPreventExitStatus=2``)
@@ -21,9 +22,16 @@ Configuration comes from --config (TOML) and BROKER_<SECTION>__<KEY> environment
 variables (e.g. BROKER_RECONCILER__INTERVAL_S=10); an unknown key or variable is
 refused. Start-up errors exit 2; SIGTERM stops it gracefully.
 
+--processes N (or [server] processes) runs N serving processes on the one port
+(SO_REUSEPORT), one core each; the first also runs the reconciler, the autoscaler,
+the market refresh and /metrics (the sum over all of them). SIGTERM stops them all;
+if one dies, the others are stopped and serve exits 1 for its service manager to
+restart it.
+
 \b
 Examples:
   broker serve
+  broker serve --processes 2 --listen 127.0.0.1:50051
   broker serve --config /etc/broker/broker.toml --db postgresql+psycopg://broker@127.0.0.1/broker
 """
 
@@ -34,6 +42,11 @@ def serve(
     config: Optional[str] = typer.Option(None, "--config", help="TOML configuration file.", envvar="BROKER_CONFIG"),
     db: Optional[str] = typer.Option(None, "--db", help="SQLAlchemy URL of the store."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    processes: Optional[str] = typer.Option(
+        None, "--processes", metavar="N",
+        help="Serving processes sharing the port, 1 to 64 (default [server] processes, 1)."),
+    process: Optional[int] = typer.Option(None, "--process", hidden=True),
+    ready_fd: Optional[int] = typer.Option(None, "--ready-fd", hidden=True),
 ) -> None:
     from broker import config as cfgmod
     from broker.errors import BrokerError
@@ -41,20 +54,50 @@ def serve(
 
     if log_level not in ("debug", "info", "warning", "error"):
         exit_usage(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
+    n = _processes(processes)
     configure(log_level)
+    if process is not None:  # one of the serving processes the parent below started
+        from broker.processes import die_with_parent
+
+        die_with_parent()
     try:
-        cfg = cfgmod.load(config, overrides={"server.listen": listen, "store.url": db})
-        _check_free(cfg.listen)
+        cfg = cfgmod.load(config, overrides={"server.listen": listen, "store.url": db, "server.processes": n})
+        if process is None:
+            _check_free(cfg.listen)
     except BrokerError as e:
         exit_usage(str(e))
+    if process is None and cfg.server.processes > 1:
+        import sys
+
+        from broker.processes import supervise
+
+        argv = [sys.executable, "-m", "broker", "serve", "--processes", str(cfg.server.processes),
+                "--log-level", log_level]
+        for flag, value in (("--listen", listen), ("--config", config), ("--db", db)):
+            if value is not None:
+                argv += [flag, value]
+        raise typer.Exit(supervise(argv, cfg.server.processes))
     from broker.serving import serve as run
 
     try:  # listens first (health NOT_SERVING), then builds the service: both are start-up
-        run(cfg, cfg.listen, lambda: _service(cfg))
+        run(cfg, cfg.listen, lambda: _service(cfg), process=process or 0, ready_fd=ready_fd)
     except BrokerError as e:
         exit_usage(str(e))
     except (OSError, RuntimeError) as e:  # binding the API port
         exit_usage(f"cannot serve on {cfg.listen}: {_reason(e)}")
+
+
+def _processes(value: Optional[str]) -> Optional[int]:
+    """``--processes``: a whole number from 1 to MAX_PROCESSES, or exit 2 saying so."""
+    if value is None:
+        return None
+    from broker.config import MAX_PROCESSES
+
+    text = value.strip()
+    n = int(text) if text.isdigit() and len(text) <= 6 else None
+    if n is None or not 1 <= n <= MAX_PROCESSES:
+        exit_usage(f"--processes must be a whole number from 1 to {MAX_PROCESSES}, got {value[:32]!r}.")
+    return n
 
 
 def _service(cfg):
