@@ -4,11 +4,18 @@ as a whole process. Ratios are against baselines run in the same process:
 * in-process: the indexed engine vs. re-loading (re-parsing) the catalog for every request,
   which is what a broker without a load-time index does;
 * in-process, cold: the same with the result cache off (every offering priced anew);
-* gRPC: a no-op RPC (the standard health Check) interleaved with the quotes on the same 32
-  clients, each on its own connection: the floor that grpcio's Python server sets under that load;
+* response path, in-process: the server's encoding of a Quote (money from integer micro-dollars,
+  the encoded body of a repeated result cached) vs. the Decimal-per-cost-line protobuf it
+  replaced, and the server's CPU per cached Quote call (handler, store write and encoding);
+* gRPC: `broker serve` as a user starts it, with 1 and with N processes (`--processes`), in the
+  same run. A no-op RPC (the standard health Check) is interleaved with the quotes on the same
+  32 clients, each on its own channel and TCP connection (a local subchannel pool), the clients
+  spread over several client processes so the load generator is not one GIL: the no-op is the
+  floor that grpcio's Python server sets under that load. Then health only and Quote only, for
+  the server's CPU per call (all its processes, from /proc). Ratios against 1 process;
 * CLI: a bare `python -c pass` start-up (the floor any Python CLI pays).
 
-Run: .venv/bin/python benchmarks/quote.py [--requests 2000] [--clients 32]
+Run: .venv/bin/python benchmarks/quote.py [--requests 2000] [--clients 32] [--processes 2]
 """
 from __future__ import annotations
 
@@ -50,7 +57,13 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--cli-runs", type=int, default=7)
     ap.add_argument("--only-in-process", action="store_true", help="skip the gRPC and CLI parts")
+    ap.add_argument("--processes", type=int, default=2, help="serving processes to compare with 1")
+    ap.add_argument("--client-processes", type=int, default=2, help="processes the clients are spread over")
+    ap.add_argument("--load-worker", nargs=5, metavar=("ADDR", "MODE", "CLIENTS", "PER_CLIENT", "START_AT"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.load_worker:
+        return load_worker(*args.load_worker)
 
     from broker.quote import QuoteEngine
     from policies.demand import Demand
@@ -66,8 +79,7 @@ def main() -> None:
     print(f"H100:8 prices {n_h100} offerings; the whole-catalog demand (any GPU >= 1 GB, spot allowed) {n_whole}")
 
     print("\n== in-process (warm: a repeated demand is served from the result cache; cold: cache off)")
-    cold_engine = QuoteEngine(cat)
-    cold_engine.CACHE_SIZE = 0
+    cold_engine = uncached(QuoteEngine(cat))
     for name, d in (("H100:8", h100), ("whole catalog", whole)):
         for _ in range(50):
             engine.quote(d)
@@ -84,28 +96,8 @@ def main() -> None:
     if args.only_in_process:
         return
 
-    print(f"\n== gRPC, {args.clients} concurrent clients (one connection each), server in a subprocess;"
-          f" health checks and quotes interleaved on every client")
-    with tempfile.TemporaryDirectory() as tmp:
-        port_file = Path(tmp) / "port"
-        env = {**os.environ, "BROKER_HOME": tmp}
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER_SNIPPET, str(port_file), f"sqlite:///{tmp}/b.db"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(400):
-                if port_file.exists() and port_file.read_text().strip():
-                    break
-                time.sleep(0.05)
-            addr = f"127.0.0.1:{port_file.read_text().strip()}"
-            lat, elapsed = run_grpc_load(addr, h100, args.clients, args.requests)
-        finally:
-            proc.terminate()
-            proc.wait(10)
-    quote, health = lat["Quote"], lat["health"]
-    print(f"Quote H100:8   p50 {ms(pct(quote, 50))}  p99 {ms(pct(quote, 99))}   {len(quote) / elapsed:,.0f} quotes/s")
-    print(f"health (floor) p50 {ms(pct(health, 50))}  p99 {ms(pct(health, 99))}   {len(health) / elapsed:,.0f} calls/s")
-    print(f"-> Quote p99 / health p99 under the same load: {pct(quote, 99) / pct(health, 99):4.1f}x")
+    response_path(args.requests)
+    grpc_processes(h100, args)
 
     print("\n== `broker quote` as a whole process (start-up included)")
     cmd = [sys.executable, "-m", "broker.cli", "quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500",
@@ -168,8 +160,7 @@ def live_market(requests: int) -> None:
     live, _ = overlay(cat, full_snapshots(cat, now), now=now, max_age_h=48)
     print("\n== whole-catalog quote (any GPU >= 1 GB, spot allowed), cache off: bulk vs. the scalar model")
     for name, c in (("bundled", cat), ("live overlay", live), ("live, every zone", per_zone(live))):
-        engine = QuoteEngine(c)
-        engine.CACHE_SIZE = 0
+        engine = uncached(QuoteEngine(c))
         d = engine.validate(Demand(gpus=8, hours=24, min_gpu_memory_gb=1, data_in_gb=500, interruptible=True))
         groups = engine.shapes(d)
         ctx = Context(c.terms, c.regions, c.gpu_perf, now, 0)
@@ -194,64 +185,268 @@ def live_market(requests: int) -> None:
               f"{pct(bulk, 50) / n * 1e6:5.2f} us/offering")
 
 
-SERVER_SNIPPET = """
-import sys, threading
-from broker import config
-from broker.service import Service
-from broker.server import build_server
-cfg = config.load(None, environ={}, overrides={"store.url": sys.argv[2], "server.workers": 32})
-svc = Service(cfg, providers={})
-server, port = build_server(svc, "127.0.0.1:0")
-server.start()
-open(sys.argv[1], "w").write(str(port))
-server.wait_for_termination()
-"""
+def decimal_quote_pb(q):
+    """The Quote protobuf as it was built before: every cost line through two Decimal
+    conversions (usd(), then money()), the total a Decimal sum. The baseline of the response path."""
+    from broker.convert import MARKET_TO_PB, EXCLUSION_TO_PB, demand_to_pb, money, ts
+    from broker.quote import usd
+    from broker.v1 import broker_pb2 as pb
+    from broker.views import market_fields
+
+    m = pb.Quote(quote_id=q.quote_id, catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
+    m.valid_until.CopyFrom(ts(q.valid_until))
+    for r in q.offers:
+        p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
+        m.offers.add(
+            rank=r.rank, provider=it.provider, region=o.region, zone=p.zone, instance_type=it.name,
+            gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
+            market=MARKET_TO_PB[o.market.value], hourly_usd=money(usd(o.hourly_micros)),
+            interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
+            runtime_hours=p.runtime_hours, **market_fields(o),
+            cost=pb.CostBreakdown(
+                compute_usd=money(usd(c.compute)), interruption_usd=money(usd(c.interruption)),
+                storage_usd=money(usd(c.storage)), data_transfer_usd=money(usd(c.data_transfer)),
+                sla_risk_usd=money(usd(c.sla_risk)),
+                total_usd=money(sum(usd(x) for x in (c.compute, c.interruption, c.storage, c.data_transfer,
+                                                     c.sla_risk)))))
+    for e in q.excluded:
+        o = e.offering
+        m.excluded.add(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
+                       market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind])
+    return m
 
 
-def run_grpc_load(addr: str, demand, clients: int, total: int) -> tuple[dict[str, list[float]], float]:
-    """``clients`` threads, each with its own channel (a local subchannel pool, so its own TCP
-    connection), each alternating a health Check and a Quote: the no-op floor and the quote are
-    measured under the same load at the same time. Returns latencies per call and the wall time."""
+def cpu_per_call(fn, n: int) -> float:
+    """Process CPU time (every thread: the store's writer too) per call of ``fn``, in seconds."""
+    for _ in range(min(50, n)):
+        fn()
+    t = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - t) / n
+
+
+def response_path(requests: int) -> None:
+    """The server's Quote response in-process: encoding a new result (integers vs. Decimal), and
+    the CPU of a whole cached Quote call as the servicer runs it (handler, store write, bytes)."""
+    from broker import config, convert
+    from broker.server import BrokerServicer
+    from broker.service import Service
+    from broker.v1 import broker_pb2 as pb
+    from policies.demand import Demand
+
+    class Context:
+        def invocation_metadata(self):
+            return ()
+
+    print("\n== the Quote response, in-process (CPU per call; baseline: the Decimal protobuf, same run)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = config.load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp}/b.db"})
+        svc = Service(cfg, providers={})
+        servicer, ctx = BrokerServicer(svc), Context()
+        try:
+            for name, d, top in (("H100:8 top 10", Demand(gpus=8, hours=24, gpu_model="H100", data_in_gb=500,
+                                                              data_out_gb=50), 10),
+                                 ("whole catalog", Demand(gpus=8, hours=24, min_gpu_memory_gb=1, data_in_gb=500,
+                                                          interruptible=True), 0)):
+                q = svc.quote(d, top=top)
+                n = max(20, requests // (4 if top else 40))
+                ints = cpu_per_call(lambda: convert.quote_to_pb(q).SerializeToString(), n)
+                decimal = cpu_per_call(lambda: decimal_quote_pb(q).SerializeToString(), n)
+                req = pb.QuoteRequest(demand=convert.demand_to_pb(d), top=top)
+                before = old_handler(svc)
+                call = cpu_per_call(lambda: servicer.Quote(req, ctx), max(200, requests // 2))
+                old = cpu_per_call(lambda: before(req), max(200, requests // 2))
+                size = len(servicer.Quote(req, ctx))
+                print(f"{name:14} ({len(q.offers)} offers, {len(q.excluded)} excluded, {size:,} bytes)")
+                print(f"{'':14} new result's protobuf: {ms(ints)} from integers, {ms(decimal)} with Decimal "
+                      f"-> {decimal / ints:4.1f}x less CPU")
+                print(f"{'':14} cached Quote call:     {ms(call)} encoded once, {ms(old)} message copied and "
+                      f"serialised per call -> {old / call:4.1f}x less CPU (both with the store's commit)")
+        finally:
+            svc.stop()
+
+
+def old_handler(svc):
+    """The Quote handler as it was: a cached protobuf template (Decimal money) copied, the id and
+    validity stamped, and the whole message serialised per call."""
+    from dataclasses import replace
+
+    from broker import convert
+    from broker.quote import DerivedCache
+    from broker.v1 import broker_pb2 as pb
+
+    templates = DerivedCache()
+
+    def handle(request) -> bytes:
+        demand = convert.demand_from_pb(request.demand)
+        q = svc.quote(replace(demand, tenant="default"), top=request.top)
+        template = templates.get((q.offers, q.excluded), lambda: decimal_quote_pb(q))
+        m = pb.Quote()
+        m.CopyFrom(template)
+        m.quote_id = q.quote_id
+        m.valid_until.CopyFrom(convert.ts(q.valid_until))
+        return pb.QuoteResponse(quote=m).SerializeToString()
+
+    return handle
+
+
+def uncached(engine):
+    """``engine`` with its result cache holding nothing (every demand priced anew)."""
+    engine._cache.max_items = engine._cache.max_bytes = 0
+    return engine
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+def start_serve(tmp: Path, processes: int) -> tuple[subprocess.Popen, str, Path]:
+    """`broker serve` (SQLite, 32 workers per process, no market refresh) on a free port, once
+    every one of its processes serves."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp / f"p{processes}.toml"
+    cfg.write_text('owner = "broker-bench"\n[server]\nworkers = 32\n[catalog]\nrefresh_interval_s = 0\n')
+    log = tmp / f"p{processes}.log"
+    argv = [sys.executable, "-m", "broker", "serve", "--config", str(cfg), "--db", f"sqlite:///{tmp}/p{processes}.db",
+            "--listen", f"127.0.0.1:{port}", "--log-level", "info"]
+    if processes > 1:
+        argv += ["--processes", str(processes)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    env.update(PYTHONPATH=str(ROOT), BROKER_HOME=str(tmp))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=out)
+    deadline = time.monotonic() + 300
+    while log.read_text().count('"event": "serving"') < processes:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"broker serve did not serve: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc, f"127.0.0.1:{port}", log
+
+
+def grpc_processes(demand, args) -> None:
+    print(f"\n== gRPC: `broker serve` with 1 and {args.processes} processes, {args.clients} clients (one "
+          f"connection each, over {args.client_processes} client processes)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for processes in (1, args.processes):
+            proc, addr, _ = start_serve(Path(tmp), processes)
+            try:
+                lat, elapsed, _ = run_load(addr, "mixed", args)
+                cpu = {}
+                for mode in ("health", "Quote"):
+                    before = tree_cpu(proc.pid)
+                    got, _, calls = run_load(addr, mode, args)
+                    cpu[mode] = (tree_cpu(proc.pid) - before) / calls
+                rows.append((processes, lat, elapsed, cpu))
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    base = None
+    for processes, lat, elapsed, cpu in rows:
+        quote, health = lat["Quote"], lat["health"]
+        qps, hps = len(quote) / elapsed, len(health) / elapsed
+        print(f"{processes} process{'es' if processes > 1 else '  '}: Quote p50 {ms(pct(quote, 50))} p99 {ms(pct(quote, 99))}"
+              f"   health p50 {ms(pct(health, 50))} p99 {ms(pct(health, 99))}"
+              f"   Quote p99 / health p99 {pct(quote, 99) / pct(health, 99):4.1f}x")
+        print(f"{'':12}{qps:7,.0f} quotes/s + {hps:7,.0f} health/s;  server CPU per call: health {ms(cpu['health'])},"
+              f" Quote {ms(cpu['Quote'])}")
+        if base is None:
+            base = (qps + hps, pct(quote, 99), pct(health, 99))
+        else:
+            print(f"{'':12}vs 1 process: throughput {(qps + hps) / base[0]:4.2f}x, Quote p99 "
+                  f"{pct(quote, 99) / base[1]:4.2f}x, health p99 {pct(health, 99) / base[2]:4.2f}x")
+
+
+def run_load(addr: str, mode: str, args) -> tuple[dict[str, list[float]], float, int]:
+    """``args.clients`` clients over ``args.client_processes`` processes, ``args.requests`` calls
+    in all; returns latencies per call kind, the wall time from the common start and the calls."""
+    import json
+
+    k = max(1, min(args.client_processes, args.clients))
+    per_proc = [args.clients // k + (1 if i < args.clients % k else 0) for i in range(k)]
+    per_client = max(2, args.requests // args.clients)
+    start_at = time.time() + 3.0 + 0.5 * k  # after every worker's imports and warm-up
+    workers = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--load-worker", addr, mode, str(n),
+                                 str(per_client), repr(start_at)], stdout=subprocess.PIPE, cwd=ROOT)
+               for n in per_proc]
+    lat: dict[str, list[float]] = {"Quote": [], "health": []}
+    end = start_at
+    for w in workers:
+        out, _ = w.communicate(timeout=600)
+        if w.returncode != 0:
+            raise SystemExit(f"a load worker failed ({w.returncode})")
+        doc = json.loads(out)
+        for name, xs in doc["lat"].items():
+            lat[name].extend(xs)
+        end = max(end, doc["end"])
+    warm_up = args.clients * 3 * (2 if mode == "mixed" else 1)  # each client's first calls
+    return lat, end - start_at, sum(len(v) for v in lat.values()) + warm_up
+
+
+def load_worker(addr: str, mode: str, clients: str, per_client: str, start_at: str) -> None:
+    """One client process: ``clients`` threads, each with its own channel (a local subchannel
+    pool, so its own TCP connection), each making ``per_client`` calls from ``start_at`` (wall
+    clock): health and Quote alternating ("mixed"), or one of them only. Prints JSON."""
+    import json
+
     import grpc
 
-    from broker.convert import demand_to_pb
     from broker.v1 import broker_pb2 as pb
     from broker.v1 import broker_pb2_grpc as pb_grpc
 
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    quote_req = pb.QuoteRequest(demand=demand_to_pb(demand), top=10)
+    quote_req = pb.QuoteRequest(demand=pb.Demand(gpu_model="H100", gpus=8, hours=24, data_in_gb=500,
+                                                 data_out_gb=50), top=10)
     health_req = health_pb2.HealthCheckRequest()
     lat: dict[str, list[float]] = {"Quote": [], "health": []}
     lock = threading.Lock()
-    per = max(1, total // clients)
-    start = threading.Barrier(clients + 1)
+    n_clients, per = int(clients), int(per_client)
 
     def worker(i: int) -> None:
         with grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
             calls = (("Quote", pb_grpc.BrokerStub(ch).Quote, quote_req),
                      ("health", health_pb2_grpc.HealthStub(ch).Check, health_req))
+            if mode != "mixed":
+                calls = tuple(c for c in calls if c[0] == mode)
             for _, call, arg in calls * 3:
-                call(arg, timeout=30)
-            start.wait()
+                call(arg, timeout=60)
+            time.sleep(max(0.0, float(start_at) - time.time()))
             mine: dict[str, list[float]] = {"Quote": [], "health": []}
             for n in range(per):
-                name, call, arg = calls[(n + i) % 2]
+                name, call, arg = calls[(n + i) % len(calls)]
                 t = time.perf_counter()
-                call(arg, timeout=30)
+                call(arg, timeout=60)
                 mine[name].append(time.perf_counter() - t)
             with lock:
-                for k, v in mine.items():
-                    lat[k].extend(v)
+                for key, v in mine.items():
+                    lat[key].extend(v)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_clients)]
     for t in threads:
         t.start()
-    start.wait()
-    t0 = time.perf_counter()
     for t in threads:
         t.join()
-    return lat, time.perf_counter() - t0
+    sys.stdout.write(json.dumps({"lat": lat, "end": time.time()}))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ measures, from the moment the process is spawned:
 - serving: grpc.health.v1 says SERVING for broker.v1.Broker (store open, providers built);
 - cli: `broker --help` to exit, the cost every command pays.
 
-twice: with no provider enabled, and with all three enabled (their SDKs imported and clients
-built; endpoints on a closed loopback port, anonymous credentials: nothing leaves the machine).
+three times: with no provider enabled, the same with ``--processes 2`` (a parent starts the
+serving processes: the first listens and serves, the second joins the port once built), and
+with all three providers enabled (their SDKs imported and clients built; endpoints on a closed
+loopback port, anonymous credentials: nothing leaves the machine).
 The baseline is `python -c pass` in the same run; figures are medians, with their ratio to it.
 """
 from __future__ import annotations
@@ -72,10 +74,12 @@ def timed(argv: list[str]) -> float:
     return time.perf_counter() - t
 
 
-def serve_once(config: Path, db: Path, deadline_s: float = 120.0) -> tuple[float, float]:
+def serve_once(config: Path, db: Path, deadline_s: float = 120.0, processes: int = 1) -> tuple[float, float]:
     port = free_port()
     argv = [sys.executable, "-m", "broker", "serve", "--config", str(config), "--db", f"sqlite:///{db}",
             "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
+    if processes > 1:
+        argv += ["--processes", str(processes)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     listen = serving = None
@@ -114,7 +118,8 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        configs = {"no provider": tmp / "none.toml", "aws+gcp+azure": tmp / "three.toml"}
+        configs = {"no provider": tmp / "none.toml", "no provider, --processes 2": tmp / "none.toml",
+                   "aws+gcp+azure": tmp / "three.toml"}
         configs["no provider"].write_text('owner = "broker-bench"\n[catalog]\nrefresh_interval_s = 0\n')
         configs["aws+gcp+azure"].write_text('owner = "broker-bench"\n[catalog]\nrefresh_interval_s = 0\n' + PROVIDERS)
         base, cli, runs = [], [], {k: [] for k in configs}
@@ -122,7 +127,8 @@ def main() -> None:
             base.append(timed([sys.executable, "-c", "pass"]))
             cli.append(timed([sys.executable, "-m", "broker", "--help"]))
             for name, cfg in configs.items():
-                runs[name].append(serve_once(cfg, tmp / f"{name[:2]}-{i}.db"))
+                runs[name].append(serve_once(cfg, tmp / f"{len(runs[name])}-{len(name)}-{i}.db",
+                                             processes=2 if "--processes" in name else 1))
     b = statistics.median(base)
     print(f"baseline `python -c pass`: {b * 1000:.0f} ms (median of {a.runs})")
     print(f"`broker --help`: {statistics.median(cli) * 1000:.0f} ms ({statistics.median(cli) / b:.1f}x)")

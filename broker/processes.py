@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -48,7 +48,6 @@ class _Child:
     proc: subprocess.Popen
     ready_r: int
     ready: bool = False
-    buf: bytes = field(default=b"")
 
 
 def supervise(child_argv: list[str], processes: int, *, grace_s: float = GRACE_S) -> int:
@@ -61,11 +60,7 @@ def supervise(child_argv: list[str], processes: int, *, grace_s: float = GRACE_S
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
     stop_signal: list[int] = []
-
-    def on_signal(signum, _frame) -> None:
-        stop_signal.append(signum)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, lambda signum, _f: stop_signal.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
     old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector
     old_wakeup = signal.set_wakeup_fd(wake_w)
     sel = selectors.DefaultSelector()
@@ -78,48 +73,12 @@ def supervise(child_argv: list[str], processes: int, *, grace_s: float = GRACE_S
                                 pass_fds=(w,), stdin=subprocess.DEVNULL,
                                 start_new_session=True)  # a terminal's ^C reaches the parent only
         os.close(w)
-        child = _Child(i, proc, r)
-        children.append(child)
-        sel.register(r, selectors.EVENT_READ, child)
+        children.append(_Child(i, proc, r))
+        sel.register(r, selectors.EVENT_READ, children[-1])
 
-    code = 0
     try:
         start(0)
-        while True:
-            for key, _ in sel.select(timeout=1.0):
-                if key.data is None:
-                    try:
-                        os.read(wake_r, 512)
-                    except BlockingIOError:
-                        pass
-                    continue
-                child = key.data
-                chunk = os.read(child.ready_r, 64)
-                if chunk.startswith(b"serving") and not child.ready:
-                    child.ready = True
-                    log.info("process_serving", process=child.index, pid=child.proc.pid)
-                    if child.index == 0:  # the others start once the first one serves
-                        for i in range(1, processes):
-                            start(i)
-                if not chunk:
-                    sel.unregister(child.ready_r)
-                    os.close(child.ready_r)
-                    child.ready_r = -1
-            if stop_signal:
-                log.info("stopping_processes", signal=signal.Signals(stop_signal[0]).name,
-                         pids=[c.proc.pid for c in children])
-                break
-            dead = [c for c in children if c.proc.poll() is not None]
-            if dead:
-                c = dead[0]
-                rc = c.proc.returncode
-                if not c.ready:
-                    code = rc if rc > 0 else 1  # its start-up error (2) or a crash: as it said
-                else:
-                    code = 1
-                    log.error("process_died", process=c.index, pid=c.proc.pid, returncode=rc,
-                              note="stopping every process; the service manager restarts the broker")
-                break
+        code = _watch(sel, wake_r, children, stop_signal, lambda: [start(i) for i in range(1, processes)])
         if not _stop_all(children, grace_s):
             code = code or 1
         return code
@@ -134,6 +93,42 @@ def supervise(child_argv: list[str], processes: int, *, grace_s: float = GRACE_S
         os.close(wake_r)
         os.close(wake_w)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _watch(sel, wake_r: int, children: list[_Child], stop_signal: list[int], start_rest) -> int:
+    """Wait for readiness lines, signals and exits; start the rest once process 0 serves. Returns
+    the exit code to give once every child is stopped."""
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.data is None:  # a signal arrived (its handler has run)
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+                continue
+            child = key.data
+            chunk = os.read(child.ready_r, 64)
+            if chunk.startswith(b"serving") and not child.ready:
+                child.ready = True
+                log.info("process_serving", process=child.index, pid=child.proc.pid)
+                if child.index == 0:
+                    start_rest()
+            if not chunk:
+                sel.unregister(child.ready_r)
+                os.close(child.ready_r)
+                child.ready_r = -1
+        if stop_signal:
+            log.info("stopping_processes", signal=signal.Signals(stop_signal[0]).name,
+                     pids=[c.proc.pid for c in children])
+            return 0
+        dead = next((c for c in children if c.proc.poll() is not None), None)
+        if dead is not None:
+            rc = dead.proc.returncode
+            if not dead.ready:  # its start-up error (2, said by itself) or a crash
+                return rc if rc > 0 else 1
+            log.error("process_died", process=dead.index, pid=dead.proc.pid, returncode=rc,
+                      note="stopping every process; the service manager restarts the broker")
+            return 1
 
 
 def _stop_all(children: list[_Child], grace_s: float) -> bool:
