@@ -129,6 +129,27 @@ class Load:
             stub.Release(pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test"), timeout=60)
 
 
+def settle(address: str, clouds, within_s: float) -> dict[str, int]:
+    """After the load: wait (polling, up to ``within_s``) until every lease has ended and every
+    mocked cloud is empty again (the reconciler finishes releases whose cloud call failed);
+    returns what is still left."""
+    import grpc
+
+    from broker.v1 import broker_pb2 as pb
+    from broker.v1 import broker_pb2_grpc as pb_grpc
+
+    live = [pb.LEASE_STATE_REQUESTED, pb.LEASE_STATE_PROVISIONING, pb.LEASE_STATE_RUNNING, pb.LEASE_STATE_DRAINING]
+    deadline = time.monotonic() + within_s
+    with grpc.insecure_channel(address) as ch:
+        stub = pb_grpc.BrokerStub(ch)
+        while True:
+            leases = len(stub.ListLeases(pb.ListLeasesRequest(states=live, limit=1000), timeout=60).leases)
+            left = {"live leases": leases} | {f"{c} instances": len(v) for c, v in clouds.alive_instances().items()}
+            if not any(left.values()) or time.monotonic() > deadline:
+                return left
+            time.sleep(2.0)
+
+
 def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]]) -> None:
     t0 = time.monotonic()
     while not stop.is_set():
@@ -167,11 +188,14 @@ def soak(store: str, args) -> dict:
             load = Load(serve.address, args.clients, args.seconds, args.seed)
             try:
                 elapsed = load.run()
+                left = settle(serve.address, clouds, args.settle_s)
             finally:
                 stop.set()
                 sampler.join(5)
                 serve.stop()
             logged = serve.log.read_text(errors="replace").splitlines()
+            print(f"\n{store}: after the load, " + (", ".join(f"{n} {what}" for what, n in left.items() if n)
+                                                     or "no live lease and no running instance is left"))
             return report(store, load, elapsed, rss, [line for line in logged if '"level": "error"' in line
                                                       or '"level":"error"' in line])
     finally:
@@ -212,6 +236,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--store", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument("--seed", type=int, default=20261202)
+    ap.add_argument("--settle-s", type=float, default=180.0,
+                    help="after the load, how long to wait for every lease and instance to be gone")
     args = ap.parse_args()
     stores = ("sqlite", "postgresql") if args.store == "both" else (args.store,)
     results = [r for s in stores if (r := soak(s, args))]

@@ -483,13 +483,19 @@ class Store:
 
     # -- snapshots -------------------------------------------------------------------------------
     def save_snapshot(self, source: str, taken_at: float, body: dict) -> None:
+        """Keep ``source``'s newest snapshot: one upsert, so concurrent reports of one source never
+        collide, and a report that arrives after a newer one does not replace it."""
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        row = insert(SnapshotRecord).values(source=source, taken_at=taken_at, body=json.dumps(body))
+        row = row.on_conflict_do_update(
+            index_elements=[SnapshotRecord.source],
+            set_={"taken_at": row.excluded.taken_at, "body": row.excluded.body},
+            where=SnapshotRecord.taken_at <= row.excluded.taken_at)
         with Session(self.engine) as s:
-            r = s.get(SnapshotRecord, source)
-            if r is None:
-                s.add(SnapshotRecord(source=source, taken_at=taken_at, body=json.dumps(body)))
-            else:
-                r.taken_at, r.body = taken_at, json.dumps(body)
-                s.add(r)
+            s.exec(row)
             s.commit()
 
     def snapshots_since(self, taken_after: float) -> list[tuple[str, float, dict]]:

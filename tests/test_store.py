@@ -104,3 +104,31 @@ def test_a_postgresql_store_made_with_32_bit_columns_is_widened_on_open():
         store.close()
     finally:
         next(gen, None)  # drops the database
+
+
+def test_concurrent_reports_of_one_source_keep_the_newest(store):
+    """Schedulers push snapshots of one source concurrently (several replicas, retries): each is
+    stored without a constraint error, the newest by taken_at wins, and a late older one does not
+    replace it."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(12)
+
+    def report(i: int) -> None:
+        start.wait()
+        try:
+            for k in range(5):
+                store.save_snapshot("slurm-a", 1000.0 + i * 10 + k, {"writer": i, "k": k})
+        except BaseException as e:  # noqa: BLE001 - the assertion below names it
+            errors.append(e)
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert store.snapshots_since(0) == [("slurm-a", 1114.0, {"writer": 11, "k": 4})]
+    store.save_snapshot("slurm-a", 500.0, {"late": True})
+    assert store.snapshots_since(0) == [("slurm-a", 1114.0, {"writer": 11, "k": 4})]
+    store.save_snapshot("slurm-b", 2000.0, {"other": True})
+    assert [src for src, _, _ in store.snapshots_since(0)] == ["slurm-a", "slurm-b"]
