@@ -13,9 +13,10 @@ as a whole process. Ratios are against baselines run in the same process:
   spread over several client processes so the load generator is not one GIL: the no-op is the
   floor that grpcio's Python server sets under that load. Then health only and Quote only, for
   the server's CPU per call (all its processes, from /proc). Ratios against 1 process;
-* CLI: a bare `python -c pass` start-up (the floor any Python CLI pays).
+* CLI: a bare `python -c pass` start-up (the floor any Python CLI pays), wall and CPU time.
 
 Run: .venv/bin/python benchmarks/quote.py [--requests 2000] [--clients 32] [--processes 2]
+     [--only-in-process | --only-cli]
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--cli-runs", type=int, default=7)
     ap.add_argument("--only-in-process", action="store_true", help="skip the gRPC and CLI parts")
+    ap.add_argument("--only-cli", action="store_true", help="only `broker quote` as a whole process")
     ap.add_argument("--processes", type=int, default=2, help="serving processes to compare with 1")
     ap.add_argument("--client-processes", type=int, default=2, help="processes the clients are spread over")
     ap.add_argument("--load-worker", nargs=5, metavar=("ADDR", "MODE", "CLIENTS", "PER_CLIENT", "START_AT"),
@@ -64,6 +66,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.load_worker:
         return load_worker(*args.load_worker)
+    if args.only_cli:
+        return cli_process(args.cli_runs)
 
     from broker.quote import QuoteEngine
     from policies.demand import Demand
@@ -99,21 +103,64 @@ def main() -> None:
     response_path(args.requests)
     grpc_processes(h100, args)
 
-    print("\n== `broker quote` as a whole process (start-up included)")
-    cmd = [sys.executable, "-m", "broker.cli", "quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500",
-           "--format", "json"]
-    cli = []
-    for _ in range(args.cli_runs):
-        t = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
-        cli.append(time.perf_counter() - t)
-    bare = []
-    for _ in range(args.cli_runs):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        bare.append(time.perf_counter() - t)
-    print(f"broker quote   median {ms(statistics.median(cli))}   bare python start-up {ms(statistics.median(bare))}"
-          f"  -> {statistics.median(cli) / statistics.median(bare):5.1f}x a bare interpreter")
+    cli_process(args.cli_runs)
+
+
+def cli_process(runs: int) -> None:
+    """`broker quote` as a whole process against a bare `python -c pass`, interleaved so both see
+    the same load: wall time and CPU time (user + system; what the process itself costs, which
+    the machine's load does not inflate much). Both run from compiled bytecode, as an installed
+    broker does (pip compiles at install): the project's modules are compiled first into a
+    temporary cache (PYTHONPYCACHEPREFIX), so nothing is written next to the code."""
+    import resource
+
+    print("\n== `broker quote` as a whole process (start-up included), from compiled bytecode")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": cache, "PYTHONPATH": str(ROOT)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        subprocess.run([sys.executable, "-c", "import compileall, sys; sys.exit(not all("
+                        "compileall.compile_dir(d, quiet=1) for d in sys.argv[1:]))",
+                        *(str(ROOT / d) for d in ("broker", "policies", "providers"))], env=env, check=True)
+        quote = [sys.executable, "-m", "broker.cli", "quote", "--gpu", "H100:8", "--hours", "24",
+                 "--data-in-gb", "500"]
+        cmds = {"bare python -c pass": [sys.executable, "-c", "pass"],
+                "broker quote --format json": quote + ["--format", "json"],
+                "broker quote (table)": quote}
+        with tempfile.TemporaryDirectory() as home:  # no config; the embedded store holds a
+            env["BROKER_HOME"] = home                 # live market of every offering
+            env.pop("BROKER_CONFIG", None)
+            store_market(f"sqlite:///{home}/broker.db")
+            for c in cmds.values():  # warm the page cache and the bytecode
+                subprocess.run(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=True)
+            wall: dict[str, list[float]] = {k: [] for k in cmds}
+            cpu: dict[str, list[float]] = {k: [] for k in cmds}
+            for _ in range(runs):
+                for name, c in cmds.items():
+                    r0, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+                    subprocess.run(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=True)
+                    wall[name].append(time.perf_counter() - t)
+                    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    bare_w, bare_c = statistics.median(wall["bare python -c pass"]), statistics.median(cpu["bare python -c pass"])
+    for name in cmds:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"{name:27} median wall {ms(w)}  cpu {ms(c)}   -> {w / bare_w:5.1f}x / {c / bare_c:5.1f}x "
+              f"a bare interpreter")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+def store_market(url: str) -> None:
+    """A refreshed market of all three clouds (every offering) in the store at ``url``."""
+    from sqlalchemy import create_engine
+
+    from broker import market_store
+    from providers.catalog import bundled
+
+    now = time.time()
+    engine = create_engine(url)
+    for snap in full_snapshots(bundled(), now).values():
+        market_store.save(engine, snap, now)
+    engine.dispose()
 
 
 def full_snapshots(cat, now: float) -> dict:

@@ -16,14 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-import structlog
-
 from broker.errors import ConfigError
 from providers.base import ProviderError
 from providers.settings import PROVIDER_SETTINGS
 
-log = structlog.get_logger("broker.market")
 
+
+def _log():
+    """The module's logger (structlog is imported on first use: an in-process `broker quote`
+    logs nothing and does not pay its import)."""
+    import structlog
+
+    return structlog.get_logger("broker.market")
 
 
 @dataclass
@@ -82,12 +86,12 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
         except (ProviderError, ValueError) as e:
             market_store.record_failure(db, name, now, str(e))
             kept = old.snapshot.fetched_at if old is not None else 0.0
-            log.warning("market.refresh_failed", provider=name, error=str(e), kept_from=kept)
+            _log().warning("market.refresh_failed", provider=name, error=str(e), kept_from=kept)
             out.append(Outcome(name, False, errors=[str(e)], kept_from=kept))
             continue
         merged = snap.merged_over(old.snapshot if old is not None and old.snapshot.fetched_at else None)
         market_store.save(db, merged, now, "; ".join(snap.errors))
-        log.info("market.refreshed", provider=name, prices=len(snap.prices), failed=len(snap.failed))
+        _log().info("market.refreshed", provider=name, prices=len(snap.prices), failed=len(snap.failed))
         out.append(Outcome(name, True, len(snap.prices), len(snap.zones), len(snap.quotas),
                            len(snap.reservations), list(snap.errors)))
     return out
@@ -108,15 +112,17 @@ def live_catalog(config: Any, db: Any, now: float | None = None) -> tuple[Any, l
                    observed=observed)
 
 
-def quote_engine(config: Any, db: Any, now: float | None = None, *, log_refused: bool = True) -> Any:
+def quote_engine(config: Any, db: Any, now: float | None = None, *, log_refused: bool = True,
+                 bulk: bool = True) -> Any:
     """The quote engine for ``config`` over the live catalog (refused prices are logged unless
-    ``log_refused`` is false: `broker catalog refresh` and `show` report them)."""
+    ``log_refused`` is false: `broker catalog refresh` and `show` report them; ``bulk`` as for
+    :class:`broker.quote.QuoteEngine`)."""
     from broker.quote import engine_for
 
     catalog, warnings = live_catalog(config, db, now)
     for w in warnings if log_refused else ():
-        log.warning("market.price_refused", detail=w)
-    return engine_for(config, catalog=catalog)
+        _log().warning("market.price_refused", detail=w)
+    return engine_for(config, catalog=catalog, bulk=bulk)
 
 
 class Refresher:
@@ -145,7 +151,7 @@ class Refresher:
 
         if self.is_leader() and self.due():
             for o in refresh(self.config, self.db, now=self.clock()):
-                (log.info if o.ok else log.warning)("market.refresh", summary=o.sentence())
+                (_log().info if o.ok else _log().warning)("market.refresh", summary=o.sentence())
         v = market_store.version(self.db)
         if v != self._seen:
             self._seen = v
@@ -181,7 +187,7 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
 
         snap.needs = import_module(f"providers.market.{provider}").needs_of(catalog)
     market_store.save(db, snap, now, stored.last_error if stored is not None else "")
-    log.info("market.quotas_refreshed", provider=provider, region=region,
+    _log().info("market.quotas_refreshed", provider=provider, region=region,
              left={q.key: q.left for q in quotas})
     return list(quotas)
 

@@ -15,15 +15,19 @@ import secrets
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Hashable, Iterable, Mapping, NamedTuple
+from itertools import repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
 from broker.errors import InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
-from policies.bulk import Table
-from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer
+from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer
 from policies.demand import Demand, DemandError
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
+
+if TYPE_CHECKING:
+    from policies.bulk import Table
 
 QUOTE_TTL_S = 15 * 60
 LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
@@ -172,10 +176,16 @@ class QuoteEngine:
         enabled_providers: Iterable[str] | None = None,
         ttl_s: int = QUOTE_TTL_S,
         regions: Mapping[str, Iterable[str]] | None = None,
+        bulk: bool = True,
     ) -> None:
         """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
         the in-process ``broker quote`` does). ``regions``: per provider, the regions it is
-        configured for (none listed: any); an offer elsewhere is excluded as not launchable."""
+        configured for (none listed: any); an offer elsewhere is excluded as not launchable.
+        ``bulk``: price in numpy columns (:mod:`policies.bulk`), which pays from the second quote
+        on; false prices each offering with the scalar model (:func:`policies.cost.pricer`, the
+        same figures to the micro-dollar), for a process that quotes once and would spend more
+        importing numpy (~0.1 s) than the arrays save."""
+        self.bulk = bulk
         extra = []
         live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
         for r in reservations:
@@ -238,8 +248,23 @@ class QuoteEngine:
         key = d.gpu_model or f">={d.min_gpu_memory_gb}"
         table = self._tables.get(key)
         if table is None:
+            from policies.bulk import Table
+
             table = self._tables[key] = Table(self.shapes(d), self.catalog.terms)
         return table
+
+    def _price(self, d: Demand, ctx: Context, top: int) -> tuple[list[PricedOffer], list[Exclusion]]:
+        """The candidates of ``d`` priced, in rank order (see :func:`_rank_key`; the first ``top``,
+        0 = all), and the excluded ones in candidate order."""
+        if self.bulk:
+            return self.table(d).price(d, ctx, top)
+        price_one, ok, out = pricer(d, ctx), [], []
+        for _, offerings in self.shapes(d):
+            for o in offerings:
+                r = price_one(o)
+                (out if type(r) is Exclusion else ok).append(r)
+        ok.sort(key=_rank_key)
+        return (ok[:top] if top else ok), out
 
     def candidates(self, d: Demand) -> tuple[Offering, ...] | list[Offering]:
         if d.gpu_model:
@@ -277,7 +302,7 @@ class QuoteEngine:
         # Prices do not move between catalog loads, so a demand without a deadline (the only
         # input that depends on the clock) prices the same every time: serve repeats from cache.
         key = (d, top, tuple(sorted(blocked.items())) if blocked else (),
-               tuple(sorted(held.items())) if held else ()) if d.deadline is None else None
+               tuple(sorted(held.items())) if held else ()) if d.deadline is None and self.CACHE_SIZE else None
         hit = self._cache_get(key) if key is not None else None
         if hit is not None:
             offers, excluded = hit
@@ -285,12 +310,13 @@ class QuoteEngine:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
                           self.onprem_egress_micros, blocked, held)
             if self.regions:  # rank every offer, set aside what cannot launch here, then cut
-                ok, out = self.table(d).price(d, ctx, 0)  # in rank order (see _rank_key)
+                ok, out = self._price(d, ctx, 0)  # in rank order (see _rank_key)
                 ok = self._launchable(ok, out)
                 ok = ok[:top] if top else ok
             else:
-                ok, out = self.table(d).price(d, ctx, top)  # in rank order (see _rank_key)
-            offers = tuple(RankedOffer(i + 1, p) for i, p in enumerate(ok))
+                ok, out = self._price(d, ctx, top)  # in rank order (see _rank_key)
+            # tuple.__new__ over zip: the NamedTuple's own __new__ is a Python call per offer.
+            offers = tuple(map(tuple.__new__, repeat(RankedOffer), zip(range(1, len(ok) + 1), ok)))
             excluded = tuple(out)
             if key is not None:
                 self._cache_put(key, (offers, excluded))
@@ -325,7 +351,10 @@ class QuoteEngine:
 def _result_bytes(result) -> int:
     """An over-estimate of what one cached (offers, excluded) result holds."""
     offers, excluded = result
-    return 512 + 1024 * len(offers) + sum(160 + len(e.reason) for e in excluded)
+    return 512 + 1024 * len(offers) + 160 * len(excluded) + sum(map(len, map(_REASON, excluded)))
+
+
+_REASON = itemgetter(1)  # Exclusion.reason
 
 
 class DerivedCache:
@@ -350,9 +379,10 @@ class DerivedCache:
         return value
 
 
-def engine_for(config, catalog: Catalog | None = None) -> QuoteEngine:
+def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True) -> QuoteEngine:
     """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
-    ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`)."""
+    ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`);
+    ``bulk`` as for :class:`QuoteEngine`."""
     from broker.errors import ConfigError
     from providers.catalog import bundled
 
@@ -366,15 +396,16 @@ def engine_for(config, catalog: Catalog | None = None) -> QuoteEngine:
     regions = {n: tuple(t.regions) for n, t in config.providers.enabled().items()}
     try:
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
-                           config.quote.ttl_s, regions=regions)
+                           config.quote.ttl_s, regions=regions, bulk=bulk)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 
 
 def quote_engine_from_config(path: str | None) -> QuoteEngine:
-    """The engine of an in-process quote: the config's catalog with the stored live market."""
+    """The engine of an in-process quote (one quote, then the process ends: scalar pricing): the
+    config's catalog with the stored live market."""
     from broker import market, market_store
     from broker.config import load
 
     config = load(path)
-    return market.quote_engine(config, market_store.reader(config.db_url), log_refused=False)
+    return market.quote_engine(config, market_store.reader(config.db_url), log_refused=False, bulk=False)

@@ -11,6 +11,8 @@ truncates to whole micro-dollars the same way, so the figures are identical to t
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from policies.cost import (
@@ -55,10 +57,12 @@ class Table:
                               for o in offs], dtype=np.float64)
         self.quota_left = np.array([o.quota_left for o in offs], dtype=np.float64)
         self.quota_per_node = np.array([o.quota_per_node for o in offs], dtype=np.float64)
+        self.zone = [o.zones[0] if o.zones else "" for o in offs]  # where an offer is placed first
         self.bounds, start = [], 0
         for _, g in groups:
             self.bounds.append((start, start + len(g)))
             start += len(g)
+        self.starts = np.array([b[0] for b in self.bounds], dtype=np.intp)
         self._excluded: dict[tuple[int, str], list[Exclusion]] = {}
         triples = sorted({(o.instance.provider, o.region, o.instance.name) for o in offs})
         rank = {t: i for i, t in enumerate(triples)}
@@ -111,29 +115,33 @@ class Table:
         order = np.lexsort((self.name_rank[idx], self.hourly[idx], total, self.market[idx] != 2))
         if top:
             order = order[:top]
+        sel = idx[order]
+        at = sel.tolist()
         offs = self.offerings
-        nodes_l = nodes.tolist()
-        ok = [PricedOffer(offs[j], nodes_l[j], shape_hours[sh], CostLines(c, i, st, t, r),
-                          offs[j].zones[0] if offs[j].zones else "")
-              for j, sh, (c, i, st, t, r) in zip(idx[order].tolist(), self.shape[idx[order]].tolist(),
-                                                 lines[:, order].T.tolist())]
+        # tuple.__new__ over columns: a NamedTuple's own __new__ is a Python call per row.
+        costs = map(tuple.__new__, repeat(CostLines), zip(*lines[:, order].tolist()))
+        ok = list(map(tuple.__new__, repeat(PricedOffer),
+                      zip(map(offs.__getitem__, at), nodes[sel].tolist(), run_h[sel].tolist(), costs,
+                          map(self.zone.__getitem__, at))))
+
+        # The excluded, in set order: whole shapes (their exclusions made once, then reused), and
+        # the offerings of serving shapes that the demand's other terms rule out.
         out: list[Exclusion] = []
-        dropped = (fits & ~valid).tolist()
-        late_l, wall_l = late.tolist(), wall_h.tolist()
-        for gi, (start, end) in enumerate(self.bounds):
-            reason = shape_reasons[gi]
+        dropped = np.flatnonzero(fits & ~valid)
+        cut = np.searchsorted(dropped, self.starts).tolist() + [len(dropped)]
+        dropped_l, late_l, bad_l = dropped.tolist(), late[dropped].tolist(), bad[dropped].tolist()
+        wall_l, nodes_l = wall_h[dropped].tolist(), nodes[dropped].tolist()
+        for gi, reason in enumerate(shape_reasons):
             if reason is not None:  # the shape cannot serve the demand anywhere
                 out.extend(self._shape_exclusions(gi, reason))
                 continue
-            for j in range(start, end):
-                if not dropped[j]:
-                    continue
-                o = offs[j]
-                if late_l[j] and not bad[j]:
-                    out.append(Exclusion(o, f"finishes after the deadline: needs {wall_l[j]:.1f} h from now",
+            for k in range(cut[gi], cut[gi + 1]):
+                o = offs[dropped_l[k]]
+                if late_l[k] and not bad_l[k]:
+                    out.append(Exclusion(o, f"finishes after the deadline: needs {wall_l[k]:.1f} h from now",
                                          ExclusionKind.DEADLINE))
                 else:
-                    r = offering_reason(d, o, nodes_l[j], ctx)
+                    r = offering_reason(d, o, nodes_l[k], ctx)
                     out.append(Exclusion(o, r.text, r.kind))
         return ok, out
 

@@ -78,6 +78,22 @@ def test_bulk_equals_scalar(d, blocked):
     assert ok_b or out_b
 
 
+@pytest.mark.parametrize("d", DEMANDS, ids=lambda d: f"{d.gpu_model or 'any'}x{d.gpus}")
+def test_an_engine_without_bulk_pricing_quotes_the_same(d):
+    """`broker quote` quotes once per process and prices with the scalar model (no numpy)."""
+    from broker.quote import QuoteEngine
+
+    cat = varied_catalog()
+    bulk, scalar = QuoteEngine(cat), QuoteEngine(cat, bulk=False)
+    d = bulk.validate(d, NOW)
+    blocked = {"aws/us-east-1": "capacity"}
+    for top in (0, 3):
+        a = bulk.quote(d, now=NOW, top=top, blocked=blocked, held={"r-0": 1})
+        b = scalar.quote(d, now=NOW, top=top, blocked=blocked, held={"r-0": 1})
+        assert a.offers == b.offers and a.excluded == b.excluded
+    assert not scalar._tables  # no columns were built
+
+
 def test_a_table_is_reused_and_stays_right_across_demands():
     from broker.quote import QuoteEngine
 

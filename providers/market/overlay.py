@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from typing import Iterable, Mapping
 
 from providers.base import Market, Offering
@@ -25,8 +26,10 @@ MAX_PLAUSIBLE = 3.0
 MIN_OBSERVED_NODE_HOURS = 10.0
 
 
+@functools.lru_cache(maxsize=4096)
 def epoch(text: str) -> float:
-    """Seconds since the epoch of an ISO date or RFC 3339 time (0 when unparseable)."""
+    """Seconds since the epoch of an ISO date or RFC 3339 time (0 when unparseable); remembered,
+    since a catalog's hundreds of offerings share a few dates."""
     t = (text or "").strip()
     if not t:
         return 0.0
@@ -59,13 +62,18 @@ def plausible(live: int, reference: int) -> str:
     return ""
 
 
-def _latest(prices: Iterable[LivePrice]) -> dict[tuple[str, str, str, str], LivePrice]:
+def _latest(prices: Iterable[LivePrice]) -> dict[tuple[str, str, str], list[LivePrice]]:
+    """The newest price per (region, instance type, market, zone), grouped by (region, instance
+    type, market): what one offering looks up."""
     out: dict[tuple[str, str, str, str], LivePrice] = {}
     for p in prices:
         key = (p.region, p.instance_type, p.market, p.zone)
         if key not in out or epoch(p.as_of) >= epoch(out[key].as_of):
             out[key] = p
-    return out
+    grouped: dict[tuple[str, str, str], list[LivePrice]] = {}
+    for (region, name, market, _zone), p in out.items():
+        grouped.setdefault((region, name, market), []).append(p)
+    return grouped
 
 
 def overlay(catalog, snapshots: Mapping[str, Snapshot], *, now: float, max_age_h: float,
@@ -101,9 +109,10 @@ def overlay(catalog, snapshots: Mapping[str, Snapshot], *, now: float, max_age_h
             changes.update(_price(o, data["prices"], bundled_od, warnings, data["as_of"]))
             as_of = changes.get("as_of", as_of)
             zones = data["zones"].get((region, name))
-            if zones is not None and zones:
-                ordered = changes.pop("_zone_order", None)
-                if ordered:
+            ordered = changes.pop("_zone_order", None)
+            if zones or (zones is None and ordered):  # the live zones, else the catalog's
+                zones = zones or o.zones
+                if ordered:  # priced per zone: cheapest first, where a launch goes
                     zones = tuple(sorted(zones, key=lambda z: (ordered.get(z, float("inf")), z)))
                 changes["zones"] = zones
             n = data["need"].get((name, market))
@@ -132,7 +141,7 @@ def _price(o: Offering, prices: Mapping, bundled_od: Mapping, warnings: list[str
     """The plausible live price of ``o`` (the cheapest zone's), as of when it was fetched: the
     cloud said then that this is its price (its own effective date may be months earlier)."""
     p, region, name, market = o.provider, o.region, o.instance.name, o.market.value
-    candidates = [lp for (r, t, m, _z), lp in prices.items() if r == region and t == name and m == market]
+    candidates = prices.get((region, name, market))
     if not candidates:
         return {}
     reference = o.hourly_micros if o.hourly_micros > 0 else bundled_od.get((p, region, name), 0)
