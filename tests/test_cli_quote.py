@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -119,3 +120,81 @@ def test_at_80_columns_no_total_is_cut(mini):
     rows = [line.split() for line in table.splitlines()[:-1] if line.split() and line.split()[0].isdigit()]
     assert [(row[0], row[-1]) for row in rows] == [(str(o["rank"]), f"{o['cost_usd']['total']:.2f}")
                                                     for o in doc["offers"]]
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_the_heading_and_stale_marks_fit_without_cutting(mini, columns):
+    args = ["quote", "--gpu", "H100:8", "--hours", "2400", "--data-in-gb", "50000", "--data-out-gb", "5000"]
+    doc = json.loads(run([*args, "--format", "json"], mini).stdout)
+    r = run(args, {**mini, "COLUMNS": columns})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= int(columns) and "…" not in r.stdout
+    header_at = next(i for i, l in enumerate(lines) if l.split()[:2] == ["#", "provider"])
+    heading = lines[:header_at]
+    # each part of the heading whole on one line: what, the quote id, the oldest price and its source
+    oldest = min(o["price_as_of"] for o in doc["offers"])
+    for part in ("H100 x 8 for 2400 h", "quote q-", f"oldest price {oldest} (bundled)"):
+        assert sum(part in line for line in heading) == 1, (part, heading)
+    qid = next(line for line in heading if "quote q-" in line).split("quote ")[1].split()[0]
+    assert qid.startswith("q-") and len(qid) == len(doc["quote_id"])
+    stale = [o for o in doc["offers"] if o["stale"]]
+    assert stale  # the mini catalog's prices are older than max_age_h
+    header = lines[header_at].split()
+    body = lines[header_at + 1:next(i for i, l in enumerate(lines) if l.startswith("* stale"))]
+    rows = [l.split() for l in body if l.split() and l.split()[0].isdigit()]
+    if "$/h" in header:  # each stale $/h is marked, and the mark explained
+        at = header.index("$/h")
+        assert [row[at] for row in rows] == [f"{o['hourly_usd']:.2f}" + ("*" if o["stale"] else "")
+                                             for o in doc["offers"]]
+        assert "* stale: the price is older than [catalog] max_age_h (broker catalog refresh)" in lines
+    else:  # no column to mark: how many is said instead
+        assert any(l.startswith(f"* stale: {len(stale)} of these offers use a price older than [catalog] max_age_h")
+                   for l in lines)
+
+
+def test_the_whole_catalog_at_80_columns_cuts_no_id_or_total():
+    """The bundled catalog's longest region and instance names side by side: the table drops
+    its detail columns, closes its gaps and wraps a name inside its cell rather than cut it."""
+    args = ["quote", "--gpu", "any:8", "--gpu-memory", "1", "--hours", "2400", "--data-in-gb", "50000",
+            "--interruptible", "--top", "0"]
+    doc = json.loads(run([*args, "--format", "json"]).stdout)
+    r = run(args, {"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.split("* stale")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80 and "…" not in table
+    # a row ends with its total; a line that does not holds the rest of a wrapped name
+    rows = [line.split() for line in table.splitlines() if re.match(r"\s*\d+ .* \d+\.\d\d\*?$", line.rstrip())]
+    assert [(row[0], row[-1]) for row in rows] == [(str(o["rank"]), f"{o['cost_usd']['total']:.2f}")
+                                                    for o in doc["offers"]]
+    lines = table.splitlines()
+    head = next(line for line in lines if line.split()[:2] == ["#", "provider"])
+    span = {c: (head.index(c), head.index(n)) for c, n in (("region", "instance"), ("instance", "market"))}
+    cells: list[dict[str, str]] = []
+    for line in lines[lines.index(head) + 2:]:
+        row = re.match(r"\s*\d+ .* \d+\.\d\d\*?$", line.rstrip())
+        if row:
+            cells.append({})
+        for c, (a, b) in span.items():  # a wrapped name goes on below, in its own column
+            cells[-1][c] = cells[-1].get(c, "") + line[a:b].strip()
+    assert [(c["region"], c["instance"]) for c in cells] == [(o["region"], o["instance_type"]) for o in doc["offers"]]
+
+
+def test_an_in_process_quote_loads_no_sdk_database_or_array_library(mini, tmp_path):
+    """What `broker quote` imports is what it costs to start: no cloud SDK, gRPC, SQLAlchemy,
+    numpy (one quote prices with the scalar model) or structlog (it logs nothing)."""
+    snippet = ("import json, runpy, sys\n"
+               "sys.argv = ['broker', *sys.argv[1:]]\n"
+               "try:\n    runpy.run_module('broker.cli', run_name='__main__')\n"
+               "except SystemExit as e:\n    assert not e.code, e.code\n"
+               "sys.stderr.write(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n")
+    env = {**os.environ, **mini, "BROKER_HOME": str(tmp_path)}
+    env.pop("BROKER_CONFIG", None)
+    for fmt in ("json", "table"):
+        r = subprocess.run([sys.executable, "-c", snippet, "quote", "--gpu", "H100:8", "--hours", "24",
+                            "--format", fmt], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        loaded = set(json.loads(r.stderr))
+        assert {"broker", "policies", "providers", "typer"} <= loaded
+        assert not loaded & {"numpy", "structlog", "grpc", "sqlalchemy", "sqlmodel", "pydantic", "boto3",
+                             "botocore", "google", "azure", "msal"}, fmt

@@ -101,24 +101,33 @@ def print_json(obj) -> None:
 
 
 def fitted_table(console, columns: list[tuple[str, str]], rows: list[tuple[str, ...]],
-                 drop_first: tuple[str, ...] = (), **table_kw):
+                 drop_first: tuple[str, ...] = (), fold: tuple[str, ...] = (), **table_kw):
     """A table that fits ``console`` without cutting a cell: ``columns`` are (name, "left" or
     "right"); while the table is too wide, the columns in ``drop_first`` are left out, in that
-    order. Ids and totals belong in no ``drop_first``: they are never cut or wrapped."""
+    order. Ids and totals belong in no ``drop_first``: they are never cut or wrapped. Should the
+    rest still not fit, the gaps close to one space and the columns in ``fold`` wrap onto a
+    second line inside their cell (every character still shown)."""
     from rich import box
     from rich.measure import Measurement
     from rich.table import Table
+
+    def build(keep: list[str], last_resort: bool) -> Table:
+        kw = {"padding": 0, **table_kw} if last_resort else table_kw
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False, **kw)
+        idx = [i for i, (name, _) in enumerate(columns) if name in keep]
+        for i in idx:
+            name = columns[i][0]
+            folds = last_resort and name in fold
+            t.add_column(name, justify=columns[i][1], no_wrap=not folds, overflow="fold" if folds else "ellipsis")
+        for r in rows:
+            t.add_row(*(r[i] for i in idx))
+        return t
 
     keep = [name for name, _ in columns]
     for drop in (None, *drop_first):
         if drop is not None:
             keep.remove(drop)
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False, **table_kw)
-        idx = [i for i, (name, _) in enumerate(columns) if name in keep]
-        for i in idx:
-            t.add_column(columns[i][0], justify=columns[i][1], no_wrap=True)
-        for r in rows:
-            t.add_row(*(r[i] for i in idx))
+        t = build(keep, False)
         if Measurement.get(console, console.options.update_width(1 << 16), t).maximum <= console.width:
-            break  # its natural width (measured unbounded) fits
-    return t
+            return t  # its natural width (measured unbounded) fits
+    return build(keep, True)

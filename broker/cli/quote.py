@@ -83,17 +83,37 @@ def _table(doc: dict) -> None:
     prices = (f"oldest price {oldest['price_as_of'][:10]} ({oldest['price_source'].split(':')[0]})"
               if oldest and oldest.get("price_source") and oldest.get("price_as_of")
               else f"prices as of {doc['catalog_as_of']}")
+    # The heading's parts (what, which quote, how old its prices are) are never split: each line
+    # takes as many whole parts as the terminal holds.
+    for line in _pack((f"{what} x {d['gpus']} for {d['hours']:g} h", f"quote {doc['quote_id']}", prices),
+                      console.width):
+        console.print(line, highlight=False, markup=False)
     # On a narrow terminal the cost lines go first (--format json has them all), then the
     # hourly price and node count; the rank, where, what and the total always show in full.
     t = fitted_table(console, columns, rows,
                      drop_first=("sla risk", "storage", "interrupt", "transfer", "compute", "nodes", "$/h"),
-                     title=f"{what} x {d['gpus']} for {d['hours']:g} h  ·  quote {doc['quote_id']}  ·  "
-                           f"{prices}", title_justify="left")
+                     fold=("provider", "region", "instance", "market"))
     console.print(t)
-    if any(o.get("stale") for o in offers):
+    stale = sum(1 for o in offers if o.get("stale"))
+    if stale and any(c.header == "$/h" for c in t.columns):
         console.print("* stale: the price is older than [catalog] max_age_h (broker catalog refresh)",
                       highlight=False, markup=False)
+    elif stale:  # the $/h column (and its marks) did not fit
+        console.print(f"* stale: {stale} of these offers use a price older than [catalog] max_age_h "
+                      f"(--format json marks which; broker catalog refresh)", highlight=False, markup=False)
     _excluded(console, doc["excluded"])
+
+
+def _pack(parts: tuple[str, ...], width: int, sep: str = "  ·  ") -> list[str]:
+    """``parts`` joined by ``sep`` into lines of at most ``width`` (a part longer than that
+    alone on its line), never splitting a part."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _excluded(console, excluded: list[dict]) -> None:
