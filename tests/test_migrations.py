@@ -274,6 +274,17 @@ def test_history_lists_the_revisions_oldest_first_the_newest_marked():
     assert table.exit_code == 0 and f"{revs[-1]['revision']} (newest)" in table.stdout
 
 
+def test_revisions_are_numbered_files_in_one_line():
+    """Revision NNNN is versions/NNNN_*.py and comes after NNNN-1: the store finds a current
+    database current by the file names alone, without loading Alembic."""
+    scripts = list(reversed(list(migrate.scripts().walk_revisions())))
+    assert [s.revision for s in scripts] == [f"{i:04d}" for i in range(1, len(scripts) + 1)]
+    for before, s in zip([None, *scripts], scripts):
+        assert Path(s.path).name.startswith(f"{s.revision}_")
+        assert s.down_revision == (before.revision if before else None)
+    assert migrate.newest_file() == migrate.head()
+
+
 def test_every_migration_file_is_package_data():
     """The wheel carries the environment, the template and every revision."""
     import fnmatch
