@@ -3,13 +3,12 @@ leader decides and launches (issue 11, item 2)."""
 from __future__ import annotations
 
 import contextlib
-import time
 
 import pytest
 
 from broker.v1 import broker_pb2 as pb
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
-from tests.lease_kit import Watched, service, serving, wait_until
+from tests.lease_kit import Clock, Watched, service, serving, wait_until
 from tests.stores import pg_url_or_skip
 
 pytestmark = pytest.mark.timeout(180)
@@ -25,8 +24,16 @@ def pg():
     next(gen, None)
 
 
+@pytest.fixture
+def clock():
+    """One clock for every replica, standing still: the leader decides on a pushed snapshot only
+    while it is fresh (taken within three autoscaler intervals, 1.5 s here), and a loaded machine
+    can take longer than that to tick; on this clock the snapshot stays fresh however long."""
+    return Clock()
+
+
 @contextlib.contextmanager
-def replica(tmp_path, clouds, pg, name, before=None):  # noqa: F811
+def replica(tmp_path, clouds, pg, name, clock, before=None):  # noqa: F811
     watched = {}
 
     def wrap(provider_name, p):
@@ -35,8 +42,11 @@ def replica(tmp_path, clouds, pg, name, before=None):  # noqa: F811
 
     work = tmp_path / name
     work.mkdir()
-    with service(work, clouds, wrap=wrap, store={"url": pg}, autoscaler=AUTOSCALER,
-                 leader={"ttl_s": 4, "renew_s": 0.5}) as svc:
+    # Leadership moves here only when a test moves it: a lease long enough that no stall of a
+    # loaded machine lets it lapse (then the other replica would lead and launch, legitimately).
+    # Expiry itself is tests/test_leader.py's subject.
+    with service(work, clouds, clock=clock, wrap=wrap, store={"url": pg}, autoscaler=AUTOSCALER,
+                 leader={"ttl_s": 60, "renew_s": 0.5}) as svc:
         assert svc.autoscaler is not None  # built by the service from [autoscaler]
         svc.start_background()
         with serving(svc) as stub:
@@ -47,21 +57,21 @@ def launches(watched) -> int:
     return sum(len(w.ops("launch")) for w in watched.values())
 
 
-def queue(source="kueue:prod"):
+def queue(clock, source="kueue:prod"):
     nodes = [pb.ClusterNode(name=f"gpu-{i}", state="alloc", gpus_total=8, gpus_allocated=8, gpu_model="A100")
              for i in range(4)]
     pending = [pb.PendingJob(job_id=str(i), gpus=1, gpu_model="L4", est_runtime_s=7200, waited_s=60,
                              pending_reason="Resources", queue="gpu", user="ana") for i in range(6)]
     s = pb.QueueSnapshot(source=source, pending=pending, nodes=nodes)
-    s.taken_at.FromSeconds(int(time.time()))
+    s.taken_at.FromNanoseconds(int(clock() * 1e9))
     return s
 
 
-def test_a_queue_pushed_to_a_follower_is_decided_and_launched_by_the_leader(tmp_path, clouds, pg):  # noqa: F811
-    with replica(tmp_path, clouds, pg, "a") as (a, stub_a, launched_a), \
-            replica(tmp_path, clouds, pg, "b") as (b, stub_b, launched_b):
+def test_a_queue_pushed_to_a_follower_is_decided_and_launched_by_the_leader(tmp_path, clouds, pg, clock):  # noqa: F811
+    with replica(tmp_path, clouds, pg, "a", clock) as (a, stub_a, launched_a), \
+            replica(tmp_path, clouds, pg, "b", clock) as (b, stub_b, launched_b):
         assert a.leadership.is_leader() and not b.leadership.is_leader()
-        r = stub_b.ReportQueue(pb.ReportQueueRequest(snapshot=queue()))
+        r = stub_b.ReportQueue(pb.ReportQueueRequest(snapshot=queue(clock)))
         assert r.diagnosis.verdict == pb.VERDICT_RESOURCE_BOUND
         assert [d.action for d in r.decisions] == ["deferred"], r.decisions
         assert launches(launched_b) == 0, "a replica that does not lead launched"
@@ -82,7 +92,7 @@ def test_a_queue_pushed_to_a_follower_is_decided_and_launched_by_the_leader(tmp_
         assert launches(launched_b) == 0
 
 
-def test_a_leader_replaced_mid_burst_stops_before_its_next_launch(tmp_path, clouds, pg):  # noqa: F811
+def test_a_leader_replaced_mid_burst_stops_before_its_next_launch(tmp_path, clouds, pg, clock):  # noqa: F811
     """Fencing is per step, not per pass: the leader loses its lease while it launches the first
     of six bursts (another replica takes over); it launches nothing more, and the new leader
     carries the decision on from the store without launching any job twice."""
@@ -97,11 +107,11 @@ def test_a_leader_replaced_mid_burst_stops_before_its_next_launch(tmp_path, clou
                 conn.execute(text("UPDATE broker_leader SET expires_at = 0"))
             assert box["b"].leadership.beat()
 
-    with replica(tmp_path, clouds, pg, "a", before=take_over) as (a, stub_a, launched_a), \
-            replica(tmp_path, clouds, pg, "b") as (b, stub_b, launched_b):
+    with replica(tmp_path, clouds, pg, "a", clock, before=take_over) as (a, stub_a, launched_a), \
+            replica(tmp_path, clouds, pg, "b", clock) as (b, stub_b, launched_b):
         box["b"] = b
         assert a.leadership.is_leader()
-        r = stub_a.ReportQueue(pb.ReportQueueRequest(snapshot=queue()))
+        r = stub_a.ReportQueue(pb.ReportQueueRequest(snapshot=queue(clock)))
         assert [d.action for d in r.decisions] == ["deferred"], r.decisions
         assert launches(launched_a) == 1, "the replaced leader went on launching"
         assert b.is_leader() and not a.is_leader()
