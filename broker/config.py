@@ -335,6 +335,13 @@ class LimitsSettings(Table):
     max_nodes: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     #: Open WatchLeases streams (each holds a worker thread); 0 = half of server.workers.
     max_streams: Annotated[int, Meta(ge=0, le=4096)] = 0
+    #: Quote results kept for repeated demands, and entries of each cache derived from them
+    #: (protobuf answers, launch targets); 0 = no caching.
+    quote_cache_entries: Annotated[int, Meta(ge=0, le=1_000_000)] = 1024
+    #: Bytes (estimated) the quote result cache may hold; the oldest results leave first.
+    quote_cache_bytes: Annotated[int, Meta(ge=0, le=2**31 - 1)] = 64 * 1024 * 1024
+    #: Bytes (estimated) each cache derived from quote results may hold.
+    derived_cache_bytes: Annotated[int, Meta(ge=0, le=2**31 - 1)] = 64 * 1024 * 1024
 
 
 class TelemetrySettings(Table):

@@ -101,34 +101,40 @@ class Lifecycle:
 
     def target_explicit(self, provider: str, region: str, zone: str, instance_type: str,
                         market: str, count: int) -> Target:
+        """The capacity a launch names outright (``offering``), checked against the enabled
+        providers and the catalog: INVALID_ARGUMENT naming the offering's field, before any lease."""
         cat = self.engine.catalog
+
+        def bad(name: str, sentence: str) -> InvalidArgument:
+            return InvalidArgument(f"offering.{name}: {sentence}", field=f"offering.{name}")
+
         if provider not in self.providers:
             known = ", ".join(sorted(self.providers)) or "none"
-            raise InvalidArgument(f"provider {provider!r} is not enabled (enabled: {known}).")
+            raise bad("provider", f"provider {provider[:64]!r} is not enabled (enabled: {known}).")
         try:
             m = Market(market)
         except ValueError:
-            raise InvalidArgument(f"market must be on_demand, spot or reserved, got {market!r}.") from None
+            raise bad("market", f"market must be on_demand, spot or reserved, got {market!r}.") from None
         if count <= 0:
-            raise InvalidArgument(f"count must be at least 1, got {count}.")
+            raise bad("count", f"count must be at least 1, got {count}.")
         if cat.instance(provider, instance_type) is None:
-            raise InvalidArgument(f"instance_type {instance_type!r} is not a known {provider} GPU type.")
+            raise bad("instance_type", f"instance_type {instance_type[:64]!r} is not a known {provider} GPU type.")
         if cat.region(provider, region) is None:
-            raise InvalidArgument(f"region {region!r} is not a known {provider} region.")
+            raise bad("region", f"region {region[:64]!r} is not a known {provider} region.")
         reservation = ""
         if m is Market.RESERVED:
             res = [o for o in self.engine.catalog.offerings if o.market is Market.RESERVED
                    and o.provider == provider and o.region == region and o.instance.name == instance_type]
             if not res:
-                raise InvalidArgument(f"no configured reservation for {provider} {region} {instance_type}.")
+                raise bad("market", f"no configured reservation for {provider} {region} {instance_type}.")
             offering = res[0]
             reservation = offering.reservation
         else:
             offering = cat.find(provider, region, instance_type, m)
             if offering is None:
-                raise InvalidArgument(f"{provider} sells no {market} {instance_type} in {region}.")
+                raise bad("instance_type", f"{provider} sells no {market} {instance_type} in {region}.")
         if zone and offering.zones and zone not in offering.zones:
-            raise InvalidArgument(f"zone {zone!r} is not a zone of {region} ({', '.join(offering.zones)}).")
+            raise bad("zone", f"zone {zone[:64]!r} is not a zone of {region} ({', '.join(offering.zones)}).")
         return Target(provider, region, zone or (offering.zones[0] if offering.zones else ""), instance_type,
                       m, count, offering.hourly_micros, reservation)
 

@@ -165,8 +165,8 @@ def _rank_key(p: PricedOffer) -> tuple:
 class QuoteEngine:
     """Quotes demands against a catalog (plus configured reservations)."""
 
-    CACHE_SIZE = 1024              # results kept for repeated demands...
-    CACHE_BYTES = 64 * 1024 * 1024  # ...and at most this much of them (their sentences vary in size)
+    CACHE_SIZE = 1024              # results kept for repeated demands ([limits] quote_cache_entries)...
+    CACHE_BYTES = 64 * 1024 * 1024  # ...and at most this much of them ([limits] quote_cache_bytes)
 
     def __init__(
         self,
@@ -177,6 +177,8 @@ class QuoteEngine:
         ttl_s: int = QUOTE_TTL_S,
         regions: Mapping[str, Iterable[str]] | None = None,
         bulk: bool = True,
+        cache_entries: int | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
         the in-process ``broker quote`` does). ``regions``: per provider, the regions it is
@@ -184,7 +186,8 @@ class QuoteEngine:
         ``bulk``: price in numpy columns (:mod:`policies.bulk`), which pays from the second quote
         on; false prices each offering with the scalar model (:func:`policies.cost.pricer`, the
         same figures to the micro-dollar), for a process that quotes once and would spend more
-        importing numpy (~0.1 s) than the arrays save."""
+        importing numpy (~0.1 s) than the arrays save.
+        ``cache_entries``/``cache_bytes``: the result cache's bounds (0 entries: no cache)."""
         self.bulk = bulk
         extra = []
         live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
@@ -211,7 +214,8 @@ class QuoteEngine:
         self._all = self.catalog.offerings
         if self.enabled is not None:
             self._all = tuple(o for o in self._all if o.instance.provider in self.enabled)
-        self._cache = SizedLRU(self.CACHE_SIZE, self.CACHE_BYTES, _result_bytes)
+        self._cache = SizedLRU(self.CACHE_SIZE if cache_entries is None else cache_entries,
+                               self.CACHE_BYTES if cache_bytes is None else cache_bytes, _result_bytes)
         self._shape_groups: dict[str, list] = {}
         self._tables: dict[str, Table] = {}
         # Reservation id -> since when live leases count against its free nodes: configured ones
@@ -396,7 +400,9 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True) -> 
     regions = {n: tuple(t.regions) for n, t in config.providers.enabled().items()}
     try:
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
-                           config.quote.ttl_s, regions=regions, bulk=bulk)
+                           config.quote.ttl_s, regions=regions, bulk=bulk,
+                           cache_entries=config.limits.quote_cache_entries,
+                           cache_bytes=config.limits.quote_cache_bytes)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 

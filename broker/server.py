@@ -32,7 +32,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self.svc = service
         self.auth = service.auth
         # Encoded quote bodies by result (bytes, weighed by their length against the byte budget).
-        self._encoded = DerivedCache(size=1024, max_bytes=64 * 1024 * 1024)
+        limits = service.config.limits
+        self._encoded = DerivedCache(limits.quote_cache_entries, limits.derived_cache_bytes)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease_pb(self, lease) -> pb.Lease:

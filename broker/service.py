@@ -98,7 +98,8 @@ class Service:
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog)
-        self._derived = DerivedCache()  # launch targets and top-N slices of cached quote results
+        # launch targets and top-N slices of cached quote results
+        self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.dead_loops: list[str] = []  # background loops that ended without being stopped

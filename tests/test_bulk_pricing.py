@@ -97,8 +97,7 @@ def test_an_engine_without_bulk_pricing_quotes_the_same(d):
 def test_a_table_is_reused_and_stays_right_across_demands():
     from broker.quote import QuoteEngine
 
-    engine = QuoteEngine(varied_catalog())
-    engine.CACHE_SIZE = 0
+    engine = QuoteEngine(varied_catalog(), cache_entries=0)  # every quote priced, none from the cache
     a = engine.validate(Demand(gpus=8, hours=24, min_gpu_memory_gb=1, interruptible=True))
     b = engine.validate(Demand(gpus=16, nodes=2, hours=24, min_gpu_memory_gb=1))
     qa1 = engine.quote(a, now=time.time())

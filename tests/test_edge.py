@@ -77,6 +77,25 @@ def test_configured_and_builtin_templates_still_boot(gcp_broker):
     assert any("registry.example/train:1" in s for s in scripts)
 
 
+def test_a_launch_naming_unknown_capacity_is_invalid_argument_naming_the_field(gcp_broker):
+    stub, svc, cloud = gcp_broker
+    good = dict(provider="gcp", region="us-central1", instance_type="a2-highgpu-1g", market=pb.MARKET_ON_DEMAND,
+                count=1)
+    cases = [({"provider": "mars"}, "offering.provider"), ({"provider": "aws"}, "offering.provider"),
+             ({"region": "mars-1"}, "offering.region"), ({"region": "x" * 128}, "offering.region"),
+             ({"zone": "mars-1a"}, "offering.zone"), ({"instance_type": "t2.micro"}, "offering.instance_type"),
+             ({"count": 0}, "offering.count"), ({"market": pb.MARKET_UNSPECIFIED}, "offering.market"),
+             ({"market": pb.MARKET_RESERVED}, "offering.market")]
+    for i, (change, field) in enumerate(cases):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Launch(pb.LaunchRequest(idempotency_key=f"k-{i}", offering=pb.Offering(**{**good, **change})),
+                        timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (change, e.value.details())
+        assert e.value.details().startswith(field + ": "), (change, e.value.details())
+        assert len(e.value.details()) < 300
+    assert cloud.insert_count == 0 and not svc.store.list_leases()
+
+
 def test_resolve_maps_names_to_configured_sources_only(tmp_path):
     assert [resolve(b) for b in BUILTINS] == list(BUILTINS)
     assert resolve("mine", {"mine": "/etc/broker/mine.sh"}) == "/etc/broker/mine.sh"
@@ -137,6 +156,13 @@ def test_out_of_range_values_are_invalid_argument_naming_the_field(broker_on):
         (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["x" * 1_000_000])), "demand.residency[0]"),
         (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["mars"] * 1000)), "demand.residency"),
         (stub.Quote, pb.QuoteRequest(demand=_demand(tenant="a\x00b")), "demand.tenant"),
+        # names the catalog does not know: refused, never priced or echoed into every exclusion
+        (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["mars"])), "demand.residency"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(residency=["eu", "x" * 64])), "demand.residency"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(regions=["mars-1"])), "demand.regions"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(data_location="aws:nowhere-1")), "demand.data_location"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(data_location="mars")), "demand.data_location"),
+        (stub.Quote, pb.QuoteRequest(demand=_demand(providers=["mars"])), "demand.providers"),
         (stub.Launch, pb.LaunchRequest(idempotency_key="k", offering=pb.Offering(
             provider="aws", region="us-east-1", instance_type="p5.48xlarge", market=pb.MARKET_ON_DEMAND,
             count=2**31 - 1)), "offering.count"),
@@ -254,3 +280,31 @@ def test_result_caches_are_bounded_in_bytes(mini_catalog):
     big = SizedLRU(10, 1000, len)
     big.put("k", "x" * 2000)  # heavier than the whole budget: not kept
     assert big.get("k") is None and big.bytes == 0
+
+
+def test_cache_budgets_are_limits_keys(tmp_path, mini_catalog_dir):
+    """``[limits] quote_cache_entries``, ``quote_cache_bytes`` and ``derived_cache_bytes`` bound the
+    engine's result cache and the caches derived from it (protobuf answers, launch targets), and
+    hold after the live market re-prices (a new engine from the same config)."""
+    from broker import config as cfgmod
+    from broker.errors import ConfigError
+    from broker.quote import engine_for
+
+    limits = {"quote_cache_entries": 3, "quote_cache_bytes": 300_000, "derived_cache_bytes": 200_000}
+    cfg = {"catalog.path": str(mini_catalog_dir), "limits": limits}
+    with running_server(tmp_path, config=cfg) as (addr, svc):
+        assert (svc.engine._cache.max_items, svc.engine._cache.max_bytes) == (3, 300_000)
+        assert (svc._derived._items.max_items, svc._derived._items.max_bytes) == (3, 200_000)
+        rebuilt = engine_for(svc.config, svc.engine.catalog)
+        assert (rebuilt._cache.max_items, rebuilt._cache.max_bytes) == (3, 300_000)
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            for hours in range(1, 9):
+                stub.Quote(pb.QuoteRequest(demand=_demand(hours=float(hours))), timeout=10)
+        assert len(svc.engine._cache) == 3 and svc.engine._cache.bytes <= 300_000
+        assert len(svc._derived._items) <= 3 and svc._derived._items.bytes <= 200_000
+    off = cfgmod.load(None, environ={}, overrides={"limits.quote_cache_entries": 0})
+    assert engine_for(off, svc.engine.catalog)._cache.max_items == 0
+    for key, value in (("quote_cache_bytes", -1), ("quote_cache_entries", 10**7), ("derived_cache_bytes", "x")):
+        with pytest.raises(ConfigError, match=f"limits.{key}"):
+            cfgmod.load(None, environ={}, overrides={f"limits.{key}": value})
