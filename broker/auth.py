@@ -97,6 +97,15 @@ class Principal:
         if not self.sees(tenant):
             raise NotFound(f"{what} {ident[:64]} does not exist.")
 
+    def source(self, name: str) -> str:
+        """The queue source a snapshot of this caller is kept and decided under. An operator's is
+        the name it gives; a scheduler's is scoped to its tenants ("team-a,team-c/kueue:prod"), so
+        no scheduler replaces another's queue (its pending jobs, its idle capacity to scale in),
+        reads its allocation history, or reports as a source the broker watches itself."""
+        if self.operator:
+            return name
+        return f"{','.join(sorted(self.tenants))}/{name or 'default'}"
+
     def reports_for(self, queue: str, field: str) -> None:
         """A scheduler reports only jobs of its own queues (a job's queue names its tenant)."""
         if not self.operator and (queue or "default") not in self.tenants:

@@ -136,17 +136,23 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
         from broker.queue_api import report_queue
 
-        self._reports_for(context, request.snapshot)
-        return report_queue(self.svc, request)
+        return report_queue(self.svc, self._reported(context, request))
 
-    def _reports_for(self, context, snapshot: pb.QueueSnapshot) -> None:
+    def _reported(self, context, request):
+        """``request`` as the caller may send it: a scheduler reports only jobs of its own queues
+        (PERMISSION_DENIED naming the first other), under its own scope of sources."""
         caller = self.auth.principal(context)
-        if caller.operator:
-            return
+        if caller.operator or not request.HasField("snapshot"):
+            return request
+        snapshot = request.snapshot
         for i, job in enumerate(snapshot.pending):
             caller.reports_for(job.queue, f"snapshot.pending[{i}].queue")
         for i, job in enumerate(snapshot.running):
             caller.reports_for(job.queue, f"snapshot.running[{i}].queue")
+        scoped = type(request)()
+        scoped.CopyFrom(request)
+        scoped.snapshot.source = caller.source(snapshot.source)
+        return scoped
 
     def ListDecisions(self, request: pb.ListDecisionsRequest, context) -> pb.ListDecisionsResponse:
         since = convert.from_ts(request.since) if request.HasField("since") else 0.0
@@ -163,8 +169,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         if not request.HasField("snapshot") and not self.auth.principal(context).operator:
             raise PermissionDenied("snapshot: a scheduler diagnoses the snapshot it sends; the latest "
                                    "reported one is the operator's.", field="snapshot")
-        self._reports_for(context, request.snapshot)
-        return diagnose(self.svc, request)
+        return diagnose(self.svc, self._reported(context, request))
 
 
 class _ErrorStatus(grpc.ServerInterceptor):

@@ -185,6 +185,23 @@ def test_every_unary_rpc_for_every_role_and_object(world, caller):
     assert got == want
 
 
+@pytest.mark.parametrize("token", [None, "nope"])
+def test_no_token_is_unauthenticated_before_the_request_is_even_read(world, token):
+    """Authentication comes first: an unauthenticated caller learns nothing from its request,
+    neither whether an id exists nor whether the request is well formed."""
+    stub, _, start = world
+    for rpc, request in (("GetLease", pb.GetLeaseRequest(lease_id="l-\x00")),
+                         ("Release", pb.ReleaseRequest(lease_id="l-" + "9" * 5000)),
+                         ("Launch", pb.LaunchRequest(offering=pb.Offering(count=2**31 - 1))),
+                         ("Quote", pb.QuoteRequest()),
+                         ("ListDecisions", pb.ListDecisionsRequest(limit=-1)),
+                         ("Diagnose", pb.DiagnoseRequest(snapshot=pb.QueueSnapshot(source="x" * 1000)))):
+        assert _call(stub, rpc, request, token) == UNAUTH, rpc
+    with pytest.raises(grpc.RpcError) as e:
+        _watch(stub, token, -1, lease_id="l-\x00")
+    assert e.value.code() == UNAUTH
+
+
 def test_list_leases_shows_only_the_callers_leases(world):
     stub, _, _ = world
     ids = lambda tok, **kw: sorted(l.lease_id for l in stub.ListLeases(pb.ListLeasesRequest(**kw),  # noqa: E731
@@ -228,7 +245,7 @@ def test_watch_leases_of_one_lease(world, caller):
     stub, _, start = world
     token = CALLERS[caller]
     role = ROLE_OF[caller]
-    for lid, visible in (("l-a", role is not Role.NONE), ("l-b", role is Role.OPERATOR)):
+    for lid, visible in (("l-a", role is not Role.NONE), ("l-b", role is Role.OPERATOR), ("l-missing", False)):
         try:
             events = _watch(stub, token, start, lease_id=lid)
         except grpc.RpcError as e:
@@ -289,3 +306,24 @@ def test_a_tenant_token_named_like_an_operator_is_a_tenant(tmp_path, mini_catalo
             while time.monotonic() < deadline and not svc.store.last_event_id():
                 time.sleep(0.05)
             assert _watch(stub, "t-star", 0) == []
+
+
+def test_a_scheduler_reports_only_under_its_own_sources(tmp_path, mini_catalog_dir):
+    """Snapshots are kept (and decided on) per source: a scheduler naming another's source gets its
+    own scope of it, so the other queue, its history and its idle leases stay as they were."""
+    tokens = {"tok-sched-a": "scheduler:team-a", "tok-sched-b": "scheduler:team-b", "tok-op": "*"}
+    with running_server(tmp_path, config={"catalog.path": str(mini_catalog_dir), "auth.tokens": tokens}) as (addr, svc):
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            stub.ReportQueue(pb.ReportQueueRequest(snapshot=_snapshot("team-b")), metadata=_md("tok-op"))
+            stub.ReportQueue(pb.ReportQueueRequest(snapshot=_snapshot("team-b")), metadata=_md("tok-sched-b"))
+            hijack = _snapshot("team-a")
+            hijack.source = "kueue:team-b"
+            stub.ReportQueue(pb.ReportQueueRequest(snapshot=hijack), metadata=_md("tok-sched-a"))
+            assert _call(stub, "Diagnose", pb.DiagnoseRequest(snapshot=hijack), "tok-sched-a") == OK
+    queues = lambda source: [j["queue"] for j in svc.store.latest_snapshot(source)["pending"]]  # noqa: E731
+    assert queues("kueue:team-b") == ["team-b"]  # the operator's, as it sent it
+    assert queues("team-b/kueue:team-b") == ["team-b"]  # scheduler b's, untouched by a
+    assert queues("team-a/kueue:team-b") == ["team-a"]
+    assert Principal(Role.SCHEDULER, frozenset({"team-c", "team-a"})).source("") == "team-a,team-c/default"
+    assert parse_spec("*").source("slurm:main") == "slurm:main"
