@@ -5,11 +5,15 @@ structlog events, and every stdlib ``logging`` record of the libraries underneat
 "Exception calling application", the Azure SDK's retries, ``warnings``), tracebacks included, as
 are exceptions that escape a thread. So a traceback is a field (``exception``) of one JSON line,
 never raw lines in the stream. Third-party loggers speak from ``warning`` up; the broker's own
-loggers at the configured level.
+loggers at the configured level. What native code writes to the process's standard error (gRPC's
+C core: a TLS handshake a plaintext client or a port scanner failed, transport errors) is read
+back line by line and logged too (:func:`bridge_native_stderr`, logger ``grpc.core``).
 """
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import threading
 from typing import TextIO
@@ -48,6 +52,48 @@ def configure(level: str = "info", json_logs: bool = True, stream: TextIO | None
     logging.captureWarnings(True)
     threading.excepthook = _thread_exception
     sys.excepthook = _uncaught
+
+
+# gRPC's C core logs through absl: "E1203 07:47:09.038604    3081 ssl_transport_security.cc:2563] text"
+_NATIVE = re.compile(r"([IWEF])\d{4} [\d:.]+\s+\d+\s+([^\]\s]+)\] ?(.*)")
+_NATIVE_LEVEL = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+_bridged = False
+
+
+def bridge_native_stderr() -> None:
+    """Make every line native code writes to file descriptor 2 a log record of ``grpc.core`` (at
+    its own level; a line in no known format at ``warning``), so the log stays one JSON object per
+    line. Python's ``sys.stderr`` keeps the original stream (the log handler, a command's one
+    sentence). Call once, before :func:`configure`; a process that cannot spare the descriptors
+    keeps its plain stderr."""
+    global _bridged
+    if _bridged:
+        return
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+    except (OSError, ValueError):
+        return
+    _bridged = True
+    sys.stderr = os.fdopen(original, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    threading.Thread(target=_relay_native, args=(read_fd,), name="native-stderr", daemon=True).start()
+
+
+def _relay_native(fd: int) -> None:
+    log = logging.getLogger("grpc.core")
+    with os.fdopen(fd, "rb") as lines:
+        for raw in lines:
+            line = raw.decode("utf-8", "backslashreplace").rstrip()
+            if not line:
+                continue
+            m = _NATIVE.match(line)
+            if m:
+                log.log(_NATIVE_LEVEL[m.group(1)], m.group(3), extra={"source": m.group(2)})
+            else:
+                log.warning(line)
 
 
 def _thread_exception(args: threading.ExceptHookArgs) -> None:

@@ -50,7 +50,7 @@ def serve(
 ) -> None:
     from broker import config as cfgmod
     from broker.errors import BrokerError
-    from broker.telemetry import configure
+    from broker.telemetry import bridge_native_stderr, configure
 
     if log_level not in ("debug", "info", "warning", "error"):
         exit_usage(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
@@ -77,6 +77,10 @@ def serve(
             if value is not None:
                 argv += [flag, value]
         raise typer.Exit(supervise(argv, cfg.server.processes))
+    # This process serves: what gRPC's C core writes to fd 2 becomes JSON records too (the log's
+    # handler moves to the original stream; a supervising parent above keeps its plain stderr).
+    bridge_native_stderr()
+    configure(log_level)
     from broker.serving import serve as run
 
     try:  # listens first (health NOT_SERVING), then builds the service: both are start-up
