@@ -103,9 +103,14 @@ def test_a_leader_replaced_mid_burst_stops_before_its_next_launch(tmp_path, clou
     def take_over(op, _arg):
         if op == "launch" and not box.get("done"):
             box["done"] = True
+            # b takes the lease over in one statement, as its heartbeat does once a's has run out
+            # (expiring the row and then beating would race a's own heartbeat, which renews it)
+            b = box["b"].leadership
             with box["b"].store.engine.begin() as conn:
-                conn.execute(text("UPDATE broker_leader SET expires_at = 0"))
-            assert box["b"].leadership.beat()
+                conn.execute(text("UPDATE broker_leader SET holder = :b, term = term + 1, "
+                                  "expires_at = extract(epoch from clock_timestamp()) + :ttl"),
+                             {"b": b.replica, "ttl": b.ttl_s})
+            assert b.beat()
 
     with replica(tmp_path, clouds, pg, "a", clock, before=take_over) as (a, stub_a, launched_a), \
             replica(tmp_path, clouds, pg, "b", clock) as (b, stub_b, launched_b):
