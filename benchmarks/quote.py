@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--only-in-process", action="store_true", help="skip the gRPC and CLI parts")
     ap.add_argument("--only-cli", action="store_true", help="only `broker quote` as a whole process")
     ap.add_argument("--processes", type=int, default=2, help="serving processes to compare with 1")
+    ap.add_argument("--only-grpc", action="store_true", help="only the gRPC part (1 and N processes)")
     ap.add_argument("--client-processes", type=int, default=2, help="processes the clients are spread over")
     ap.add_argument("--load-worker", nargs=5, metavar=("ADDR", "MODE", "CLIENTS", "PER_CLIENT", "START_AT"),
                     help=argparse.SUPPRESS)
@@ -68,6 +69,8 @@ def main() -> None:
         return load_worker(*args.load_worker)
     if args.only_cli:
         return cli_process(args.cli_runs)
+    if args.only_grpc:
+        return grpc_processes(None, args)
 
     from broker.quote import QuoteEngine
     from policies.demand import Demand
@@ -389,12 +392,12 @@ def start_serve(tmp: Path, processes: int) -> tuple[subprocess.Popen, str, Path]
     return proc, f"127.0.0.1:{port}", log
 
 
-def grpc_processes(demand, args) -> None:
+def grpc_processes(_demand, args) -> None:
     print(f"\n== gRPC: `broker serve` with 1 and {args.processes} processes, {args.clients} clients (one "
           f"connection each, over {args.client_processes} client processes)")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for processes in (1, args.processes):
+        for processes in sorted({1, args.processes}):
             proc, addr, _ = start_serve(Path(tmp), processes)
             try:
                 lat, elapsed, _ = run_load(addr, "mixed", args)
