@@ -56,22 +56,24 @@ def money(value: float | Decimal | int) -> str:
 def ten_thousandths(micros: int) -> int:
     """Micro-dollars in ten-thousandths of a dollar, rounded half to even (as
     :func:`broker.quote.usd` rounds), in integers only."""
-    q, r = divmod(abs(micros), 100)
-    if r > 50 or (r == 50 and q & 1):
-        q += 1
-    return -q if micros < 0 else q
+    if micros >= 0:
+        q, r = divmod(micros, 100)
+        return q + 1 if r > 50 or (r == 50 and q & 1) else q
+    q, r = divmod(-micros, 100)
+    return -(q + 1) if r > 50 or (r == 50 and q & 1) else -q
 
 
 def usd_text(micros: int) -> str:
     """``money(usd(micros))`` without a Decimal: "12.3400" from 12_340_000 micro-dollars."""
-    q = abs(ten_thousandths(micros))
-    return f"{'-' if micros < 0 else ''}{q // 10000}.{q % 10000:04d}"
+    t = ten_thousandths(micros)
+    return _usd_4dp(t) if t or micros >= 0 else "-0.0000"
 
 
 def _usd_4dp(t: int) -> str:
     """Ten-thousandths of a dollar as "D.DDDD"."""
-    a = abs(t)
-    return f"{'-' if t < 0 else ''}{a // 10000}.{a % 10000:04d}"
+    if t >= 0:
+        return f"{t // 10000}.{t % 10000:04d}"
+    return f"-{-t // 10000}.{-t % 10000:04d}"
 
 
 # -- demand ------------------------------------------------------------------------------------
@@ -118,6 +120,7 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
     for r in q.offers:
         p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
         lines = [ten_thousandths(x) for x in c]  # compute, interruption, storage, data transfer, SLA risk
+        text = [_usd_4dp(t) if t or x >= 0 else "-0.0000" for t, x in zip(lines, c)]
         add_offer(
             rank=r.rank, provider=it.provider, region=o.region, zone=p.zone, instance_type=it.name,
             gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
@@ -125,9 +128,8 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
             interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
             runtime_hours=p.runtime_hours, **market_fields(o),
             cost=pb.CostBreakdown(
-                compute_usd=usd_text(c.compute), interruption_usd=usd_text(c.interruption),
-                storage_usd=usd_text(c.storage), data_transfer_usd=usd_text(c.data_transfer),
-                sla_risk_usd=usd_text(c.sla_risk), total_usd=_usd_4dp(sum(lines)),
+                compute_usd=text[0], interruption_usd=text[1], storage_usd=text[2], data_transfer_usd=text[3],
+                sla_risk_usd=text[4], total_usd=_usd_4dp(sum(lines)),
             ),
         )
     for e in q.excluded:

@@ -23,7 +23,7 @@ def decimal_money(micros: int) -> str:
 
 @pytest.mark.parametrize("micros", [0, 1, 49, 50, 51, 99, 100, 150, 250, 350, 12_340_000, 12_345_650,
                                     12_345_750, 999_999_950, 10**15 + 50, -1_000_050, -12_340_000,
-                                    -150])
+                                    -150, -1, -50, -51])
 def test_usd_text_rounds_half_to_even_as_decimal_does(micros):
     assert convert.usd_text(micros) == decimal_money(micros)
 
