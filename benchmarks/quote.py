@@ -16,7 +16,7 @@ as a whole process. Ratios are against baselines run in the same process:
 * CLI: a bare `python -c pass` start-up (the floor any Python CLI pays), wall and CPU time.
 
 Run: .venv/bin/python benchmarks/quote.py [--requests 2000] [--clients 32] [--processes 2]
-     [--only-in-process | --only-cli]
+     [--only-in-process | --only-cli | --only-grpc]
 """
 from __future__ import annotations
 
