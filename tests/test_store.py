@@ -85,8 +85,13 @@ def test_a_postgresql_store_made_with_32_bit_columns_is_widened_on_open():
     url = next(gen)
     try:
         old = Store(url)
-        with old.engine.begin() as conn:  # the schema as an earlier release created it
-            conn.execute(text("DROP TABLE alembic_version"))  # (made before migrations)
+        with old.engine.begin() as conn:  # the schema as an earlier release created it:
+            from alembic import command
+
+            from broker import migrate
+
+            command.downgrade(migrate.config(conn), migrate.BASELINE)  # the baseline's tables,
+            conn.execute(text("DROP TABLE alembic_version"))  # made before migrations
             for col in ("accrued_micros", "hourly_micros", "nodes", "version"):
                 conn.execute(text(f"ALTER TABLE leases ALTER COLUMN {col} TYPE INTEGER"))
             conn.execute(text("ALTER TABLE lease_events ALTER COLUMN id TYPE INTEGER"))
