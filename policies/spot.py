@@ -167,23 +167,33 @@ def _outlook(dist: LifetimeDist, work_h: float, ckpt_h: float, startup_h: float,
     z = int(np.searchsorted(life, startup_h + step)) if ckpt_h > 0 else n
     t1 = np.zeros(k_max + 1)  # expected time to finish from k checkpoints done
     t2 = np.zeros(k_max + 1)  # its second moment
+    # What each state needs but the states after it, for every state at once.
+    ks = np.arange(k_max)
+    x_fin = startup_h + work_h - ks * step
+    f_all = np.searchsorted(life, x_fin)
+    p_fin = total - cw[f_all]
+    st_all = np.minimum(z, f_all)
+    p_stay = cw[st_all]
+    if bool((p_stay >= total - 1e-12).any()):
+        return SpotOutlook(math.inf, math.inf)
+    e1_all = cwl[f_all] + x_fin * p_fin
+    e2_all = cwl2[f_all] + x_fin * x_fin * p_fin
+    left = 1.0 - p_stay
+    cwl_st = cwl[st_all]
+    # Samples that reach a checkpoint but do not finish: [z, f) for state k.
+    wz, xz, gz = wt[z:], life[z:], gain[z:]
     for k in range(k_max - 1, -1, -1):
-        x_fin = startup_h + work_h - k * step
-        f = int(np.searchsorted(life, x_fin))
-        p_fin = total - float(cw[f])
-        st = min(z, f)
-        p_stay = float(cw[st])
-        if p_stay >= total - 1e-12:
-            return SpotOutlook(math.inf, math.inf)
-        e1 = float(cwl[f]) + x_fin * p_fin
-        e2 = float(cwl2[f]) + x_fin * x_fin * p_fin
-        if f > z:
-            nxt = np.minimum(k + gain[z:f], k_max)
-            w, x, tn = wt[z:f], life[z:f], t1[nxt]
-            e1 += float(w @ tn)
-            e2 += float(w @ (2.0 * x * tn + t2[nxt]))
-        t1[k] = e1 / (1.0 - p_stay)
-        t2[k] = (e2 + 2.0 * float(cwl[st]) * t1[k]) / (1.0 - p_stay)
+        e1, e2 = float(e1_all[k]), float(e2_all[k])
+        m = int(f_all[k]) - z
+        if m > 0:
+            nxt = gz[:m] + k
+            np.minimum(nxt, k_max, out=nxt)
+            tn = t1[nxt]
+            e1 += float(wz[:m] @ tn)
+            e2 += float(wz[:m] @ (2.0 * xz[:m] * tn + t2[nxt]))
+        den = float(left[k])
+        t1[k] = a = e1 / den
+        t2[k] = (e2 + 2.0 * float(cwl_st[k]) * a) / den
     return SpotOutlook(float(t1[0]), math.sqrt(max(0.0, float(t2[0]) - float(t1[0]) ** 2)))
 
 

@@ -1,10 +1,18 @@
-"""Where a burst job goes: the offering each policy picks from the catalog, cached per job shape."""
+"""Where a burst job goes: the offering each policy picks from the catalog, cached per job shape.
+
+Pricing a shape (every offering of its GPU model through :func:`policies.cost.pricer`) is the
+costly part, and it does not depend on the policy or the pool size: the priced offers are kept
+per (catalog, pricing context, shape) in :data:`_PRICED`, shared by every replay in the process
+(the policies of one run, the sizes of a sweep's worker). Each replay keeps the policy's pick per
+shape and per job.
+"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Sequence
 
-from policies.cost import Context, Exclusion, PricedOffer, price
+from policies.cost import Context, Exclusion, PricedOffer, pricer
 from policies.demand import Demand
 from policies.spot import LifetimeDist, outlook
 from providers.base import MICROS, Market, Offering
@@ -32,6 +40,15 @@ class Choice:
     lower_bound_extra: int
     od_best: Pick | None = None  # lowest full cost off spot (for the hindsight bound)
     spot_best: Pick | None = None  # lowest full cost on spot
+    price_ratio: float = 1.0  # first pick's hourly gang price / the fallback's (at most 1)
+    startup_s: float = math.inf  # the first pick's start-up (inf: no offer)
+
+
+# Priced offers per (pricing context, shape), shared by the replays of one process; reset when
+# another catalog comes.
+_PRICED: dict[tuple, tuple[PricedOffer, ...]] = {}
+_PRICED_CATALOG: list = [None]
+_PRICED_MAX = 50_000
 
 
 def hours_bucket(h: float) -> int:
@@ -42,8 +59,11 @@ class Chooser:
     """Prices a job's shape once per (size, market eligibility, model, data, runtime bucket) and
     remembers the policy's pick; learns spot interruption rates when the policy does."""
 
-    def __init__(self, catalog: Catalog, policy: Policy, cfg: SimConfig, lifetimes: Lifetimes | None = None):
+    def __init__(self, catalog: Catalog, policy: Policy, cfg: SimConfig, lifetimes: Lifetimes | None = None,
+                 jobs: Sequence[TraceJob] = ()):
         self.catalog = catalog
+        self.jobs = jobs
+        self.per_job: list[Choice | None] = [None] * len(jobs)
         self.policy = policy
         self.cfg = cfg
         self.cache: dict[tuple, Choice] = {}
@@ -56,6 +76,12 @@ class Chooser:
         # Learned spot interruption rates: provider -> [node-hours seen, interruptions seen].
         self.seen: dict[str, list[float]] = {p: [0.0, 0.0] for p in catalog.terms}
         self.rates_in_use = {p: t.spot_interruptions_per_hour for p, t in catalog.terms.items()}
+        self.ctx_key = self._ctx_key()
+
+    def _ctx_key(self) -> tuple:
+        """What the prices depend on besides the catalog and the shape."""
+        return (tuple(sorted(self.lives.items())) if self.lives else None, tuple(sorted(self.rates_in_use.items())),
+                self.ctx.onprem_egress_micros_per_gb, self.cfg.checkpoint_minutes)
 
     def observe(self, provider: str, node_hours: float, interrupted: int) -> None:
         if not self.policy.learn_interruptions or self.lives is not None:
@@ -71,29 +97,46 @@ class Chooser:
             self.rates_in_use[provider] = est
             self.terms[provider] = replace(self.terms[provider], spot_interruptions_per_hour=est)
             self.ctx = replace(self.ctx, terms=self.terms)
+            self.ctx_key = self._ctx_key()
             self.cache.clear()
+            self.per_job = [None] * len(self.jobs)
 
     def choose(self, j: TraceJob) -> Choice:
         hb = hours_bucket(j.duration_s / 3600.0)
         key = (j.gpus, j.interruptible, j.gpu_model, round(j.data_gb), hb, j.checkpoint_minutes)
         c = self.cache.get(key)
         if c is None:
-            c = self._choose(j, 2.0 ** (hb / 4.0))
-            self.cache[key] = c
+            c = self.cache[key] = self._choose(key, 2.0 ** (hb / 4.0))
         return c
 
-    def _choose(self, j: TraceJob, hours: float) -> Choice:
-        d = Demand(gpus=j.gpus, hours=hours, gpu_model=j.gpu_model, data_in_gb=j.data_gb,
-                   interruptible=j.interruptible,
-                   checkpoint_minutes=j.checkpoint_minutes or self.cfg.checkpoint_minutes)
-        offers = self.catalog.by_gpu.get(j.gpu_model, ())
-        priced: list[PricedOffer] = []
-        for o in offers:
-            r = price(d, o, self.ctx)
-            if type(r) is not Exclusion:
-                priced.append(r)
+    def for_job(self, i: int) -> Choice:
+        """:meth:`choose` for job ``i`` of ``jobs``, remembered per job until the rates change."""
+        c = self.per_job[i]
+        if c is None:
+            c = self.per_job[i] = self.choose(self.jobs[i])
+        return c
+
+    def priced(self, key: tuple, hours: float) -> tuple[PricedOffer, ...]:
+        """Every offering that can serve the shape, priced (shared across replays)."""
+        if _PRICED_CATALOG[0] is not self.catalog or len(_PRICED) > _PRICED_MAX:
+            _PRICED.clear()
+            _PRICED_CATALOG[0] = self.catalog
+        k = (self.ctx_key, key)
+        out = _PRICED.get(k)
+        if out is None:
+            gpus, interruptible, model, data_gb, _, ckpt = key
+            d = Demand(gpus=gpus, hours=hours, gpu_model=model, data_in_gb=float(data_gb),
+                       interruptible=interruptible, checkpoint_minutes=ckpt or self.cfg.checkpoint_minutes)
+            one = pricer(d, self.ctx)
+            out = _PRICED[k] = tuple(r for r in map(one, self.catalog.by_gpu.get(model, ()))
+                                     if type(r) is not Exclusion)
+        return out
+
+    def _choose(self, key: tuple, hours: float) -> Choice:
+        priced = self.priced(key, hours)
         if not priced:
             return Choice(None, None, 0.0, 0)
+        ckpt = key[5] or self.cfg.checkpoint_minutes
 
         def pick(p: PricedOffer) -> Pick:
             return Pick(p.offering, p.nodes, p.runtime_hours / hours,
@@ -121,19 +164,25 @@ class Chooser:
         else:
             first = min(priced, key=lambda p: p.cost.total)
             fb = best_od_full
-            if first.offering.market is Market.SPOT and fb is not None and not self.spot_in_time(first, d):
+            if first.offering.market is Market.SPOT and fb is not None and not self.spot_in_time(first, ckpt):
                 first = fb
         best_sp = min(sp, key=lambda p: p.cost.total) if sp else None
-        return Choice(pick(first) if first else None, pick(fb) if fb else None, lb_rate, lb_extra,
-                      pick(best_od_full) if best_od_full else None, pick(best_sp) if best_sp else None)
+        f, b = (pick(first) if first else None), (pick(fb) if fb else None)
+        ratio = 1.0
+        if f is not None and b is not None:
+            den = b.offering.hourly_micros * b.nodes * b.stretch
+            if den:
+                ratio = min(1.0, f.offering.hourly_micros * f.nodes * f.stretch / den)
+        return Choice(f, b, lb_rate, lb_extra, pick(best_od_full) if best_od_full else None,
+                      pick(best_sp) if best_sp else None, ratio, f.startup_s if f else math.inf)
 
-    def spot_in_time(self, p: PricedOffer, d: Demand) -> bool:
+    def spot_in_time(self, p: PricedOffer, checkpoint_minutes: int) -> bool:
         """Whether the job, run on spot to the end, meets its deadline (start-up + runtime x
         (1 + slack)) with the policy's confidence, by the observed lifetimes."""
         dist = self.lives.get(p.offering.provider) if self.lives else None
         if dist is None:
             return True
         startup_h = self.terms[p.offering.provider].startup_s / 3600.0
-        o = outlook(dist, p.runtime_hours, d.checkpoint_hours, startup_h, p.nodes)
+        o = outlook(dist, p.runtime_hours, (checkpoint_minutes or 60) / 60.0, startup_h, p.nodes)
         deadline_h = startup_h + p.runtime_hours * (1.0 + self.policy.deadline_slack)
         return o.finish_by_h(self.policy.spot_confidence) <= deadline_h

@@ -50,7 +50,7 @@ class Cloud:
         self.state = state
         self.wait = wait
         self.push = push
-        self.chooser = Chooser(catalog, policy, cfg, lifetimes)
+        self.chooser = Chooser(catalog, policy, cfg, lifetimes, jobs)
         n = len(jobs)
         self.done_work = [0.0] * n  # checkpointed cloud progress (trace seconds)
         self.burst_at = [0.0] * n
@@ -70,7 +70,7 @@ class Cloud:
     def burst(self, i: int, t: float) -> bool:
         """Send job i to the cloud now; False when no offering can hold it."""
         j = self.jobs[i]
-        ch = self.chooser.choose(j)
+        ch = self.chooser.for_job(i)
         if ch.first is None:
             return False
         self.state[i] = CLOUD
@@ -193,7 +193,7 @@ class Cloud:
     def _next(self, i: int, t: float, p: Pick, ckpt: float) -> Pick:
         """Where a preempted job goes on, by the policy."""
         j = self.jobs[i]
-        ch = self.chooser.choose(j)
+        ch = self.chooser.for_job(i)
         fb = ch.fallback
         pol = self.policy
         if pol.market == "spot-greedy":
@@ -219,9 +219,13 @@ class Cloud:
         if dist is None:
             return True
         left_s = self.jobs[i].duration_s - self.done_work[i]
+        od_cost = (od.startup_s / 3600.0 + left_s * od.stretch / 3600.0) * od.offering.hourly_micros * od.nodes
+        # Spot takes at least its start-up and the work left, uninterrupted: when even that is
+        # too late or too dear, the outlook (the costly part) cannot say otherwise.
+        spot_h = (sp.startup_s + left_s * sp.stretch) / 3600.0
+        if spot_h > time_left_h or spot_h * sp.offering.hourly_micros * sp.nodes >= od_cost:
+            return False
         o = spot_rule.outlook(dist, left_s * sp.stretch / 3600.0, ckpt_s / 3600.0, sp.startup_s / 3600.0, sp.nodes)
         if o.finish_by_h(self.policy.spot_confidence) > time_left_h:
             return False
-        spot_cost = o.mean_h * sp.offering.hourly_micros * sp.nodes
-        od_cost = (od.startup_s / 3600.0 + left_s * od.stretch / 3600.0) * od.offering.hourly_micros * od.nodes
-        return spot_cost < od_cost
+        return o.mean_h * sp.offering.hourly_micros * sp.nodes < od_cost

@@ -59,6 +59,12 @@ def builtin_policies() -> dict[str, Policy]:
 POLICY_NAMES = tuple(builtin_policies())
 
 
+# Bounds on the simulated cluster: the largest pools built today are ~100,000 GPUs, and a
+# node of more than 128 GPUs is no node the scheduler models.
+MAX_ONPREM_GPUS = 1_000_000
+MAX_GPUS_PER_NODE = 128
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     onprem_gpus: int
@@ -71,9 +77,11 @@ class SimConfig:
     sample_s: float = 3600.0  # time-series resolution for plots
 
     def __post_init__(self) -> None:
-        if self.gpus_per_node <= 0:
-            raise ValueError("gpus_per_node must be positive")
-        if self.onprem_gpus < 0 or self.onprem_gpus % self.gpus_per_node:
+        if not 0 < self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            raise ValueError(f"gpus_per_node must be between 1 and {MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
+        if not 0 <= self.onprem_gpus <= MAX_ONPREM_GPUS:
+            raise ValueError(f"onprem_gpus must be between 0 and {MAX_ONPREM_GPUS:,}, got {self.onprem_gpus}")
+        if self.onprem_gpus % self.gpus_per_node:
             raise ValueError(f"onprem_gpus ({self.onprem_gpus}) must be a non-negative multiple of "
                              f"gpus_per_node ({self.gpus_per_node})")
         if self.tick_s <= 0 or self.sample_s <= 0:
@@ -94,6 +102,7 @@ class PolicyResult:
     onprem_utilization: float
     waits: list[float]
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # the replay's own CPU time (wall_s less what other processes took)
     series: dict[str, list[float]] = field(default_factory=dict)
     unserved: int = 0  # jobs that never ran
     never_runnable: int = 0  # of which: bigger than the cluster, and no cloud for them
@@ -133,4 +142,5 @@ class PolicyResult:
             "unserved_jobs": self.unserved,
             "never_runnable_jobs": self.never_runnable,
             "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,
+            "replay_jobs_per_cpu_s": round(self.jobs / self.cpu_s, 1) if self.cpu_s > 0 else None,
         }

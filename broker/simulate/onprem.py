@@ -51,6 +51,12 @@ class Cluster:
         self.released = 0.0  # exponentially decayed GPUs released (see release_rate)
         self.released_at = 0.0
         self.resv = None  # (head job, shadow time, reserved nodes frozenset)
+        self.fifo: deque[int] = deque()  # every queued job in arrival order (left ones dropped lazily)
+        # Per node, when the current head's size could start there (-inf: now), for
+        # reservation(); recomputed only for the nodes a start or an end touched since.
+        self.when_g = 0
+        self.when: list[float] = []
+        self.touched: set[int] = set()
 
     # -- the queue ------------------------------------------------------------------------
 
@@ -71,6 +77,7 @@ class Cluster:
                 ahead += v
         cg[g] = cg.get(g, 0) + g
         q.append(i)
+        self.fifo.append(i)
         return ahead
 
     def dequeue(self, i: int) -> None:
@@ -88,36 +95,16 @@ class Cluster:
         return q[0] if q else None
 
     def global_head(self) -> int | None:
-        """The oldest pending job that could ever run on-prem."""
-        best = None
-        N = self.N
-        for g in self.classes:
-            if g > N:
-                continue
-            h = self.head(g)
-            if h is None:
-                continue
-            if best is None or h < best:
-                best = h
-        return best
+        """The oldest pending job (every queued job can run on-prem: bigger ones never queue)."""
+        q, st = self.fifo, self.state
+        while q and st[q[0]] != PENDING:
+            q.popleft()
+        return q[0] if q else None
 
     def fifo_iter(self) -> Iterable[int]:
-        """Pending jobs oldest first (merging the per-size queues)."""
-        its = []
-        for g, q in self.classes.items():
-            it = iter(q)
-            for i in it:
-                if self.state[i] == PENDING:
-                    its.append((i, g, it))
-                    break
-        heapq.heapify(its)
-        while its:
-            i, g, it = heapq.heappop(its)
-            yield i
-            for k in it:
-                if self.state[k] == PENDING:
-                    heapq.heappush(its, (k, g, it))
-                    break
+        """Pending jobs oldest first."""
+        st = self.state
+        return (i for i in self.fifo if st[i] == PENDING)
 
     # -- placing ----------------------------------------------------------------------------
 
@@ -180,6 +167,7 @@ class Cluster:
             free[nd] = f - take
             b[f - take].add(nd)
             bisect.insort(self.node_jobs[nd], (end, take, i))
+            self.touched.add(nd)
         self.free_total -= g
         self.place[i] = chosen
         self.state[i] = ONPREM
@@ -201,6 +189,7 @@ class Cluster:
             free[nd] = f + take
             b[f + take].add(nd)
             self.node_jobs[nd].remove((self.start[i] + j.duration_s, take, i))
+            self.touched.add(nd)
         self.free_total += j.gpus
         self.busy_gpu_s += j.gpus * j.duration_s
         self.released = self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) + j.gpus
@@ -211,35 +200,52 @@ class Cluster:
 
     # -- scheduling ---------------------------------------------------------------------------
 
+    def node_when(self, nd: int, g: int) -> float:
+        """When node ``nd`` could hold g GPUs from its running jobs' ends (-inf: now); for a job
+        of whole nodes (g > GPUs per node), when the node is empty."""
+        js = self.node_jobs[nd]
+        if g > self.G:
+            return js[-1][0] if js else -math.inf
+        f = self.free[nd]
+        if f >= g:
+            return -math.inf
+        for end, take, _ in js:
+            f += take
+            if f >= g:
+                return end
+        return math.inf  # unreachable: a node's GPUs all free up
+
     def reservation(self, h: int, t: float):
-        """Earliest start of head job h and the nodes it will use."""
+        """Earliest start of head job h and the nodes it will use: the node that frees enough
+        GPUs first (the lowest-numbered of a tie), or the whole nodes that empty first."""
         g, G = self.jobs[h].gpus, self.G
-        if g <= G:
-            best_t, best_n = math.inf, -1
-            for nd in range(self.nodes):
-                f = self.free[nd]
-                when = t
-                if f < g:
-                    for end, take, _ in self.node_jobs[nd]:
-                        f += take
-                        if f >= g:
-                            when = end
-                            break
-                    else:
-                        continue
-                if when < best_t:
-                    best_t, best_n = when, nd
-            return (h, best_t, frozenset((best_n,)) if best_n >= 0 else frozenset())
         k = -(-g // G)
         if k > self.nodes:
             return (h, math.inf, frozenset())
-        fulls = []
-        for nd in range(self.nodes):
-            js = self.node_jobs[nd]
-            fulls.append((js[-1][0] if js else t, nd))
-        fulls.sort()
-        chosen = fulls[:k]
-        return (h, max(t, chosen[-1][0]), frozenset(nd for _, nd in chosen))
+        when, touched = self.when, self.touched
+        if self.when_g != g or len(when) != self.nodes:
+            self.when = when = [self.node_when(nd, g) for nd in range(self.nodes)]
+            self.when_g = g
+        else:
+            for nd in touched:
+                when[nd] = self.node_when(nd, g)
+        touched.clear()
+        # Every time is >= t (ends not yet past; -inf: now), so "now" ties at t.
+        if g <= G:
+            best = min(when)
+            if best == math.inf:
+                return (h, math.inf, frozenset())
+            if best <= t:
+                return (h, t, frozenset((next(nd for nd, w in enumerate(when) if w <= t),)))
+            return (h, best, frozenset((when.index(best),)))
+        order = sorted(range(self.nodes), key=when.__getitem__)
+        now = 0
+        while now < len(order) and when[order[now]] <= t:
+            now += 1
+        if now > 1:
+            order[:now] = sorted(order[:now])
+        chosen = order[:k]
+        return (h, max(t, when[chosen[-1]]), frozenset(chosen))
 
     def schedule(self, t: float) -> None:
         """Start what can start: the FIFO head while it fits, then EASY backfill."""

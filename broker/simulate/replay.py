@@ -37,9 +37,10 @@ def simulate(
     progress: Callable[[int], None] | None = None,
 ) -> PolicyResult:
     """Replay ``jobs`` under ``policy``; see the package docstring for the model."""
-    t_wall = time.perf_counter()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     res = Replay(jobs, catalog, policy, cfg, lifetimes, progress).run()
     res.wall_s = time.perf_counter() - t_wall
+    res.cpu_s = time.process_time() - t_cpu
     return res
 
 
@@ -206,7 +207,8 @@ class Replay:
             # Eligible by wait now or later: add it to the pool when its (predicted) wait reaches
             # the minimum share, and to the overdue list when it reaches the wait ratio.
             run = j.duration_s
-            min_run = tc.selection.min_runtime_startups * self.startup(j)
+            ch = self.cloud.chooser.for_job(i)
+            min_run = tc.selection.min_runtime_startups * ch.startup_s
             if run >= min_run and j.gpus <= tc.max_gpus_in_flight:
                 pred = self.pred[i]
                 if pred > self.ratio * run:
@@ -215,7 +217,7 @@ class Replay:
                 else:
                     self.push(t + self.ratio * run + 1e-6, E_CHECK, i)
                 if tc.threshold_trigger:
-                    share = tc.selection.min_wait_share * self.price_ratio(j)
+                    share = tc.selection.min_wait_share * ch.price_ratio
                     if pred >= share * run:
                         self.add_pool(i)
                     else:
@@ -228,18 +230,6 @@ class Replay:
         j = self.jobs[i]
         self.in_pool[i] = True
         heapq.heappush(self.pool, ((0 if j.interruptible else 1, 3, j.duration_s, j.data_gb, j.submit_s), i))
-
-    def price_ratio(self, j: TraceJob) -> float:
-        c = self.cloud.chooser.choose(j)
-        if c.first is None or c.fallback is None:
-            return 1.0
-        a = c.first.offering.hourly_micros * c.first.nodes * c.first.stretch
-        b = c.fallback.offering.hourly_micros * c.fallback.nodes * c.fallback.stretch
-        return min(1.0, a / b) if b else 1.0
-
-    def startup(self, j: TraceJob) -> float:
-        c = self.cloud.chooser.choose(j)
-        return c.first.startup_s if c.first else math.inf
 
     # -- the trigger --------------------------------------------------------------------------
 
@@ -254,10 +244,11 @@ class Replay:
 
     def candidate(self, i: int, t: float) -> Candidate:
         j = self.jobs[i]
+        ch = self.cloud.chooser.for_job(i)
         return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=int(math.ceil(j.duration_s)),
                                     waited_s=int(t - j.submit_s), interruptible=j.interruptible,
                                     data_gb=j.data_gb, kind=j.kind, queue=j.queue),
-                         self.pred[i], self.price_ratio(j), self.startup(j))
+                         self.pred[i], ch.price_ratio, ch.startup_s)
 
     def threshold_jobs(self, want: int, skip: set[int], popped: list) -> list[int]:
         """Up to ``want`` GPUs of pending jobs the threshold trigger would send first (FIFO, or

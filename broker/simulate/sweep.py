@@ -1,11 +1,16 @@
 """Replaying many pool sizes and policies at once, in worker processes.
 
 Each (pool size, policy) replay is independent and CPU-bound, so a sweep runs them in a
-:class:`concurrent.futures.ProcessPoolExecutor` (the standard library's pool: one pickled copy
-of the trace, catalog and lifetimes per worker, through the initializer).
+:class:`concurrent.futures.ProcessPoolExecutor`. The trace, catalog and lifetimes reach each
+worker once, through the initializer (inherited without pickling where the platform forks); a
+task is only a size and a policy name, and a worker keeps the priced offers and spot outlooks
+between its tasks (both depend on neither). The slowest replays (the smallest pools burst the
+most, the broker policies price the most) are handed out first, so no worker is left with a long
+one at the end.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -18,19 +23,30 @@ from broker.simulate.model import PolicyResult, SimConfig, builtin_policies
 from broker.simulate.replay import simulate
 from broker.simulate.trace import TraceJob
 
-_inputs: tuple | None = None  # (jobs, catalog, lifetimes) in a worker
+_inputs: tuple | None = None  # (jobs, catalog, lifetimes, cfg) in a worker
 
 
-def _init(jobs, catalog, lifetimes) -> None:
+def _init(jobs, catalog, lifetimes, cfg) -> None:
     global _inputs
-    _inputs = (jobs, catalog, lifetimes)
+    _inputs = (jobs, catalog, lifetimes, cfg)
 
 
-def _one(size: int, name: str, cfg: SimConfig) -> tuple[int, str, PolicyResult]:
-    jobs, catalog, lifetimes = _inputs
+def _one(size: int, name: str) -> tuple[int, str, PolicyResult]:
+    jobs, catalog, lifetimes, cfg = _inputs
     res = simulate(jobs, catalog, builtin_policies()[name], replace(cfg, onprem_gpus=size), lifetimes)
     res.series = {}  # the plot of a sweep is per size, not over time
     return size, name, res
+
+
+def _weight(size: int, name: str) -> tuple:
+    """Sort key, slowest first: smaller pools burst more; the full-cost policies do the most per job."""
+    pol = builtin_policies()[name]
+    return (size, {"full-cost": 0, "spot-greedy": 1, "ondemand-cheapest": 2}.get(pol.market, 3))
+
+
+def _context():
+    """Fork where the platform can (the workers share the parent's trace); else the default."""
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 def run_sweep(
@@ -49,15 +65,17 @@ def run_sweep(
         raise ValueError(f"unknown policy {bad[0]!r}; known: {', '.join(pols)}")
     for s in sizes:
         replace(cfg, onprem_gpus=s)  # validates the size against gpus_per_node
-    tasks = [(s, n) for s in sizes for n in names]
+    tasks = sorted(((s, n) for s in sizes for n in names), key=lambda sn: _weight(*sn))
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     out: dict[int, dict[str, PolicyResult]] = {s: {} for s in sizes}
+    jobs = jobs if isinstance(jobs, list) else list(jobs)
     if workers == 1:
-        _init(list(jobs), catalog, lifetimes)
-        done = [_one(s, n, cfg) for s, n in tasks]
+        _init(jobs, catalog, lifetimes, cfg)
+        done = [_one(s, n) for s, n in tasks]
     else:
-        with ProcessPoolExecutor(workers, initializer=_init, initargs=(list(jobs), catalog, lifetimes)) as ex:
-            done = list(ex.map(_one, [s for s, _ in tasks], [n for _, n in tasks], [cfg] * len(tasks)))
+        with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init,
+                                 initargs=(jobs, catalog, lifetimes, cfg)) as ex:
+            done = [f.result() for f in [ex.submit(_one, s, n) for s, n in tasks]]
     for s, n, r in done:
         out[s][n] = r
     return {s: {n: out[s][n] for n in names} for s in sizes}
