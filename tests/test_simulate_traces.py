@@ -1,6 +1,10 @@
 """Real cluster traces (CPU-only, fractional, never-started and unfinished rows), pool-size
 sweeps and `broker advise --simulation`."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -10,6 +14,7 @@ from broker.simulate import TraceError, parse_columns, read_trace
 from tests.test_simulate import write_catalog
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 # A public-cluster-style pod list (Kubernetes-like names, ISO timestamps): two GPU jobs that
 # ran, a CPU-only pod, a half-GPU share, a pod that never started, one still running at the end
@@ -105,10 +110,27 @@ def test_cli_counts_skips_in_json_warns_once_and_uses_the_lifetimes_beside_the_t
     r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--format", "json",
             "--spot-lifetimes", "catalog")
     assert json.loads(r.stdout)["spot_lifetimes"] == "catalog" and "the catalog rates" in r.stderr
+    r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100")
+    assert r.exit_code == 0 and "spot preemptions: observed lifetimes (spot_instance_lifetimes" in r.stdout
     r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--strict")
     assert r.exit_code == 2 and "line 4" in r.stderr and "Traceback" not in r.output
     r = cli("--trace", trace, "--onprem-gpus", 8, "--catalog", cat, "--gpu-model", "V100", "--fractional-gpus", "x")
     assert r.exit_code == 2 and "--fractional-gpus must be round-up or skip" in r.stderr
+
+
+def test_the_observed_lifetimes_are_found_through_broker_shared_data_and_said(tmp_path, monkeypatch):
+    cat = write_catalog(tmp_path / "catalog")
+    trace = flood(tmp_path)  # no spot/ beside this one
+    spot = tmp_path / "elsewhere" / "spot"
+    spot.mkdir(parents=True)
+    (spot / "spot_instance_lifetimes_aws_gcp_2020.csv").write_text(
+        "cloud,observed_lifetime_s,ended_by\naws,900,preempted\ngcp,600,preempted\n")
+    monkeypatch.setenv("BROKER_SHARED_DATA", str(tmp_path / "elsewhere"))
+    r = cli("--trace", trace, "--onprem-gpus", "8,16", "--catalog", cat, "--gpu-model", "V100", "--jobs", 1,
+            "--policy", "broker")
+    assert r.exit_code == 0, r.output
+    assert f"spot lifetimes: observed ({spot / 'spot_instance_lifetimes_aws_gcp_2020.csv'})" in r.stderr
+    assert "spot preemptions: observed lifetimes (spot_instance_lifetimes_aws_gcp_2020.csv)" in r.stdout
 
 
 def flood(tmp_path):
@@ -136,8 +158,8 @@ def test_a_sweep_replays_every_size_in_workers_with_one_table_one_plot_and_advis
     # the same figures from one process
     one = json.loads(cli(*base[:-4], "--jobs", 1, "--spot-lifetimes", "catalog", "--format", "json").stdout)
     def figures(d):
-        return [{n: {k: v for k, v in r.items() if k != "replay_jobs_per_s"} for n, r in s["policies"].items()}
-                for s in d["sizes"]]
+        return [{n: {k: v for k, v in r.items() if not k.startswith("replay_jobs_per")}
+                 for n, r in s["policies"].items()} for s in d["sizes"]]
     assert figures(one) == figures(doc)
     table = cli(*base)
     assert table.exit_code == 0 and "3 pool sizes" in table.stdout
@@ -168,3 +190,62 @@ def test_bad_sweep_sizes_exit_2(tmp_path, sizes, needle):
     cat = write_catalog(tmp_path / "catalog")
     r = cli("--trace", flood(tmp_path), "--onprem-gpus", sizes, "--catalog", cat, "--gpu-model", "V100")
     assert r.exit_code == 2 and needle in r.stderr
+
+
+def broker(*args) -> subprocess.CompletedProcess:
+    """The real command line, as a person runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "broker", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def one_sentence(r: subprocess.CompletedProcess, words: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr)
+    assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("broker: "), r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--onprem-gpus", "256,,x"], "--onprem-gpus takes whole numbers separated by commas"),
+    (["--onprem-gpus", "8,16", "--jobs", "0"], "--jobs must be positive, got 0"),
+    (["--onprem-gpus", "80000000000"], "--onprem-gpus must be at most 1,000,000"),
+    (["--onprem-gpus", "0", "--gpus-per-node", "99999"], "--gpus-per-node must be between 1 and 128"),
+])
+def test_careless_sweeps_through_the_command_line_are_one_sentence_and_exit_2(tmp_path, args, words):
+    cat = write_catalog(tmp_path / "catalog")
+    one_sentence(broker("simulate", "--trace", flood(tmp_path), "--catalog", cat, "--gpu-model", "V100", *args),
+                 words)
+
+
+SIM = {"trace": {"span_s": 86400.0, "gpu_hours": 500.0}, "onprem_gpus": 16,
+       "policies": {"broker": {"onprem_utilization": 0.5, "cloud_cost_usd": 10.0, "wait_p95_s": 60.0}}}
+
+
+@pytest.mark.parametrize("doc,words", [
+    ({**SIM, "onprem_gpus": "x"}, "onprem_gpus must be a whole number at least 0"),
+    ({**SIM, "onprem_gpus": 1e300}, "at most 1,000,000"),
+    ({"trace": SIM["trace"], "sizes": [5]}, "every entry of \"sizes\" must be an object"),
+    ({**SIM, "policies": {"broker": {"onprem_utilization": 0.5, "cloud_cost_usd": "abc"}}},
+     "cloud_cost_usd must be a number at least 0, got 'abc'"),
+    ({**SIM, "policies": {"broker": {"onprem_utilization": 0.5, "wait_p95_s": None}}},
+     "wait_p95_s must be a number at least 0, got None"),
+    ({**SIM, "trace": {"span_s": 1e-300, "gpu_hours": 1.0}}, "span_s must be at least 1 second"),
+    ({**SIM, "trace": {"span_s": 86400.0, "gpu_hours": float("nan")}}, "gpu_hours must be a number"),
+    ({"sizes": []}, "lacks the trace's span_s and gpu_hours"),
+])
+def test_advise_reads_a_careless_simulation_file_as_one_sentence_and_exit_2(tmp_path, doc, words):
+    cat = write_catalog(tmp_path / "catalog")
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps(doc))
+    one_sentence(broker("advise", "--simulation", path, "--catalog", cat, "--gpu-model", "V100"), words)
+
+
+def test_advise_from_simulate_names_the_file_when_its_pool_size_is_unusable(tmp_path):
+    cat = write_catalog(tmp_path / "catalog")
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps({**SIM, "onprem_gpus": "16",
+                                "policies": {"onprem-only": SIM["policies"]["broker"]}}))
+    one_sentence(broker("advise", "--from-simulate", path, "--catalog", cat, "--gpu-model", "V100"),
+                 "gives no positive whole onprem_gpus (got '16'); pass --gpus")

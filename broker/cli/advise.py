@@ -57,8 +57,11 @@ def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[floa
     if from_simulate is not None:
         doc = _read_json(from_simulate)
         u = _policy_of(doc, from_simulate, sim_policy)["onprem_utilization"]
-        return u, gpus if gpus is not None else doc.get("onprem_gpus"), \
-            f"simulated ({sim_policy}, {from_simulate.name})"
+        if gpus is None:
+            gpus = doc.get("onprem_gpus")
+            if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+                exit_usage(f"{from_simulate} gives no positive whole onprem_gpus (got {gpus!r}); pass --gpus.")
+        return u, gpus, f"simulated ({sim_policy}, {from_simulate.name})"
     if sacct is not None:
         if gpus is None:
             exit_usage("--sacct needs --gpus: the GPUs the accounted cluster has.")

@@ -1,6 +1,7 @@
 """`broker advise --simulation`: build vs rent per simulated pool size."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from broker.cli.app import exit_usage, print_json
@@ -9,34 +10,63 @@ SECONDS_PER_YEAR = 365.0 * 86400.0
 
 
 def _runs(doc: dict, path: Path) -> list[dict]:
-    if isinstance(doc.get("sizes"), list) and doc["sizes"]:
-        return doc["sizes"]
+    sizes = doc.get("sizes")
+    if isinstance(sizes, list) and sizes:
+        if not all(isinstance(r, dict) for r in sizes):
+            exit_usage(f"{path}: every entry of \"sizes\" must be an object with onprem_gpus and policies; "
+                       f"write it with `broker simulate --format json`.")
+        return sizes
     if "policies" in doc and "onprem_gpus" in doc:
         return [doc]
     exit_usage(f"{path} holds no simulated pool size; write it with `broker simulate --format json`.")
+
+
+def _number(v, path: Path, what: str, *, whole: bool = False, positive: bool = False,
+            most: float = math.inf) -> float:
+    """A finite number >= 0 (> 0 when ``positive``; whole when ``whole``; at most ``most``) from
+    the JSON, or exit 2."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+        (v > 0 if positive else v >= 0) and v <= most and (not whole or float(v).is_integer())
+    if not ok:
+        kind = "a whole number" if whole else "a number"
+        bound = f" and at most {most:,.0f}" if most < math.inf else ""
+        exit_usage(f"{path}: {what} must be {kind} {'above' if positive else 'at least'} 0{bound}, got {v!r}; "
+                   f"write it with `broker simulate --format json`.")
+    return v
 
 
 def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, as_of: str, fmt: str) -> None:
     """Price every size in a `broker simulate` JSON: owning the pool at its simulated utilisation
     plus its cloud bursts scaled to a year, against renting the trace's GPU-hours on demand."""
     from broker.cli.advise import _policy_of, _read_json
+    from broker.simulate.model import MAX_ONPREM_GPUS
     from policies.tco import TcoError, best_size, size_costs
 
     doc = _read_json(path)
     trace = doc.get("trace")
     span = trace.get("span_s") if isinstance(trace, dict) else None
     gpu_h = trace.get("gpu_hours") if isinstance(trace, dict) else None
-    if not isinstance(span, (int, float)) or span <= 0 or not isinstance(gpu_h, (int, float)):
+    if span is None or gpu_h is None:
         exit_usage(f"{path} lacks the trace's span_s and gpu_hours; write it with this version's "
                    f"`broker simulate --format json`.")
+    span = _number(span, path, "trace.span_s", positive=True)
+    gpu_h = _number(gpu_h, path, "trace.gpu_hours")
+    # A trace shorter than a second is no base for a year's figures.
+    if span < 1.0:
+        exit_usage(f"{path}: trace.span_s must be at least 1 second to scale to a year, got {span!r}.")
     scale = SECONDS_PER_YEAR / span
     od = prices.get("on_demand") or min(prices.values(), key=lambda p: p.usd_per_gpu_hour)
     runs = []
     for run in _runs(doc, path):
         d = _policy_of(run, path, policy)
-        runs.append((int(run.get("onprem_gpus", 0)), float(d["onprem_utilization"]),
-                     float(d.get("cloud_cost_usd", 0.0)) * scale, float(d.get("wait_p95_s", 0.0))))
+        gpus = int(_number(run.get("onprem_gpus", 0), path, "onprem_gpus", whole=True, most=MAX_ONPREM_GPUS))
+        where = f"policy {policy!r} at {gpus} GPUs"
+        cloud = _number(d.get("cloud_cost_usd", 0.0), path, f"{where}: cloud_cost_usd") * scale
+        p95 = _number(d.get("wait_p95_s", 0.0), path, f"{where}: wait_p95_s")
+        runs.append((gpus, float(d["onprem_utilization"]), float(cloud), float(p95)))
     rent_all = gpu_h * scale * od.usd_per_gpu_hour
+    if not all(math.isfinite(x) for x in (rent_all, *(r[2] for r in runs))):
+        exit_usage(f"{path}: its figures scaled to a year overflow; write it with `broker simulate --format json`.")
     try:
         rows = size_costs(spec, runs, od)
         rec, reason = best_size(rows, rent_all)

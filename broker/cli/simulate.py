@@ -1,6 +1,7 @@
 """`broker simulate`: replay a job trace under burst policies and compare cost and waits."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,24 +17,35 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def default_lifetimes(trace: Path) -> Path | None:
     """The observed spot lifetimes of the shared data, when present: beside the trace's
-    directory (``data/traces/x.csv`` -> ``data/spot/``) or in ``../shared/data/spot/``."""
-    for d in (trace.resolve().parent.parent / "spot", _REPO.parent / "shared" / "data" / "spot"):
+    directory (``data/traces/x.csv`` -> ``data/spot/``), in ``$BROKER_SHARED_DATA/spot/`` or in
+    ``../shared/data/spot/``."""
+    dirs = [trace.resolve().parent.parent / "spot"]
+    if os.environ.get("BROKER_SHARED_DATA"):
+        dirs.append(Path(os.environ["BROKER_SHARED_DATA"]) / "spot")
+    dirs.append(_REPO.parent / "shared" / "data" / "spot")
+    for d in dirs:
         if (d / LIFETIMES_FILE).is_file():
             return d / LIFETIMES_FILE
     return None
 
 
 def _sizes(text: str, per_node: int) -> list[int]:
-    if per_node <= 0:
-        exit_usage(f"--gpus-per-node must be positive, got {per_node}.")
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+    from broker.simulate.model import MAX_GPUS_PER_NODE, MAX_ONPREM_GPUS
+
+    if not 0 < per_node <= MAX_GPUS_PER_NODE:
+        exit_usage(f"--gpus-per-node must be between 1 and {MAX_GPUS_PER_NODE}, got {per_node}.")
+    parts = [x.strip() for x in text.split(",")]
+    if not all(x.isascii() and x.isdigit() for x in parts):
         exit_usage(f"--onprem-gpus takes whole numbers separated by commas, such as 512 or 256,512,1024; "
                    f"got {text!r}.")
-    bad = [s for s in sizes if s < 0 or s % per_node]
-    if not sizes or bad:
-        exit_usage(f"--onprem-gpus must be a non-negative multiple of --gpus-per-node ({per_node}) or a comma-separated list of them, got {text!r}.")
+    sizes = [int(x) for x in parts]
+    big = [s for s in sizes if s > MAX_ONPREM_GPUS]
+    if big:
+        exit_usage(f"--onprem-gpus must be at most {MAX_ONPREM_GPUS:,}, got {big[0]:,}.")
+    bad = [s for s in sizes if s % per_node]
+    if bad:
+        exit_usage(f"--onprem-gpus must be a multiple of --gpus-per-node ({per_node}) or a comma-separated list "
+                   f"of them, got {text!r}.")
     return list(dict.fromkeys(sizes))
 
 
@@ -95,7 +107,9 @@ def simulate_cmd(
                                                + ", ".join(_POLICIES) + ". Default: all."),
     spot_lifetimes: str = typer.Option("auto", "--spot-lifetimes", help="Spot lifetimes: a CSV (cloud, "
                                        "observed_lifetime_s, ended_by); 'auto' (default) uses the shared data's "
-                                       "observed 2020 lifetimes when present; 'catalog' the catalog's rates."),
+                                       "observed 2020 lifetimes when present (spot/ beside the trace's folder, "
+                                       "$BROKER_SHARED_DATA/spot or ../shared/data/spot), and says which on "
+                                       "stderr; 'catalog' the catalog's rates."),
     interruptible_share: float = typer.Option(0.5, "--interruptible-share", help="Share of jobs marked "
                                               "interruptible (by a seeded hash of the job id) when the trace has "
                                               "no interruptible column."),

@@ -35,6 +35,12 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
                             lambda name, done: bar.update(tasks[name], completed=done))
 
 
+def preemptions_line(doc: dict) -> str:
+    life = doc.get("spot_lifetimes", "catalog")
+    return "spot preemptions: " + ("the catalog's interruption rates" if life == "catalog"
+                                   else f"observed lifetimes ({Path(life).name})")
+
+
 def print_table(doc: dict) -> None:
     from rich import box
     from rich.console import Console
@@ -70,6 +76,7 @@ def print_table(doc: dict) -> None:
                   f"at a p95 wait of {fmt_s(b['wait_p95_s'])} against {fmt_s(o['wait_p95_s'])}; "
                   f"{b['cost_over_hindsight'] or 0:.2f}x its hindsight cost (each job it burst on the market that "
                   f"was cheapest knowing its interruptions).", highlight=False)
+    con.print(preemptions_line(doc), highlight=False)
     unserved = {n: d["unserved_jobs"] for n, d in pols.items() if d["unserved_jobs"]}
     if unserved:
         con.print("jobs never run (bigger than the cluster and no cloud offer, or never burst): "
@@ -103,7 +110,9 @@ def sweep(doc, jobs, catalog, names, sizes, cfg, lifetimes, workers, fmt, plot) 
             t.add_row(f"{run['onprem_gpus']:,}" if k == 0 else "", name, f"{d['cloud_cost_usd']:,.0f}",
                       fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]), f"{d['jobs_burst']:,}",
                       f"{d['onprem_utilization'] * 100:.0f} %", end_section=k == len(run["policies"]) - 1)
-    Console(width=80).print(t)
+    con = Console(width=80)
+    con.print(t)
+    con.print(preemptions_line(doc), highlight=False)
 
 
 def write_sweep_plot(doc: dict, path: Path) -> None:
