@@ -49,13 +49,17 @@ table zone -> subnet id), ``zones`` (table region -> list of zones to prefer),
 ``security_group_ids`` (list, or table region -> list), ``key_name``, ``iam_instance_profile``
 (name or ARN), ``root_volume_gb``, ``connect_timeout_s`` (default 5), ``read_timeout_s``
 (default 30), ``terminate_timeout_s`` (default 600).
+
+Modules: ``errors`` (EC2 codes -> typed errors), ``client`` (session, clients, paging),
+``inventory`` (instances as :class:`Instance`, listing, termination), ``launch``
+(:class:`AwsProvider`: ``RunInstances`` and what it needs).
 """
 from __future__ import annotations
 
-from providers.aws.client import Ec2Client, _session
+from providers.aws.client import Ec2Client, _session  # noqa: F401  (the price fetcher's session)
 from providers.aws.errors import PROVIDER, map_error
 from providers.aws.inventory import PLACEMENT_GROUP_PREFIX, Ec2Inventory, placement_group_name
 from providers.aws.launch import CLIENT_TOKEN_LIMIT, USER_DATA_LIMIT, AwsProvider, client_token
 
 __all__ = ["AwsProvider", "CLIENT_TOKEN_LIMIT", "Ec2Client", "Ec2Inventory", "PLACEMENT_GROUP_PREFIX",
-           "PROVIDER", "USER_DATA_LIMIT", "client_token", "map_error", "placement_group_name", "_session"]
+           "PROVIDER", "USER_DATA_LIMIT", "client_token", "map_error", "placement_group_name"]

@@ -56,6 +56,10 @@ production, and it lives in the authentication policy chosen from the configurat
 (:func:`_auth_policy`): ``anonymous`` sends no ``Authorization`` header at all, and a real
 credential on a loopback ``base_url`` gets a bearer policy that allows non-TLS for loopback URLs
 only. Every other setting sends bearer tokens over TLS as the SDK does by default.
+
+Modules: ``auth`` (credentials and the loopback policies), ``errors`` (ARM codes -> typed errors),
+``client`` (the ARM client, ids, waiting), ``inventory`` (VMs as :class:`Instance`, deletion),
+``launch`` (:class:`AzureProvider`: VM bodies, placement groups, rollback).
 """
 from __future__ import annotations
 

@@ -33,6 +33,10 @@ How the pieces of the protocol map onto Compute:
   COLLOCATED`` (idempotent by name), named in every node's ``resourcePolicies``; it is deleted
   when the launch is rolled back and when ``terminate`` leaves it unused. Off by default: not
   every machine family supports it, and a reservation may carry its own placement.
+
+Modules: ``errors`` (Compute errors -> typed errors), ``names`` (labels, request ids),
+``credentials``, ``client`` (REST clients, operations, listing), ``inventory`` (instances as
+:class:`Instance`, preemptions, deletion), ``launch`` (:class:`GcpProvider`: inserts and rollback).
 """
 from __future__ import annotations
 
