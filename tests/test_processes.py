@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -33,17 +34,17 @@ def _env(tmp: Path) -> dict[str, str]:
 class Served:
     """`broker serve --processes 2`, its log (JSON lines on stderr) and its children."""
 
-    def __init__(self, tmp: Path, processes: int = 2) -> None:
+    def __init__(self, tmp: Path, processes: int = 2, db: str = "", leader: str = "") -> None:
         self.port, self.metrics_port = _free_port(), _free_port()
         cfg = tmp / "broker.toml"
         cfg.write_text(f'owner = "broker-test"\n[catalog]\nrefresh_interval_s = 0\n'
                        f'[reconciler]\ninterval_s = 0.5\n'
-                       f'[telemetry]\nmetrics_listen = "127.0.0.1:{self.metrics_port}"\n')
+                       f'[telemetry]\nmetrics_listen = "127.0.0.1:{self.metrics_port}"\n' + leader)
         self.log = tmp / "serve.log"
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker", "serve", "--processes", str(processes), "--config", str(cfg),
-             "--listen", f"127.0.0.1:{self.port}", "--db", f"sqlite:///{tmp / 'b.db'}"],
+             "--listen", f"127.0.0.1:{self.port}", "--db", db or f"sqlite:///{tmp / 'b.db'}"],
             cwd=ROOT, env=_env(tmp), stdout=subprocess.DEVNULL, stderr=self._logf, stdin=subprocess.DEVNULL)
         self.processes = processes
 
@@ -171,6 +172,38 @@ def test_a_process_that_dies_stops_the_others_and_serve_exits_1(served, which):
         import socket
 
         socket.create_connection(("127.0.0.1", served.port), timeout=5).close()
+
+
+def test_on_postgresql_only_the_first_process_ever_holds_leadership(tmp_path):
+    """Every process could reach the leadership row; only process 0 contends, so the row names
+    it, in term 1, through renewals, and nobody else ever took it."""
+    from sqlalchemy import create_engine, text
+
+    from tests.stores import pg_url_or_skip
+
+    gen = pg_url_or_skip()
+    url = next(gen)
+    s = Served(tmp_path, db=url, leader="[leader]\nttl_s = 30\nrenew_s = 0.3\n")
+    engine = create_engine(url)
+    try:
+        pids = s.wait_serving()
+
+        def holder():
+            with engine.connect() as c:
+                return c.execute(text("SELECT holder, term FROM broker_leader")).first()
+
+        first = wait_until(holder, timeout=60, what="a leadership row")
+        for _ in range(10):  # renewals keep it with process 0 in the same term
+            h, term = holder()
+            assert f":{pids[0]}:" in h and term == first[1] == 1, (h, term, pids)
+            time.sleep(0.3)  # one renewal period between samples
+        assert [e["contends"] for e in s.events("background_started")].count(True) == 1
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 0
+    finally:
+        s.stop()
+        engine.dispose()
+        next(gen, None)
 
 
 def _serve(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
