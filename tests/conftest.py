@@ -12,24 +12,60 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BROKER_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
+# Every attempt to reach past loopback, from any thread (a background refresher's too): the
+# test that was running fails with it at teardown (see ``no_network_attempts``).
+OFF_LOOPBACK: list[str] = []
+
+
+def _is_loopback_host(host) -> bool:
+    if host in (None, "", "localhost", b"localhost"):
+        return True
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_ip_literal(host) -> bool:
+    try:
+        ipaddress.ip_address((host.decode("ascii", "replace") if isinstance(host, bytes) else str(host)).split("%")[0])
+        return True
+    except ValueError:
+        return False
+
+
+def _refuse(what: str) -> None:
+    OFF_LOOPBACK.append(what)
+
+
 def _loopback_only(addr) -> None:
     if not isinstance(addr, tuple) or not addr:
         return  # unix sockets
     host = addr[0]
-    if host in ("localhost", ""):
+    if _is_loopback_host(host):
         return
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return
-    except ValueError:
-        pass
+    _refuse(f"connect to {host}")
     raise ConnectionRefusedError(f"tests may only talk to loopback, not {host}")
+
+
+def _lookup_allowed(host) -> bool:
+    """Names that resolve without asking a DNS server: loopback, IP literals (the connect guard
+    judges those) and this machine's own name."""
+    return _is_loopback_host(host) or _is_ip_literal(host) or host in (_HOSTNAME, _HOSTNAME.encode())
+
+
+_HOSTNAME = socket.gethostname()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def loopback_only():
-    """Any connect to a non-loopback address fails the test (the suite also passes under unshare -n)."""
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    """Any connect to a non-loopback address, and any name lookup that would ask a DNS server,
+    is refused (the suite also passes under unshare -n) and fails the test it happened in."""
+    real = (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo, socket.gethostbyname,
+            socket.gethostbyname_ex)
+    real_connect, real_connect_ex, real_getaddrinfo, real_gethostbyname, real_gethostbyname_ex = real
 
     def connect(self, addr):
         _loopback_only(addr)
@@ -39,9 +75,31 @@ def loopback_only():
         _loopback_only(addr)
         return real_connect_ex(self, addr)
 
+    def lookup(real_fn):
+        def guarded(host, *args, **kwargs):
+            if not _lookup_allowed(host):
+                _refuse(f"name lookup of {host}")
+                raise socket.gaierror(socket.EAI_NONAME, f"tests may only talk to loopback, not look up {host}")
+            return real_fn(host, *args, **kwargs)
+        return guarded
+
     socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
+    socket.getaddrinfo = lookup(real_getaddrinfo)
+    socket.gethostbyname, socket.gethostbyname_ex = lookup(real_gethostbyname), lookup(real_gethostbyname_ex)
     yield
-    socket.socket.connect, socket.socket.connect_ex = real_connect, real_connect_ex
+    (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo, socket.gethostbyname,
+     socket.gethostbyname_ex) = real
+
+
+@pytest.fixture(autouse=True)
+def no_network_attempts(loopback_only):
+    """Fails a test during which anything (its own code or a background thread it started) tried
+    to reach past loopback: refused, such an attempt would otherwise pass as a network error."""
+    del OFF_LOOPBACK[:]
+    yield
+    seen, OFF_LOOPBACK[:] = sorted(set(OFF_LOOPBACK)), []
+    if seen:
+        pytest.fail("tried to reach past loopback: " + "; ".join(seen), pytrace=False)
 
 
 @pytest.fixture(scope="session")

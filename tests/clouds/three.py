@@ -15,6 +15,7 @@ import tomli_w
 
 from tests.clouds.aws import AwsCloud
 from tests.clouds.azure import FakeArm
+from tests.clouds.azure_market import FakeRetailPrices
 from tests.clouds.gcp import FakeGcpCompute
 from tests.conftest import ROOT
 
@@ -25,21 +26,24 @@ SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBroKerTestKey broker@test"
 
 
 class Clouds:
-    """The three fakes, and the ``[providers.*]`` tables that point a broker at them."""
+    """The three fakes, and the ``[providers.*]`` tables that point a broker at them (every API
+    a broker calls, the market refresh's included: Azure's Retail Prices API is a fake too)."""
 
     def __init__(self) -> None:
         self.aws = AwsCloud().start()
         self.gcp = FakeGcpCompute().start()
         self.azure = FakeArm().start()
+        self.azure_retail = FakeRetailPrices().start()
 
     def stop(self) -> None:
-        for c in (self.aws, self.gcp, self.azure):
+        for c in (self.aws, self.gcp, self.azure, self.azure_retail):
             c.stop()
 
     def reset(self) -> None:
         self.aws.reset()
         self.gcp.reset()
         self.azure.reset()
+        self.azure_retail.reset()
 
     def provider_tables(self, **timeouts: Any) -> dict[str, dict[str, Any]]:
         return {
@@ -50,7 +54,7 @@ class Clouds:
             "azure": {"enabled": True, "subscription_id": AZ_SUB, "resource_group": "broker-rg",
                       "regions": ["eastus", "westeurope"], "base_url": self.azure.url, "credentials": "anonymous",
                       "subnet_id": AZ_SUBNET, "ssh_public_key": SSH_KEY, "poll_interval_s": 0, "retries": 0,
-                      "timeout_s": 5, "operation_timeout_s": 20},
+                      "timeout_s": 5, "operation_timeout_s": 20, "retail_prices_url": self.azure_retail.url},
         }
 
     def alive_instances(self) -> dict[str, list]:
