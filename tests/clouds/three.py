@@ -103,7 +103,9 @@ class ServeProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "ServeProcess":
+    def start(self, timeout: float = 90.0) -> "ServeProcess":
+        # SERVING waits for the three clouds' SDKs and a new store's schema: tens of seconds on a
+        # loaded 2-core machine. A serve that dies is seen at once (the wait polls the process).
         env = {**os.environ, **AwsCloud.client_env(), "BROKER_HOME": str(self.workdir)}
         self._logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
