@@ -166,7 +166,7 @@ def offering_reason(d: Demand, o: Offering, nodes: int, ctx: Context) -> Reason 
         geo = reg.geo if reg else "?"
         if geo not in d.residency and o.region not in d.residency:
             return Reason(ExclusionKind.RESIDENCY,
-                          f"region {o.region} ({geo}) outside data residency {','.join(d.residency)}")
+                          f"region {o.region} ({geo}) outside data residency {_listed(d.residency)}")
     if o.market is Market.SPOT and not d.interruptible:
         return Reason(ExclusionKind.MARKET, "spot capacity needs an interruptible (checkpointing) job")
     if o.market is Market.RESERVED and o.reservation:
@@ -270,3 +270,9 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
 def price(d: Demand, o: Offering, ctx: Context) -> PricedOffer | Exclusion:
     """Price ``o`` for ``d`` with every cost line, or say why it is excluded."""
     return pricer(d, ctx)(o)
+
+
+def _listed(names: tuple[str, ...], most: int = 4) -> str:
+    """``names`` for a sentence repeated on every excluded offer: the first few, then a count."""
+    shown = ",".join(names[:most])
+    return shown if len(names) <= most else f"{shown} (+{len(names) - most} more)"

@@ -72,7 +72,7 @@ class Demand:
             raise bad("gpu_model", "name a GPU model (e.g. H100) or a minimum GPU memory.")
         if model and known_gpus and model not in known_gpus:
             raise bad("gpu_model", f"unknown GPU model {self.gpu_model!r}; known: {', '.join(known_gpus)}.")
-        providers = tuple(p.strip().lower() for p in self.providers if p.strip())
+        providers = _unique(p.strip().lower() for p in self.providers)
         for p in providers:
             if p not in PROVIDERS:
                 raise bad("providers", f"unknown provider {p!r}; known: {', '.join(PROVIDERS)}.")
@@ -81,7 +81,13 @@ class Demand:
             raise bad("data_location", f"data_location must be 'onprem' or PROVIDER:REGION, got {loc!r}.")
         return replace(
             self, gpu_model=model, providers=providers, data_location=loc,
-            regions=tuple(r.strip() for r in self.regions if r.strip()),
-            residency=tuple(r.strip().lower() for r in self.residency if r.strip()),
+            regions=_unique(r.strip() for r in self.regions),
+            residency=_unique(r.strip().lower() for r in self.residency),
             tenant=self.tenant or "default",
         )
+
+
+def _unique(names) -> tuple[str, ...]:
+    """The non-empty names, each once, in the order first given (a filter repeated adds nothing,
+    and neither does it lengthen what quotes echo of it)."""
+    return tuple(dict.fromkeys(n for n in names if n))

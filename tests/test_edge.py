@@ -183,6 +183,19 @@ def test_out_of_range_values_are_invalid_argument_naming_the_field(broker_on):
         assert len(details) < 300 and "Traceback" not in details and "SELECT" not in details
 
 
+def test_a_repeated_filter_counts_once_and_exclusions_do_not_echo_long_lists(broker_on):
+    stub, _, _ = broker_on
+    q = stub.Quote(pb.QuoteRequest(demand=_demand(residency=["us-east-1"] * 64, regions=["us-east-1"] * 200,
+                                                  providers=["aws"] * 16)), timeout=10).quote
+    assert list(q.demand.residency) == ["us-east-1"] and list(q.demand.regions) == ["us-east-1"]
+    assert list(q.demand.providers) == ["aws"]
+    wide = _demand(residency=["eu-west-1", "europe-west4", "eastus", "us-central1", "eu"])  # not us-east-1
+    reasons = [x.reason for x in stub.Quote(pb.QuoteRequest(demand=wide), timeout=10).quote.excluded]
+    assert any(r.endswith("outside data residency eu-west-1,europe-west4,eastus,us-central1 (+1 more)")
+               for r in reasons), reasons
+    assert all(len(r) < 120 for r in reasons), reasons
+
+
 def test_a_request_over_the_message_limit_is_refused(broker_on):
     stub, _, _ = broker_on
     code, _ = _code(stub.Quote, pb.QuoteRequest(demand=_demand(regions=["r" * 60] * 80_000)))
