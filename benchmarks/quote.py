@@ -155,17 +155,17 @@ def cli_process(runs: int) -> None:
 
 
 def store_market(url: str) -> None:
-    """A refreshed market of all three clouds (every offering) in the store at ``url``."""
-    from sqlalchemy import create_engine
-
+    """A refreshed market of all three clouds (every offering) in the store at ``url`` (opened,
+    so made and migrated, as `broker serve` would)."""
     from broker import market_store
+    from broker.store import Store
     from providers.catalog import bundled
 
     now = time.time()
-    engine = create_engine(url)
+    store = Store(url)
     for snap in full_snapshots(bundled(), now).values():
-        market_store.save(engine, snap, now)
-    engine.dispose()
+        market_store.save(store.engine, snap, now)
+    store.engine.dispose()
 
 
 def full_snapshots(cat, now: float) -> dict:
