@@ -235,3 +235,13 @@ def test_the_config_key_is_read_from_the_file(tmp_path):
     cfg.write_text('[server]\nprocesses = 65\n')
     r = _serve(tmp_path, "--config", str(cfg))
     assert r.returncode == 2 and "server.processes" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_start_up_error_under_processes_is_said_once_and_exit_2(tmp_path):
+    """The first serving process meets the error and says it; the parent starts no other and
+    returns its exit code."""
+    r = _serve(tmp_path, "--processes", "2", "--listen", f"127.0.0.1:{_free_port()}", "--log-level", "warning",
+               "--db", "postgresql+psycopg://nobody@127.0.0.1:1/broker")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("broker: cannot open the store at 127.0.0.1:1/broker"), r.stderr
