@@ -48,7 +48,7 @@ class Choice:
 # another catalog comes.
 _PRICED: dict[tuple, tuple[PricedOffer, ...]] = {}
 _PRICED_CATALOG: list = [None]
-_PRICED_MAX = 50_000
+_PRICED_MAX = 4_000  # shapes x pricing contexts (a few hundred shapes per trace)
 
 
 def hours_bucket(h: float) -> int:
