@@ -69,7 +69,7 @@ def reader(db_url: str) -> Any:
 def load(db: Any) -> dict[str, MarketRow]:
     """Every provider's stored market ({} when none was ever refreshed)."""
     rows = _rows(db, "SELECT provider, attempted_at, last_error, body FROM market_snapshots") or []
-    return {p: MarketRow(Snapshot.from_dict(json.loads(body)), attempted, error or "")
+    return {p: MarketRow(Snapshot.from_json(body), attempted, error or "")
             for p, attempted, error, body in rows}
 
 

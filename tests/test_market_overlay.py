@@ -155,3 +155,23 @@ def test_the_service_logs_each_refused_price(config):
         market.quote_engine(config, store.engine, NOW, log_refused=False)
     assert quiet == []
     assert Market.ON_DEMAND.value == "on_demand"
+
+
+def test_a_stored_snapshot_reads_back_whole_and_an_older_shape_still_reads():
+    import json
+
+    from providers.market import Quota, QuotaNeed, Reservation, SpotSignal, Zones
+
+    snap = Snapshot("aws", NOW, prices=[od("us-east-1", 55.04), spot("us-east-1b", 29.75)],
+                    zones=[Zones("us-east-1", P5, ("us-east-1a", "us-east-1b"))],
+                    quotas=[Quota("us-east-1", "L-417A185B", "P on-demand vCPUs", 384, 96)],
+                    needs=[QuotaNeed(P5, "on_demand", "L-417A185B", 192)],
+                    reservations=[Reservation("us-east-1", "us-east-1b", P5, "cr-1", 2, 1)],
+                    spot=[SpotSignal("us-east-1", P5, 9, "aws:spot_placement_score")],
+                    errors=["quotas in eu-west-1: throttled"], failed=[("quotas", "eu-west-1")])
+    body = json.dumps(snap.to_dict())
+    assert Snapshot.from_json(body) == snap and Snapshot.from_json(body.encode()) == snap
+    old = {**snap.to_dict(), "prices": None}  # a body of an older shape: null and missing kinds
+    del old["spot"], old["failed"]
+    back = Snapshot.from_json(json.dumps(old))
+    assert back.prices == [] and back.spot == [] and back.failed == [] and back.zones == snap.zones
