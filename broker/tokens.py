@@ -161,11 +161,12 @@ class TokenStore:
     def by_digest(self, digest: bytes) -> TokenRecord | None:
         """The token whose SHA-256 is ``digest`` (revoked and expired ones included)."""
         want = digest.hex()
-        with Session(self.engine) as s:
-            rec = s.exec(select(TokenRecord).where(TokenRecord.digest == want)).first()
-        if rec is None or not hmac.compare_digest(rec.digest, want):
+        t = TokenRecord.__table__
+        with self.engine.connect() as conn:  # one indexed read, no ORM session (every cache miss)
+            row = conn.execute(select(t).where(t.c.digest == want)).first()
+        if row is None or not hmac.compare_digest(row.digest, want):
             return None
-        return rec
+        return TokenRecord(**row._mapping)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def test_an_expired_token_is_refused_even_while_cached(tmp_path, mini_catalog_di
         stub = pb_grpc.BrokerStub(ch)
         _, old = TokenStore(svc.store.engine, clock=lambda: time.time() - 3600).create("tenant", ["team-a"], 60)
         assert call(stub, old) == UNAUTH  # expired 59 minutes ago
-        _, short = TokenStore(svc.store.engine).create("tenant", ["team-a"], 1.5)
+        _, short = TokenStore(svc.store.engine).create("tenant", ["team-a"], 5)
         assert call(stub, short) == OK  # cached now, for 300 s; its expiry travels with it
         poll("the token to expire", lambda: call(stub, short) == UNAUTH)
         assert svc.auth._issued.lookups == 2  # one store read per token: the expiry came from the cache
