@@ -111,7 +111,12 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker.cli", "serve", "--config", str(self.config), "--listen", self.address,
              "--log-level", "info"], cwd=ROOT, env=env, stdout=self._logf, stderr=subprocess.STDOUT)
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:  # not ready (or the test timed out): no caller will stop it, so stop it here
+            self.kill()
+            self._logf.close()
+            raise
         return self
 
     def _wait_ready(self, timeout: float) -> None:
