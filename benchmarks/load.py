@@ -108,6 +108,8 @@ class Load:
                     self.lat[op].append(time.perf_counter() - t)
 
     def _call(self, op: str, stub, pb, rng: random.Random, i: int) -> None:
+        import grpc
+
         if op == "Quote":
             model, gpus, hours = rng.choice(DEMANDS)
             demand = pb.Demand(gpu_model=model, gpus=gpus, hours=hours, data_in_gb=rng.choice((0, 50, 500)),
@@ -124,15 +126,24 @@ class Load:
                                                   ("azure", "eastus", "Standard_NV36ads_A10_v5")))
             offering = pb.Offering(provider=provider, region=region, instance_type=itype,
                                    market=pb.MARKET_ON_DEMAND, count=1)
-            lease = stub.Launch(pb.LaunchRequest(idempotency_key=f"load-{i}-{uuid.uuid4().hex[:12]}",
-                                                 offering=offering), timeout=60).lease
+            req = pb.LaunchRequest(idempotency_key=f"load-{i}-{uuid.uuid4().hex[:12]}", offering=offering)
+            for attempt in range(3):
+                # A launch whose answer was lost (deadline, unavailable) is asked again with the same
+                # key, as a careful client does: the broker answers with the lease it already made.
+                try:
+                    lease = stub.Launch(req, timeout=60).lease
+                    break
+                except grpc.RpcError as e:
+                    if attempt == 2 or e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                                        grpc.StatusCode.UNAVAILABLE):
+                        raise
             stub.Release(pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test"), timeout=60)
 
 
 def settle(address: str, clouds, within_s: float) -> dict[str, int]:
-    """After the load: wait (polling, up to ``within_s``) until every lease has ended and every
-    mocked cloud is empty again (the reconciler finishes releases whose cloud call failed);
-    returns what is still left."""
+    """After the load: release what is still running, then wait (polling, up to ``within_s``) until
+    every lease has ended and every mocked cloud is empty again (the reconciler finishes releases
+    whose cloud call failed); returns what is still left."""
     import grpc
 
     from broker.v1 import broker_pb2 as pb
@@ -142,6 +153,14 @@ def settle(address: str, clouds, within_s: float) -> dict[str, int]:
     deadline = time.monotonic() + within_s
     with grpc.insecure_channel(address) as ch:
         stub = pb_grpc.BrokerStub(ch)
+        # A client that gave up on a call may have left a lease running (the broker would end it at
+        # its idle timeout): release what is still running, as an operator would, then wait.
+        for lease in stub.ListLeases(pb.ListLeasesRequest(states=[pb.LEASE_STATE_RUNNING], limit=1000),
+                                     timeout=60).leases:
+            try:
+                stub.Release(pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test: settle"), timeout=60)
+            except grpc.RpcError:
+                pass  # a lease still draining: the reconciler finishes it
         while True:
             leases = len(stub.ListLeases(pb.ListLeasesRequest(states=live, limit=1000), timeout=60).leases)
             left = {"live leases": leases} | {f"{c} instances": len(v) for c, v in clouds.alive_instances().items()}
