@@ -37,7 +37,7 @@ from providers.catalog import bundled  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=Path(os.environ.get("BROKER_SHARED_DATA") or ROOT.parent / "shared" / "data"))
     ap.add_argument("--onprem-gpus", type=int, default=512)
     ap.add_argument("--interruptible-share", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)

@@ -42,11 +42,12 @@ __all__ = ["Config", "ConfigError", "Budget", "LifecycleSettings", "AutoscalerSe
 
 ENV_PREFIX = "BROKER_"
 #: ``BROKER_*`` variables that are not settings: read by the CLI and the client, or set by the
-#: boot script on a cloud node. Any other ``BROKER_X`` (no ``__``) is refused as a typo.
+#: boot script on a cloud node (``BROKER_SHARED_DATA``: where `simulate` and the tests look for the
+#: shared traces and spot lifetimes). Any other ``BROKER_X`` (no ``__``) is refused as a typo.
 PROCESS_VARIABLES = frozenset({
     "BROKER_CONFIG", "BROKER_HOME", "BROKER_SERVER", "BROKER_TOKEN", "BROKER_TLS_CA", "BROKER_LOG",
     "BROKER_LEASE_ID", "BROKER_NODE_NAME", "BROKER_PROVIDER", "BROKER_REGION", "BROKER_JOB_ID",
-    "BROKER_CHECKPOINT_URI", "BROKER_DATASET_URI",
+    "BROKER_CHECKPOINT_URI", "BROKER_DATASET_URI", "BROKER_SHARED_DATA",
 })
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]

@@ -102,6 +102,23 @@ def no_network_attempts(loopback_only):
         pytest.fail("tried to reach past loopback: " + "; ".join(seen), pytrace=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def broker_home(tmp_path_factory) -> Path:
+    """The suite's own state directory: no test (nor a `broker` process it starts, which inherits
+    the environment) reads or writes the user's ``~/.local/state/broker``. ``XDG_STATE_HOME`` too,
+    for a test that starts a process without the ``BROKER_*`` variables."""
+    home = tmp_path_factory.mktemp("broker-home")
+    saved = {k: os.environ.get(k) for k in ("BROKER_HOME", "XDG_STATE_HOME")}
+    os.environ["BROKER_HOME"] = str(home / "broker")
+    os.environ["XDG_STATE_HOME"] = str(home)
+    yield home
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

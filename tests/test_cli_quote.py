@@ -13,11 +13,26 @@ import pytest
 from tests.conftest import ROOT
 
 
-def run(args, env_extra=None):
+def _env(env_extra=None) -> dict:
     env = {**os.environ, **(env_extra or {})}
     env.pop("BROKER_CONFIG", None)
+    return env
+
+
+def run(args, env_extra=None):
     return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=60)
+                          cwd=ROOT, env=_env(env_extra), timeout=60)
+
+
+def test_a_quote_here_reads_the_suites_state_never_the_users(mini, broker_home):
+    """An in-process quote reads the live market from the default store: under the suite's
+    ``BROKER_HOME``, never ``~/.local/state/broker``."""
+    r = subprocess.run([sys.executable, "-c", "from broker.config import default_db_url; print(default_db_url())"],
+                       capture_output=True, text=True, cwd=ROOT, env=_env(mini), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith(f"sqlite:///{broker_home}"), r.stdout
+    assert ".local/state" not in r.stdout
+    assert run(["quote", "--gpu", "H100:8", "--hours", "1"], mini).returncode == 0
 
 
 @pytest.fixture

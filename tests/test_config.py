@@ -244,3 +244,72 @@ def test_start_up_failures_exit_2_with_one_sentence(tmp_path, busy_port, args, w
 def test_the_systemd_unit_does_not_restart_on_a_start_up_error():
     unit = (ROOT / "deploy" / "systemd" / "broker.service").read_text().splitlines()
     assert "Restart=on-failure" in unit and "RestartPreventExitStatus=2" in unit
+
+
+# -- the example file documents every key of the schema ----------------------------------------
+def _schema_keys(typ, prefix: tuple = ()) -> set[tuple]:
+    """Every key of the settings schema as a path; ``*`` for a table's free name
+    (``budgets.*.usd_per_hour``, ``slurm.shapes.*.gpu``)."""
+    import msgspec
+
+    out = set()
+    for f in msgspec.structs.fields(typ):
+        path = prefix + (f.encode_name,)
+        sub = _struct_in(f.type)
+        out |= _schema_keys(sub[0], path + sub[1]) if sub else {path}
+    return out
+
+
+def _struct_in(t):
+    """(Struct, path suffix) when ``t`` is a table, a list of tables or a map of them."""
+    import types
+    import typing
+
+    import msgspec
+
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is typing.Annotated:
+        return _struct_in(args[0])
+    if isinstance(t, type) and issubclass(t, msgspec.Struct):
+        return t, ()
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return next((s for s in map(_struct_in, args) if s), None)
+    if origin is dict:
+        s = _struct_in(args[1])
+        return (s[0], ("*",) + s[1]) if s else None
+    return None
+
+
+def _documented(text: str) -> set[tuple]:
+    """The keys the example file shows, set or commented out (``# key = ...``, ``# key: ...``),
+    under the table header (also commented out) above them; a header documents its own path."""
+    import re
+
+    keys, table = set(), ()
+    for line in text.splitlines():
+        head = re.match(r"^#?\s*\[\[?\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$", line)
+        if head:
+            table = tuple(head[1].split("."))
+            keys.add(table)
+            continue
+        m = re.match(r"^#?\s*([a-z_][a-z0-9_]*)\s*[=:]", line)
+        if m:
+            keys.add(table + (m[1],))
+    return keys
+
+
+def test_every_setting_of_the_schema_is_in_the_example_file():
+    """A key added to the schema without a line in deploy/broker.example.toml fails here. A
+    flat [bootstrap] key is documented by the template table that shows it (the file says flat
+    keys apply to every template)."""
+    docs = _documented(EXAMPLE.read_text())
+
+    def shown(path: tuple) -> bool:
+        if any(len(d) == len(path) and all(a in ("*", b) for a, b in zip(path, d)) for d in docs):
+            return True
+        return len(path) == 2 and path[0] == "bootstrap" and any(
+            len(d) == 3 and d[0] == "bootstrap" and d[2] == path[1] for d in docs)
+
+    missing = sorted(".".join(p) for p in _schema_keys(cfgmod.Config) if not shown(p))
+    assert not missing, f"settings missing from {EXAMPLE.name}: {', '.join(missing)}"
+    assert ("autoscaler", "selection", "startup_s") in _schema_keys(cfgmod.Config)  # the walk reaches nested tables

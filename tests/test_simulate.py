@@ -12,6 +12,7 @@ from broker.simulate import (
 )
 from policies.triggers import TriggerConfig
 from providers.catalog import load
+from tests.conftest import SHARED_DATA
 
 
 INSTANCES = """provider,instance_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,accelerator_type,machine_type
@@ -100,7 +101,7 @@ def write_catalog(d):
     (d / "network.toml").write_text(NETWORK)
     return d
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA  # $BROKER_SHARED_DATA, else ../shared/data
 
 
 @pytest.fixture
@@ -451,7 +452,7 @@ def test_cli_names_the_bad_trace_line(tmp_path, catalog):
 
 
 @pytest.mark.skipif(not (DATA / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv").exists(),
-                    reason="shared data (../shared/data/spot) is absent")
+                    reason=f"shared data ({DATA}/spot) is absent")
 def test_real_lifetimes_file_loads():
     lt = load_lifetimes(DATA / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv")
     assert len(lt.by_cloud["gcp"]) > 400 and any(c for _, c in lt.by_cloud["aws"])
