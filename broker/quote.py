@@ -88,6 +88,7 @@ class Quote:
     demand: Demand
     offers: tuple[RankedOffer, ...]
     excluded: tuple[Exclusion, ...]
+    prices_only: bool = False  # no provider is enabled: nothing here can be launched
 
     def targets(self, limit: int = LAUNCHABLE_OFFERS) -> tuple[Target, ...]:
         """The first ``limit`` offers, in rank order, as what a launch of them asks for."""
@@ -327,6 +328,7 @@ class QuoteEngine:
         return Quote(
             quote_id=new_id("q"), created_at=now, valid_until=now + self.ttl_s,
             catalog_as_of=self.catalog.as_of, demand=d, offers=offers, excluded=excluded,
+            prices_only=self.enabled is None,
         )
 
     def _launchable(self, priced: list[PricedOffer], excluded: list[Exclusion]) -> list[PricedOffer]:

@@ -91,4 +91,5 @@ def quote_to_dict(q: Quote) -> dict[str, Any]:
              "kind": e.kind.value, "reason": e.reason}
             for e in q.excluded
         ],
+        "prices_only": q.prices_only,
     }

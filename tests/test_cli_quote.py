@@ -44,7 +44,8 @@ def test_json_has_exactly_the_documented_shape(mini):
     r = run(["quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500", "--format", "json"], mini)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded"}
+    assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "prices_only"}
+    assert doc["prices_only"] is True  # no [providers.*] table is enabled
     offer = doc["offers"][0]
     assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
                           "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd",
@@ -213,3 +214,18 @@ def test_an_in_process_quote_loads_no_sdk_database_or_array_library(mini, tmp_pa
         assert {"broker", "policies", "providers", "typer"} <= loaded
         assert not loaded & {"numpy", "structlog", "grpc", "sqlalchemy", "sqlmodel", "pydantic", "boto3",
                              "botocore", "google", "azure", "msal"}, fmt
+
+
+def test_with_no_provider_enabled_the_heading_says_the_offers_are_prices_only(mini, tmp_path):
+    """A newcomer's first quote: no [providers.*] table enabled, so nothing can be launched here,
+    and the heading says so; with a provider enabled it does not."""
+    r = run(["quote", "--gpu", "H100:8", "--hours", "1"], {**mini, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith("prices only: no provider is enabled"), r.stdout[:300]
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text('[providers.aws]\nenabled = true\nregions = ["us-east-1"]\nimage_id = "ami-12345678"\n')
+    r = run(["quote", "--gpu", "H100:8", "--hours", "1", "--config", str(cfg)], mini)
+    assert r.returncode == 0 and "prices only" not in r.stdout, r.stdout[:300] + r.stderr
+    r = run(["quote", "--gpu", "H100:8", "--hours", "1", "--config", str(cfg), "-o", "json"], mini)
+    doc = json.loads(r.stdout)
+    assert doc["prices_only"] is False and {o["provider"] for o in doc["offers"]} == {"aws"}

@@ -785,13 +785,13 @@ def test_fake_validates_like_arm(fake_arm: FakeArm) -> None:
 
 
 def test_fake_serves_another_process(tmp_path) -> None:
-    """``python -m tests.clouds.azure`` serves the same fake to a separate process."""
+    """``python -m broker_sandbox.azure`` serves the same fake to a separate process."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "tests.clouds.azure"], cwd=root,
+    proc = subprocess.Popen([sys.executable, "-m", "broker_sandbox.azure"], cwd=root,
                             stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()

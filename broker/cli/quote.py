@@ -85,7 +85,9 @@ def _table(doc: dict) -> None:
               else f"prices as of {doc['catalog_as_of']}")
     # The heading's parts (what, which quote, how old its prices are) are never split: each line
     # takes as many whole parts as the terminal holds.
-    for line in _pack((f"{what} x {d['gpus']} for {d['hours']:g} h", f"quote {doc['quote_id']}", prices),
+    # No provider enabled: every offer is a price to compare, none can be launched here.
+    only = ("prices only: no provider is enabled",) if doc.get("prices_only") else ()
+    for line in _pack((*only, f"{what} x {d['gpus']} for {d['hours']:g} h", f"quote {doc['quote_id']}", prices),
                       console.width):
         console.print(line, highlight=False, markup=False)
     # On a narrow terminal the cost lines go first (--format json has them all), then the

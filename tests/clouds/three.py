@@ -13,56 +13,9 @@ from typing import Any, Iterator
 import pytest
 import tomli_w
 
-from tests.clouds.aws import AwsCloud
-from tests.clouds.azure import FakeArm
-from tests.clouds.azure_market import FakeRetailPrices
-from tests.clouds.gcp import FakeGcpCompute
+from broker_sandbox.aws import AwsCloud
+from broker_sandbox.clouds import AZ_SUB, AZ_SUBNET, SSH_KEY, Clouds  # noqa: F401  (re-exported)
 from tests.conftest import ROOT
-
-AZ_SUB = "3f2b1c9e-5d4a-4e8b-9c7d-0a1b2c3d4e5f"
-AZ_SUBNET = (f"/subscriptions/{AZ_SUB}/resourceGroups/net-rg/providers/Microsoft.Network/"
-             "virtualNetworks/gpu-vnet/subnets/nodes")
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBroKerTestKey broker@test"
-
-
-class Clouds:
-    """The three fakes, and the ``[providers.*]`` tables that point a broker at them (every API
-    a broker calls, the market refresh's included: Azure's Retail Prices API is a fake too)."""
-
-    def __init__(self) -> None:
-        self.aws = AwsCloud().start()
-        self.gcp = FakeGcpCompute().start()
-        self.azure = FakeArm().start()
-        self.azure_retail = FakeRetailPrices().start()
-
-    def stop(self) -> None:
-        for c in (self.aws, self.gcp, self.azure, self.azure_retail):
-            c.stop()
-
-    def reset(self) -> None:
-        self.aws.reset()
-        self.gcp.reset()
-        self.azure.reset()
-        self.azure_retail.reset()
-
-    def provider_tables(self, **timeouts: Any) -> dict[str, dict[str, Any]]:
-        return {
-            "aws": self.aws.provider_settings(["us-east-1", "us-west-2"], credentials="anonymous",
-                                              **timeouts),
-            "gcp": {"enabled": True, "project": "test-project", "regions": ["us-central1", "europe-west4"],
-                    "api_endpoint": self.gcp.url, "credentials": "anonymous", "timeout_s": 5},
-            "azure": {"enabled": True, "subscription_id": AZ_SUB, "resource_group": "broker-rg",
-                      "regions": ["eastus", "westeurope"], "base_url": self.azure.url, "credentials": "anonymous",
-                      "subnet_id": AZ_SUBNET, "ssh_public_key": SSH_KEY, "poll_interval_s": 0, "retries": 0,
-                      "timeout_s": 5, "operation_timeout_s": 20, "retail_prices_url": self.azure_retail.url},
-        }
-
-    def alive_instances(self) -> dict[str, list]:
-        """What exists server-side and is not terminated, per cloud."""
-        aws = [i for i in self.aws.instances() if i.get("state") not in ("terminated", "shutting-down")]
-        gcp = [i for i in self.gcp.instances() if i.get("status") not in ("TERMINATED", "STOPPING")]
-        azure = self.azure.instances()
-        return {"aws": aws, "gcp": gcp, "azure": azure}
 
 
 @pytest.fixture(scope="session")

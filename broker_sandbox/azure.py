@@ -24,7 +24,7 @@ Faults: :meth:`FakeArm.inject` (``capacity``, ``quota``, ``throttle``, ``5xx``, 
 :meth:`FakeArm.fail_rate`; evictions: :meth:`FakeArm.interrupt`. Every request is in
 :attr:`FakeArm.calls`.
 
-Run it alone (for a ``broker serve`` subprocess): ``python -m tests.clouds.azure [--port N]``
+Run it alone (for a ``broker serve`` subprocess): ``python -m broker_sandbox.azure [--port N]``
 prints its URL and serves until interrupted. Binds 127.0.0.1 only.
 """
 from __future__ import annotations
@@ -46,9 +46,11 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from tests.clouds.azure_market import MARKET_ROUTES, ArmMarketMixin
+import providers
 
-_DATA = Path(__file__).resolve().parents[2] / "providers" / "data"
+from broker_sandbox.azure_market import MARKET_ROUTES, ArmMarketMixin
+
+_DATA = Path(providers.__file__).resolve().parent / "data"
 
 BUILTIN_SIZES = (
     "Standard_ND96isr_H100_v5", "Standard_ND96amsr_A100_v4", "Standard_ND96asr_v4",

@@ -8,7 +8,7 @@ meter as the real API returns it (``currencyCode``, ``retailPrice``, ``unitPrice
 ``skuName`` — ``"... Spot"`` / ``"... Low Priority"`` —, ``serviceName``, ``unitOfMeasure``,
 ``type``, ``armSkuName``, ``isPrimaryMeterRegion``). A bad filter answers 400 like the real API.
 
-:class:`ArmMarketMixin` adds to :class:`tests.clouds.azure.FakeArm`:
+:class:`ArmMarketMixin` adds to :class:`broker_sandbox.azure.FakeArm`:
 
 - ``GET /subscriptions/S/providers/Microsoft.Compute/skus`` (``$filter=location eq 'L'``):
   ``resourceType``, ``name``, ``tier``, ``size``, ``family``, ``locations``, ``locationInfo``
@@ -188,7 +188,7 @@ class ArmMarketMixin:
         return int(m.group(1)) if m else 0
 
     def _market_route(self, route: str, g: dict[str, str], query: dict[str, str]) -> tuple[int, Any, dict]:
-        from tests.clouds.azure import ArmError
+        from broker_sandbox.azure import ArmError
 
         if route == "mkt_skus":
             loc = None

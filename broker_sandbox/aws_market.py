@@ -19,7 +19,7 @@ makes that moto does not serve (or serves with placeholders):
 - EC2 ``GetSpotPlacementScores`` (``spotPlacementScoreSet`` items with ``region`` and ``score``).
 
 Zones (``DescribeInstanceTypeOfferings``) and instances come from moto itself; Capacity
-Reservations from :class:`tests.clouds.aws.AwsCloud`.
+Reservations from :class:`broker_sandbox.aws.AwsCloud`.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ differ). What it models, after the public API reference:
 * Fault injection: ``inject(kind, times, match)`` and ``fail_rate(p, kinds, seed)``.
 
 Use ``FakeGcpCompute().start()`` (``.url``, ``.stop()``) from any test, or the ``fake_gcp``
-fixture; ``python -m tests.clouds.gcp --port N`` serves it on its own.
+fixture; ``python -m broker_sandbox.gcp --port N`` serves it on its own.
 """
 from __future__ import annotations
 
@@ -47,12 +47,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
+import providers
 
-from tests.clouds.gcp_market import MARKET_ROUTES, GcpMarketMixin
+try:  # the pytest fixtures (the sandbox runs these fakes where pytest may be absent)
+    import pytest
+except ImportError:  # pragma: no cover
+    from broker_sandbox import _no_pytest as pytest  # type: ignore[no-redef]
+
+from broker_sandbox.gcp_market import MARKET_ROUTES, GcpMarketMixin
 
 LINK = "https://www.googleapis.com/compute/v1"
-CATALOG = Path(__file__).resolve().parents[2] / "providers" / "data" / "instances.csv"
+CATALOG = Path(providers.__file__).resolve().parent / "data" / "instances.csv"
 
 # kind → what the fake answers. capacity/quota finish the insert operation with an error, as the
 # real API does; the others answer the HTTP request itself.

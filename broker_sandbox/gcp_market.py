@@ -1,4 +1,4 @@
-"""What a market refresh asks the fake Compute API (mixed into :class:`tests.clouds.gcp.FakeGcpCompute`).
+"""What a market refresh asks the fake Compute API (mixed into :class:`broker_sandbox.gcp.FakeGcpCompute`).
 
 - ``GET projects/P/regions/R``: the region with its ``quotas`` (``[{"metric", "limit", "usage"}]``,
   e.g. ``NVIDIA_H100_GPUS``, ``PREEMPTIBLE_NVIDIA_H100_GPUS``) and its ``zones`` (links).
@@ -20,7 +20,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-REGIONS_CSV = Path(__file__).resolve().parents[2] / "providers" / "data" / "regions.csv"
+import providers
+
+REGIONS_CSV = Path(providers.__file__).resolve().parent / "data" / "regions.csv"
 LINK = "https://www.googleapis.com/compute/v1"
 
 
@@ -65,7 +67,7 @@ class GcpMarketMixin:
 
     # -- routes ---------------------------------------------------------------------------------
     def get_region(self, *, region: str, **_: Any) -> tuple[int, dict]:
-        from tests.clouds.gcp import HttpError
+        from broker_sandbox.gcp import HttpError
 
         zones = [z for z in self.zones if z.rsplit("-", 1)[0] == region]
         if not zones:
@@ -81,7 +83,7 @@ class GcpMarketMixin:
                      "quotas": quotas}
 
     def _aggregated(self, kind: str, key: str, rows: list[tuple[str, dict]], query: dict) -> tuple[int, dict]:
-        from tests.clouds.gcp import compile_filter
+        from broker_sandbox.gcp import compile_filter
 
         keep = compile_filter(query.get("filter", ""))
         rows = [(z, r) for z, r in rows if keep(r)]
