@@ -526,11 +526,21 @@ class Lifecycle:
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
 
 
-def attempts_summary(attempts: Sequence[Mapping[str, Any]]) -> str:
-    """Each launch attempt in one line: where, the provider's own code, the scope it blocked."""
-    return "; ".join(f"{a['provider']}/{a['region']}{'/' + a['zone'] if a.get('zone') else ''}/"
-                     f"{a['instance_type']}/{a['market']}: {a['code']} ({a['scope'] or 'skipped'}) {a['message']}"
-                     for a in attempts)
+def attempts_summary(attempts: Sequence[Mapping[str, Any]], shown: int = 2) -> str:
+    """The launch attempts in one line, each distinct reason once (the provider's own code, the
+    scope it blocked, its sentence) with where it happened: the first ``shown`` offers and how
+    many more (the lease's ``attempts`` list every one)."""
+    groups: dict[tuple, list[str]] = {}
+    for a in attempts:
+        where = (f"{a['provider']}/{a['region']}{'/' + a['zone'] if a.get('zone') else ''}/"
+                 f"{a['instance_type']}/{a['market']}")
+        groups.setdefault((a["code"], a["scope"] or "skipped", a["message"]), []).append(where)
+    parts = []
+    for (code, scope, message), wheres in groups.items():
+        wheres = list(dict.fromkeys(wheres))
+        more = f" and {len(wheres) - shown} more" if len(wheres) > shown else ""
+        parts.append(f"{code} ({scope}) {message} [{', '.join(wheres[:shown])}{more}]")
+    return "; ".join(parts)
 
 
 def launch_failure(lease: Lease) -> FailedPrecondition:
