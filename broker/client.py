@@ -44,6 +44,21 @@ def _client_error(e: grpc.RpcError, target: str) -> ClientError:
     return ClientError(code, e.details() or code.name)
 
 
+def check_target(target: str) -> str:
+    """``HOST:PORT`` (or a gRPC target with its scheme, ``dns:///…``, ``unix:…``), else a
+    ClientError of bad input: a malformed address is the caller's typo, not a broker down."""
+    if target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
+        return target
+    from broker.config import split_host_port
+
+    try:
+        split_host_port(target)
+    except ValueError as e:
+        raise ClientError(grpc.StatusCode.INVALID_ARGUMENT, f"the broker address (--server or $BROKER_SERVER) {e}.",
+                          answered=False) from None
+    return target
+
+
 def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = None) -> grpc.Channel:
     """A channel to a broker: TLS when ``tls_ca`` (or $BROKER_TLS_CA) names a CA file, and a bearer
     token from ``token`` (or $BROKER_TOKEN) on every call."""
@@ -90,7 +105,7 @@ class _Details(grpc.ClientCallDetails):
 class BrokerClient:
     def __init__(self, target: str, timeout: float = 600.0, *, token: str | None = None,
                  tls_ca: str | None = None) -> None:
-        self.target = target
+        self.target = check_target(target)
         self.timeout = timeout
         self.channel = open_channel(target, token=token, tls_ca=tls_ca)
         self.stub = pb_grpc.BrokerStub(self.channel)

@@ -180,6 +180,7 @@ class QuoteEngine:
         bulk: bool = True,
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
+        max_nodes: int = 1024,
     ) -> None:
         """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
         the in-process ``broker quote`` does). ``regions``: per provider, the regions it is
@@ -188,8 +189,10 @@ class QuoteEngine:
         on; false prices each offering with the scalar model (:func:`policies.cost.pricer`, the
         same figures to the micro-dollar), for a process that quotes once and would spend more
         importing numpy (~0.1 s) than the arrays save.
-        ``cache_entries``/``cache_bytes``: the result cache's bounds (0 entries: no cache)."""
-        self.bulk = bulk
+        ``cache_entries``/``cache_bytes``: the result cache's bounds (0 entries: no cache).
+        ``max_nodes``: the most nodes one demand may take (``[limits] max_nodes``): with the
+        catalog's largest node, it bounds the GPUs a demand may ask for."""
+        self.bulk, self.max_nodes = bulk, max_nodes
         extra = []
         live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
         for r in reservations:
@@ -280,6 +283,7 @@ class QuoteEngine:
         """``d`` normalised and checked against this catalog: known regions, residency
         geographies, data location and a deadline still ahead (DemandError naming the field)."""
         d = d.validate(self.gpu_models)
+        self._check_size(d)
         regions = self.catalog.regions
         names = sorted({name for _, name in regions})
         geos = sorted({r.geo for r in regions.values()})
@@ -298,6 +302,16 @@ class QuoteEngine:
         if d.deadline is not None and d.deadline <= (time.time() if now is None else now):
             raise DemandError("deadline", "deadline is in the past.")
         return d
+
+    def _check_size(self, d: Demand) -> None:
+        """More GPUs than the largest node of the model times ``max_nodes`` is a typo, not a
+        demand: no launch could serve it, and its risk lines would price fiction."""
+        offers = self._by_gpu.get(d.gpu_model, ()) if d.gpu_model else self._all
+        per_node = max((o.instance.gpus for o in offers), default=0)
+        if per_node and d.gpus > per_node * self.max_nodes:
+            raise DemandError("gpus", f"{d.gpus:,} GPUs is more than the catalog's largest "
+                                      f"{d.gpu_model or 'GPU'} node ({per_node} GPUs) x {self.max_nodes:,} nodes "
+                                      f"([limits] max_nodes) = {per_node * self.max_nodes:,}.")
 
     def quote(self, d: Demand, now: float | None = None, top: int = 0,
               blocked: dict[str, str] | None = None, held: dict[str, int] | None = None) -> Quote:
@@ -404,7 +418,7 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True) -> 
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
                            config.quote.ttl_s, regions=regions, bulk=bulk,
                            cache_entries=config.limits.quote_cache_entries,
-                           cache_bytes=config.limits.quote_cache_bytes)
+                           cache_bytes=config.limits.quote_cache_bytes, max_nodes=config.limits.max_nodes)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 

@@ -21,10 +21,12 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, env, words", [
-    (QUOTE + ["--hours", "nan"], {}, "--hours must be a finite number"),
-    (QUOTE + ["--hours", "inf"], {}, "--hours must be a finite number"),
-    (QUOTE + ["--hours", "1e308"], {}, "--hours must be a finite number"),
-    (QUOTE + ["--hours", "100000"], {}, "hours must be a positive number of at most 87840"),
+    (QUOTE + ["--hours", "nan"], {}, "--hours must be a positive number of at most 87840 (ten years)"),
+    (QUOTE + ["--hours", "inf"], {}, "--hours must be a positive number of at most 87840 (ten years)"),
+    (QUOTE + ["--hours", "1e308"], {}, "--hours must be a positive number of at most 87840 (ten years)"),
+    (QUOTE + ["--hours", "100000"], {}, "--hours must be a positive number of at most 87840 (ten years)"),
+    (QUOTE + ["--hours", "0"], {}, "--hours must be a positive number of at most 87840 (ten years), got 0.0."),
+    (QUOTE + ["--hours", "-1"], {}, "--hours must be a positive number of at most 87840 (ten years), got -1.0."),
     (QUOTE + ["--hours", "1", "--data-in-gb", "1e300"], {}, "--data-in-gb must be a finite number"),
     (QUOTE + ["--hours", "1", "--data-out-gb", "-1"], {}, "--data-out-gb must be a finite number"),
     (QUOTE + ["--hours", "1", "--min-sla", "nan"], {}, "--min-sla must be a finite number"),

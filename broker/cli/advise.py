@@ -11,6 +11,26 @@ import typer
 from broker.cli.app import app, check_format, exit_usage, print_json
 
 
+#: The sane range of each owning-cost flag: a value outside is a typo (2^63 GPUs, a PUE of 40),
+#: and past it the yearly sums stop meaning anything.
+MAX_GPUS = 1_000_000
+BOUNDS = {"--gpus-per-server": (1, 128), "--server-capex": (0, 1e8), "--amortisation-years": (0.1, 50),
+          "--kw-per-server": (0, 1000), "--pue": (1, 10), "--usd-per-kwh": (0, 100),
+          "--staff-per-year": (0, 1e10), "--facility-per-year": (0, 1e10)}
+
+
+def _check_bounds(values: dict[str, float]) -> None:
+    for flag, v in values.items():
+        lo, hi = BOUNDS[flag]
+        if not lo <= v <= hi:  # NaN fails both comparisons
+            exit_usage(f"{flag} must be a number from {lo:g} to {hi:g}, got {v}.")
+
+
+def _check_gpus(gpus) -> None:
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= MAX_GPUS):
+        exit_usage(f"--gpus must be a whole number from 1 to {MAX_GPUS:,}, got {gpus}.")
+
+
 def _utilization_arg(text: str) -> float:
     """A fraction 0..1 ("0.7") or a percentage with its sign ("70%"); anything else is refused
     (a bare "70" or "1.5" is ambiguous)."""
@@ -32,6 +52,8 @@ def _read_json(path: Path) -> dict:
         exit_usage(f"cannot read {path}: {e.strerror or e}.")
     except ValueError:
         exit_usage(f"{path} is not JSON; write it with `broker simulate --format json`.")
+    except RecursionError:  # a thousand nested brackets: no simulation output looks like that
+        exit_usage(f"{path} is nested too deeply to be a `broker simulate --format json` output.")
     if not isinstance(doc, dict):
         exit_usage(f"{path} is not a `broker simulate --format json` output.")
     return doc
@@ -114,6 +136,11 @@ def advise_cmd(
     from policies.tco import OnPrem, TcoError, advise, cheapest_prices
 
     check_format(fmt)
+    _check_gpus(gpus)
+    _check_bounds({"--gpus-per-server": gpus_per_server, "--server-capex": server_capex,
+                   "--amortisation-years": amortisation_years, "--kw-per-server": kw_per_server, "--pue": pue,
+                   "--usd-per-kwh": usd_per_kwh, "--staff-per-year": staff_per_year,
+                   "--facility-per-year": facility_per_year})
     sources = [s for s in (utilization, from_simulate, sacct, simulation) if s is not None]
     if len(sources) != 1:
         exit_usage("give the utilisation exactly one way: --utilization, --from-simulate, --sacct or --simulation.")
@@ -133,8 +160,9 @@ def advise_cmd(
         advise_simulation(simulation, sim_policy or "broker", spec, prices, gpu_model.upper(), catalog.as_of, fmt)
         return
     u, gpus, source = _measured(gpus, utilization, from_simulate, sim_policy or "onprem-only", sacct)
-    if not isinstance(gpus, int) or gpus <= 0:
+    if gpus is None:
         exit_usage("--gpus must be a positive whole number.")
+    _check_gpus(gpus)
     spec = replace(spec, gpus=gpus)
     try:
         adv = advise(spec, u, prices)

@@ -28,6 +28,9 @@ Examples:
 """
 
 
+MAX_GPU_COUNT = 1_000_000
+
+
 def parse_gpu(text: str) -> tuple[str, int]:
     """'H100:8' -> ('H100', 8); 'any:4' -> ('', 4)."""
     model, sep, count = text.partition(":")
@@ -37,8 +40,8 @@ def parse_gpu(text: str) -> tuple[str, int]:
         n = int(count)
     except ValueError:
         exit_usage(f"--gpu count must be a whole number, got {count!r}.")
-    if n <= 0:
-        exit_usage(f"--gpu count must be at least 1, got {n}.")
+    if not 0 < n <= MAX_GPU_COUNT:  # the catalog's largest node x [limits] max_nodes bounds it further
+        exit_usage(f"--gpu count must be from 1 to {MAX_GPU_COUNT:,}, got {n:,}.")
     model = model.strip()
     return ("" if model.lower() in ("any", "*", "") else model.upper()), n
 
@@ -168,7 +171,11 @@ def quote(
     check_format(fmt)
     if top < 0:
         exit_usage(f"--top must be zero or more, got {top}.")
-    for name, v in (("--hours", hours), ("--data-in-gb", data_in_gb), ("--data-out-gb", data_out_gb),
+    from policies.demand import MAX_HOURS
+
+    if not 0 < hours <= MAX_HOURS:  # one sentence for every bad runtime: NaN fails both comparisons
+        exit_usage(f"--hours must be a positive number of at most {MAX_HOURS} (ten years), got {hours}.")
+    for name, v in (("--data-in-gb", data_in_gb), ("--data-out-gb", data_out_gb),
                     ("--nodes", nodes), ("--gpu-memory", gpu_memory), ("--checkpoint-minutes", checkpoint_minutes),
                     ("--min-sla", min_sla)):
         if not 0 <= v <= 1e9:  # NaN fails both comparisons

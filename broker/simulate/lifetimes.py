@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.simulate.trace import TraceError
+from broker.simulate.trace import TraceError, unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,20 +48,28 @@ def load_lifetimes(path: Path | str) -> Lifetimes:
     out: dict[str, list[tuple[float, bool]]] = {}
     with f:
         r = csv.DictReader(f)
-        need = [c for c in ("cloud", "observed_lifetime_s") if c not in (r.fieldnames or [])]
-        if need:
-            raise TraceError(f"{p.name} line 1 lacks column(s) {', '.join(need)}")
-        for line, row in enumerate(r, start=2):
-            cloud = (row.get("cloud") or "").strip().lower()
-            try:
-                life = float(row["observed_lifetime_s"])
-            except (TypeError, ValueError):
-                raise TraceError(f"{p.name} line {line}: observed_lifetime_s must be a number, "
-                                 f"got {row.get('observed_lifetime_s')!r}") from None
-            if not cloud or not (math.isfinite(life) and life > 0):
-                raise TraceError(f"{p.name} line {line}: needs a cloud and a positive lifetime")
-            censored = (row.get("ended_by") or "").strip().lower().startswith("still_running")
-            out.setdefault(cloud, []).append((life, censored))
+        try:
+            _rows(p, r, out)
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise unreadable(p, r.line_num, e) from None
     if not out:
         raise TraceError(f"{p.name} holds no lifetimes")
     return Lifetimes({k: tuple(sorted(v)) for k, v in out.items()})
+
+
+def _rows(p: Path, r: csv.DictReader, out: dict[str, list[tuple[float, bool]]]) -> None:
+    """The rows into ``out`` (cloud -> (lifetime, censored)), or a TraceError naming the line."""
+    need = [c for c in ("cloud", "observed_lifetime_s") if c not in (r.fieldnames or [])]
+    if need:
+        raise TraceError(f"{p.name} line 1 lacks column(s) {', '.join(need)}")
+    for line, row in enumerate(r, start=2):
+        cloud = (row.get("cloud") or "").strip().lower()
+        try:
+            life = float(row["observed_lifetime_s"])
+        except (TypeError, ValueError):
+            raise TraceError(f"{p.name} line {line}: observed_lifetime_s must be a number, "
+                             f"got {row.get('observed_lifetime_s')!r}") from None
+        if not cloud or not (math.isfinite(life) and life > 0):
+            raise TraceError(f"{p.name} line {line}: needs a cloud and a positive lifetime")
+        censored = (row.get("ended_by") or "").strip().lower().startswith("still_running")
+        out.setdefault(cloud, []).append((life, censored))

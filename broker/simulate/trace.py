@@ -71,6 +71,18 @@ class TraceError(ValueError):
     """A trace or lifetimes file is unusable; the message names the file and line."""
 
 
+def unreadable(p: Path, lines_read: int, e: Exception) -> TraceError:
+    """The sentence for a CSV that cannot be read as text: not UTF-8 (a binary file), or a
+    field past the csv module's limit (a 200 kB field is no trace). ``lines_read``: the csv
+    reader's ``line_num`` when it failed."""
+    if isinstance(e, UnicodeDecodeError):  # the line being decoded was not counted yet
+        return TraceError(f"{p.name} is not UTF-8 text (near line {lines_read + 1}): give a CSV file")
+    line = max(lines_read, 1)
+    if "field larger than field limit" in str(e):
+        return TraceError(f"{p.name} line {line}: a field is longer than {csv.field_size_limit():,} characters")
+    return TraceError(f"{p.name} line {line} is not CSV: {str(e).rstrip('.')}")
+
+
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     job_id: str
@@ -350,13 +362,15 @@ def read_trace(
         reader = csv.reader(f)
         try:
             header = [h.strip().lower() for h in next(reader)]
+            rd = _Reader(_Columns(header, p.name, columns or {}), p.name,
+                         {"share": interruptible_share, "seed": seed, "model": default_gpu_model.upper(),
+                          "strict": strict, "fractional": fractional})
+            rows = [rd.raw(line, row) for line, row in enumerate(reader, start=2)
+                    if row and not (len(row) == 1 and not row[0].strip())]
         except StopIteration:
             raise TraceError(f"{p.name} is empty") from None
-        rd = _Reader(_Columns(header, p.name, columns or {}), p.name,
-                     {"share": interruptible_share, "seed": seed, "model": default_gpu_model.upper(),
-                      "strict": strict, "fractional": fractional})
-        rows = [rd.raw(line, row) for line, row in enumerate(reader, start=2)
-                if row and not (len(row) == 1 and not row[0].strip())]
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise unreadable(p, reader.line_num, e) from None
     trace_end = max((_last_time(r) for r in rows), default=0.0)
     jobs, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
     for r in rows:
