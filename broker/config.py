@@ -137,6 +137,9 @@ class StoreSettings(Table):
     """``[store]``: the SQLAlchemy URL (SQLite by default, PostgreSQL for several replicas)."""
 
     url: str = ""
+    #: How long opening a PostgreSQL connection may take before the store counts as unreachable
+    #: (libpq's connect_timeout, whole seconds, at least 2); SQLite opens a file.
+    connect_timeout_s: Annotated[float, Meta(ge=1, le=3600)] = 10.0
 
     def __post_init__(self) -> None:
         if self.url and not re.match(r"(sqlite|postgresql(\+psycopg)?)://", self.url):

@@ -53,7 +53,7 @@ def _write(engine: Any, *statements: tuple[str, dict]) -> list[int]:
         return [conn.execute(text(sql), params).rowcount for sql, params in statements]
 
 
-def reader(db_url: str) -> Any:
+def reader(db_url: str, connect_timeout_s: float = 10.0) -> Any:
     """Something to read the market from ``db_url`` without creating anything: a read-only
     sqlite3 connection for an embedded store (None when it does not exist yet), else an engine."""
     if db_url.startswith("sqlite:///"):
@@ -63,7 +63,9 @@ def reader(db_url: str) -> Any:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     from sqlalchemy import create_engine
 
-    return create_engine(db_url)
+    from broker.store import pg_connect_args
+
+    return create_engine(db_url, connect_args=pg_connect_args(connect_timeout_s))
 
 
 def load(db: Any) -> dict[str, MarketRow]:

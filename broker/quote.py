@@ -430,4 +430,4 @@ def quote_engine_from_config(path: str | None) -> QuoteEngine:
     from broker.config import load
 
     config = load(path)
-    return market.quote_engine(config, market_store.reader(config.db_url), log_refused=False, bulk=False)
+    return market.quote_engine(config, market_store.reader(config.db_url, config.store.connect_timeout_s), log_refused=False, bulk=False)

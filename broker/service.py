@@ -72,7 +72,7 @@ class Service:
         self.limits = Limits.from_settings(config.limits, config.workers)
         from broker import market
 
-        self.store = Store(config.db_url)
+        self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s)
         if config.auth is not None and config.auth.honours_store:
             from broker.tokens import IssuedTokens, TokenStore
 

@@ -7,6 +7,7 @@ version it read, so two replicas can never both act on one lease.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import threading
 import time
@@ -139,9 +140,10 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-def engine_for(url: str, *, create: bool = True):
+def engine_for(url: str, *, create: bool = True, connect_timeout_s: float = 10.0):
     """The store's engine for ``url``: SQLite in WAL mode (its directory made unless ``create``
-    is false), or a pooled engine for PostgreSQL. Raises SQLAlchemy's ArgumentError or
+    is false), or a pooled engine for PostgreSQL whose connections give up after
+    ``connect_timeout_s`` (``[store] connect_timeout_s``). Raises SQLAlchemy's ArgumentError or
     NoSuchModuleError on a URL it cannot use."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
@@ -150,15 +152,21 @@ def engine_for(url: str, *, create: bool = True):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+                         connect_args=pg_connect_args(connect_timeout_s))
+
+
+def pg_connect_args(connect_timeout_s: float) -> dict[str, Any]:
+    """libpq's connect_timeout: whole seconds, and it treats less than 2 as 2."""
+    return {"connect_timeout": max(2, math.ceil(connect_timeout_s))}
 
 
 class Store:
     """All persistence. Thread-safe; every method is one transaction."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, connect_timeout_s: float = 10.0) -> None:
         self.url = url
-        self.engine = engine_for(url)
+        self.engine = engine_for(url, connect_timeout_s=connect_timeout_s)
         self._create_schema()
         self._changed = threading.Condition()
         self._recent: OrderedDict[str, tuple] = OrderedDict()

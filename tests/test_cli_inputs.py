@@ -38,6 +38,17 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (QUOTE + ["--hours", "1", "--deadline", "tomorrow"], {}, "--deadline must be an ISO time"),
     (QUOTE + ["--hours", "1", "-o", "yaml"], {}, "--format must be table or json"),
     (["quote", "--gpu", "H100:zero", "--hours", "1"], {}, "--gpu count must be a whole number"),
+    (["quote", "--gpu", "H100:99999", "--hours", "1"], {},
+     "--gpu: 99,999 GPUs is more than the catalog's largest H100 node (8 GPUs) x 1,024 nodes"),
+    (["quote", "--gpu", "H100:99999999999999999999", "--hours", "1"], {}, "--gpu count must be from 1 to 1,000,000"),
+    (["advise", "--gpus", str(2 ** 63), "--utilization", "0.5"], {}, "--gpus must be a whole number from 1 to 1,000,000"),
+    (["advise", "--gpus", "512", "--utilization", "0.5", "--pue", "nan"], {}, "--pue must be a number from 1 to 10"),
+    (["advise", "--gpus", "512", "--utilization", "0.5", "--server-capex", "1e308"], {},
+     "--server-capex must be a number from 0 to 1e+08"),
+    (["leases", "--server", "nohost:notaport"], {}, "the broker address (--server or $BROKER_SERVER) must be HOST:PORT"),
+    (["quote", "--gpu", "H100:8", "--hours", "1", "--server", "nohost:notaport"], {},
+     "the broker address (--server or $BROKER_SERVER) must be HOST:PORT"),
+    (["launch", "--quote-id", "q-1"], {"BROKER_SERVER": "nohost:notaport"}, "must be HOST:PORT"),
     (["leases", "--server", "127.0.0.1:1"], {"BROKER_TLS_CA": "/nowhere/ca.pem"},
      "BROKER_TLS_CA names /nowhere/ca.pem, which cannot be read"),
     (["leases", "--server", "127.0.0.1:1"], {"BROKER_TLS_CA": str(ROOT / "README.md")},
@@ -60,3 +71,81 @@ def test_version_and_the_short_format_flag():
     assert r.returncode == 0 and r.stdout.startswith("broker ") and r.stdout.split()[1][0].isdigit()
     r = broker(*QUOTE, "--hours", "1", "--residency", "eu", "-o", "json")
     assert r.returncode == 0 and r.stdout.lstrip().startswith("{"), r.stderr
+
+
+@pytest.fixture
+def silent_database():
+    """A PostgreSQL address that accepts connections and never answers (a hung server, a
+    firewall that swallows packets): only a connect timeout ends the wait."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held, stop = [], threading.Event()
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"postgresql+psycopg://broker@127.0.0.1:{srv.getsockname()[1]}/broker"
+    stop.set()
+    t.join(5)
+    for c in held:
+        c.close()
+    srv.close()
+
+
+@pytest.mark.parametrize("command", [["db", "current"], ["db", "upgrade"], ["tokens", "list"]])
+def test_a_database_that_does_not_answer_is_exit_7_within_the_connect_timeout(silent_database, command):
+    """Every command that opens the store gives up after [store] connect_timeout_s and says the
+    database is unavailable (exit 7), as for one that refuses; none waits forever."""
+    r = broker(*command, "--db", silent_database, env={"BROKER_STORE__CONNECT_TIMEOUT_S": "2"})
+    assert r.returncode == 7, (r.returncode, r.stderr)
+    assert "cannot open the store at" in r.stderr and "timeout" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_broker_shared_data_is_no_setting():
+    """The README says to set BROKER_SHARED_DATA to move the shared data: every command takes it."""
+    r = broker(*QUOTE, "--hours", "1", env={"BROKER_SHARED_DATA": "/tmp/elsewhere"})
+    assert r.returncode == 0, r.stderr
+    from broker import config as cfgmod
+
+    assert cfgmod.load(None, environ={"BROKER_SHARED_DATA": "/tmp/elsewhere"}).owner
+
+
+def test_hostile_files_are_one_sentence_and_exit_2(tmp_path):
+    """A binary file or a 200 kB field given as a trace, a deeply nested JSON given as a
+    simulation: each is refused with a sentence naming the file, never a traceback."""
+    binary = tmp_path / "trace.csv"
+    binary.write_bytes(bytes(range(256)) * 40)
+    wide = tmp_path / "wide.csv"
+    wide.write_text("job_id,submit_time_s,num_gpus,duration_s\n" + "j" + "x" * 200_000 + ",0,1,3600\n")
+    nested = tmp_path / "sweep.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    nul = tmp_path / "nul.csv"
+    nul.write_text("job_id,submit_time_s,num_gpus,duration_s\nj\x001,0,1,3600\n")
+    for args, words in (
+        (["simulate", "--trace", str(binary), "--onprem-gpus", "8"], "trace.csv is not UTF-8 text"),
+        (["simulate", "--trace", str(wide), "--onprem-gpus", "8"], "wide.csv line 2: a field is longer than"),
+        (["simulate", "--trace", str(wide.parent / "ok.csv"), "--onprem-gpus", "8"], "cannot read trace"),
+        (["advise", "--simulation", str(nested)], "sweep.json is nested too deeply"),
+        (["advise", "--from-simulate", str(nested)], "sweep.json is nested too deeply"),
+        (["advise", "--simulation", str(binary)], "trace.csv is not JSON"),
+    ):
+        r = broker(*args)
+        assert r.returncode == 2, (args, r.returncode, r.stderr[-500:])
+        assert words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr[-500:])
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("broker: "), r.stderr[-500:]
+    (tmp_path / "lifetimes.csv").write_bytes(bytes(range(256)) * 40)
+    r = broker("simulate", "--trace", str(nul), "--onprem-gpus", "8", "--spot-lifetimes",
+               str(tmp_path / "lifetimes.csv"), "--gpu-model", "H100")
+    assert r.returncode == 2 and "lifetimes.csv is not UTF-8 text" in r.stderr, r.stderr[-500:]

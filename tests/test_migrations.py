@@ -246,12 +246,22 @@ def test_two_processes_upgrading_one_postgresql_database_at_once_both_succeed():
      "cannot open the store at postgresql+psycopg://broker@127.0.0.1:1/broker: connection failed"),
     (["db", "current", "--db", "postgresql+psycopg://broker@127.0.0.1:1/broker"],
      "cannot open the store at postgresql+psycopg://broker@127.0.0.1:1/broker"),
+])
+def test_an_unreachable_database_is_exit_7_and_one_sentence(args, words):
+    """Unavailable, as `broker tokens list` says for the same database: not the URL's fault."""
+    r = cli(*args)
+    assert r.exit_code == 7, r.output
+    [sentence] = r.stderr.strip().splitlines()
+    assert sentence.startswith("broker: ") and words in sentence, sentence
+
+
+@pytest.mark.parametrize("args, words", [
     (["db", "upgrade", "--db", "mysql://db/broker"], "config: store.url must be sqlite:///PATH or postgresql"),
     (["db", "upgrade", "--db", "sqlite:////dev/null/broker.db"], "cannot open the store at sqlite:////dev/null/broker.db"),
     (["db", "current", "--db", "sqlite:////nowhere/broker.db"], "there is no database at /nowhere/broker.db"),
     (["db", "current", "-o", "yaml"], "--format must be table or json"),
 ])
-def test_a_bad_url_or_an_unreachable_database_is_exit_2_and_one_sentence(args, words):
+def test_a_bad_url_or_an_unusable_database_is_exit_2_and_one_sentence(args, words):
     r = cli(*args)
     assert r.exit_code == 2, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)

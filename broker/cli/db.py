@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, check_format, console, exit_usage, print_json
+from broker.cli.app import app, check_format, console, exit_error, exit_usage, print_json
 
 db_app = typer.Typer(
     name="db", no_args_is_help=True, rich_markup_mode=None,
@@ -47,17 +47,19 @@ Examples:
 DB_OPTION = "SQLAlchemy URL of the store (default: [store] url of --config, else the embedded SQLite)."
 
 
-def _url(db: Optional[str], config: Optional[str]) -> str:
+def _url(db: Optional[str], config: Optional[str]) -> tuple[str, float]:
+    """The store's URL and ``[store] connect_timeout_s``."""
     from broker import config as cfgmod
     from broker.errors import BrokerError
 
     try:
-        return cfgmod.load(config, overrides={"store.url": db}).db_url
+        cfg = cfgmod.load(config, overrides={"store.url": db})
     except BrokerError as e:
         exit_usage(str(e))
+    return cfg.db_url, cfg.store.connect_timeout_s
 
 
-def _engine(url: str, *, create: bool):
+def _engine(url: str, *, create: bool, connect_timeout_s: float):
     """The store's engine, or exit 2: a URL that is no database URL, a SQLite file that is not
     there (when not ``create``)."""
     from pathlib import Path
@@ -72,11 +74,19 @@ def _engine(url: str, *, create: bool):
         if path and path != ":memory:" and not Path(path).exists():
             exit_usage(f"there is no database at {path} (broker db upgrade or broker serve creates it).")
     try:
-        return engine_for(url, create=create)
+        return engine_for(url, create=create, connect_timeout_s=connect_timeout_s)
     except (ArgumentError, NoSuchModuleError, ValueError) as e:
         exit_usage(f"--db {where(url)!r} is not a usable database URL: {_reason(e)}.")
     except OSError as e:
         exit_usage(f"cannot open the store at {where(url)}: {_reason(e)}.")
+
+
+def _unreachable(e: BaseException) -> bool:
+    """No answer from the database server (refused, timed out, gone): not the URL's fault."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    orig = getattr(e, "orig", None)
+    return isinstance(e, (OperationalError, InterfaceError)) and not type(orig).__module__.startswith("sqlite3")
 
 
 def _reason(e: BaseException) -> str:
@@ -85,20 +95,24 @@ def _reason(e: BaseException) -> str:
     return reason(e)
 
 
-def _run(url: str, action, *, create: bool = False):
-    """``action(engine)``; a database that cannot be reached or read is exit 2, one sentence."""
+def _run(url: str, connect_timeout_s: float, action, *, create: bool = False):
+    """``action(engine)``, one sentence when it fails: a database that does not answer (within
+    ``connect_timeout_s``) is exit 7, as for every command; one that cannot be read exit 2."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from broker.errors import BrokerError
+    from broker.errors import BrokerError, Unavailable, outcome
     from broker.migrate import where
 
-    engine = _engine(url, create=create)
+    engine = _engine(url, create=create, connect_timeout_s=connect_timeout_s)
     try:
         return action(engine)
     except BrokerError as e:
         exit_usage(str(e))
     except (SQLAlchemyError, OSError) as e:
-        exit_usage(f"cannot open the store at {where(url)}: {_reason(e)}.")
+        sentence = f"cannot open the store at {where(url)}: {_reason(e)}."
+        if _unreachable(e):
+            exit_error(sentence, outcome(Unavailable("")).exit_code)
+        exit_usage(sentence)
     finally:
         engine.dispose()
 
@@ -112,8 +126,8 @@ def upgrade_cmd(
     from broker import migrate
 
     check_format(fmt)
-    url = _url(db, config)
-    done = _run(url, migrate.upgrade, create=True)
+    url, timeout = _url(db, config)
+    done = _run(url, timeout, migrate.upgrade, create=True)
     if fmt == "json":
         print_json({"database": migrate.where(url), **done.as_dict(), "head": done.after})
         return
@@ -145,10 +159,10 @@ def current_cmd(
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
     check_format(fmt)
-    url = _url(db, config)
+    url, timeout = _url(db, config)
     from broker import migrate
 
-    st = _run(url, migrate.status)
+    st = _run(url, timeout, migrate.status)
     if fmt == "json":
         print_json(st)
         return

@@ -68,7 +68,7 @@ def _open(db: Optional[str], config: Optional[str]):
 
     where = cfg.db_url.split("@")[-1]
     try:
-        return cfg, Store(cfg.db_url)
+        return cfg, Store(cfg.db_url, connect_timeout_s=cfg.store.connect_timeout_s)
     except BrokerError as e:  # a schema newer than this broker knows
         exit_error(str(e), outcome(e).exit_code)
     except OSError as e:
