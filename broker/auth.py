@@ -238,6 +238,41 @@ class _AuthInterceptor(grpc.ServerInterceptor):
                                                    handler.response_serializer)
 
 
+def check_certificate(cert_file: str, key_file: str, cert_pem: bytes, now: float | None = None) -> None:
+    """A ConfigError naming the file and the cause when the key does not match the certificate
+    (gRPC would only say "Failed to bind"), or the certificate is expired or not valid yet.
+    An expired certificate is refused, not warned about: every client's handshake would fail,
+    so the broker would run and serve no one."""
+    import datetime as dt
+    import ssl
+
+    from broker.errors import ConfigError
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert_file, key_file, password=lambda: b"")
+    except ssl.SSLError as e:
+        if e.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(f"config: server.tls_key_file {key_file} is not the key of the certificate in "
+                              f"server.tls_cert_file {cert_file}", field="server.tls_key_file") from None
+        raise ConfigError(f"config: server.tls_cert_file {cert_file} with server.tls_key_file {key_file} cannot "
+                          f"be used: {(e.reason or str(e)).lower().replace('_', ' ')}", field="server.tls_key_file") from None
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as e:
+        raise ConfigError(f"config: server.tls_cert_file {cert_file} is not a certificate: {e}",
+                          field="server.tls_cert_file") from None
+    at = dt.datetime.now(dt.timezone.utc) if now is None else dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    if cert.not_valid_after_utc < at:
+        raise ConfigError(f"config: server.tls_cert_file {cert_file} expired on "
+                          f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: renew it", field="server.tls_cert_file")
+    if cert.not_valid_before_utc > at:
+        raise ConfigError(f"config: server.tls_cert_file {cert_file} is not valid before "
+                          f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC", field="server.tls_cert_file")
+
+
 def server_credentials(server) -> grpc.ServerCredentials | None:
     """TLS (and mutual TLS with ``tls_client_ca_file``) from the typed ``[server]`` settings (the
     schema has checked that cert and key go together), or None for plaintext."""
@@ -256,6 +291,7 @@ def server_credentials(server) -> grpc.ServerCredentials | None:
             raise ConfigError(f"config: server.{key} {path} cannot be read: {e.strerror}", field=f"server.{key}") from None
         if b"-----BEGIN " not in files[key]:
             raise ConfigError(f"config: server.{key} {path} is not a PEM file", field=f"server.{key}")
+    check_certificate(server.tls_cert_file, server.tls_key_file, files["tls_cert_file"])
     roots = files.get("tls_client_ca_file")
     return grpc.ssl_server_credentials([(files["tls_key_file"], files["tls_cert_file"])], root_certificates=roots,
                                        require_client_auth=bool(roots))

@@ -149,3 +149,46 @@ def test_hostile_files_are_one_sentence_and_exit_2(tmp_path):
     r = broker("simulate", "--trace", str(nul), "--onprem-gpus", "8", "--spot-lifetimes",
                str(tmp_path / "lifetimes.csv"), "--gpu-model", "H100")
     assert r.returncode == 2 and "lifetimes.csv is not UTF-8 text" in r.stderr, r.stderr[-500:]
+
+
+def _certificate(tmp_path, name: str, days: float, start_days: float = -1):
+    """A self-signed certificate valid from ``start_days`` to ``days`` from now, and its key."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now + dt.timedelta(days=start_days))
+            .not_valid_after(now + dt.timedelta(days=days)).sign(key, hashes.SHA256()))
+    (tmp_path / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
+    return tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+
+
+@pytest.mark.parametrize("case, words", [
+    ("mismatch", "config: server.tls_key_file {other_key} is not the key of the certificate in "
+                 "server.tls_cert_file {cert}"),
+    ("expired", "config: server.tls_cert_file {expired} expired on "),
+    ("future", "config: server.tls_cert_file {future} is not valid before "),
+])
+def test_a_tls_key_that_does_not_match_or_an_expired_certificate_is_named_at_start_up(tmp_path, case, words):
+    """Not gRPC's "Failed to bind to address": the file and the cause, exit 2. An expired
+    certificate is refused (every client's handshake would fail against it)."""
+    cert, _key = _certificate(tmp_path, "good", days=30)
+    _, other_key = _certificate(tmp_path, "other", days=30)
+    expired, expired_key = _certificate(tmp_path, "expired", days=-1, start_days=-30)
+    future, future_key = _certificate(tmp_path, "future", days=60, start_days=30)
+    pair = {"mismatch": (cert, other_key), "expired": (expired, expired_key), "future": (future, future_key)}[case]
+    r = broker("serve", "--listen", "127.0.0.1:0", "--db", f"sqlite:///{tmp_path / 'b.db'}", "--log-level", "error",
+               env={"BROKER_SERVER__TLS_CERT_FILE": str(pair[0]), "BROKER_SERVER__TLS_KEY_FILE": str(pair[1])})
+    assert r.returncode == 2, (r.returncode, r.stderr[-1000:])
+    said = [line for line in r.stderr.strip().splitlines() if not line.startswith("{")]
+    expected = words.format(other_key=other_key, cert=cert, expired=expired, future=future)
+    assert len(said) == 1 and expected in said[0] and "Traceback" not in r.stderr, said
