@@ -128,23 +128,24 @@ def show_cmd(
 
 
 def _table(rows: list[dict], refreshes: list[dict], warnings: list[str]) -> None:
-    from rich.table import Table
-
-    from broker.cli.app import console as make_console
+    from broker.cli.app import console as make_console, fitted_table
 
     console = make_console()
-    t = Table(title="what a quote uses (* stale)", title_justify="left")
-    for col in ("provider", "region", "instance", "market", "$/h", "source", "as of", "zones", "quota left"):
-        t.add_column(col, justify="right" if col in ("$/h", "quota left") else "left")
+    columns = [(c, "right" if c in ("$/h", "quota left") else "left")
+               for c in ("provider", "region", "instance", "market", "$/h", "source", "as of", "zones", "quota left")]
+    cells = []
     for r in rows:
         quota = "" if r["quota_left"] is None else f"{r['quota_left']:g} {r['quota']}"
         if r["reservation"]:
             quota = f"{r['free_nodes']} nodes free in {r['reservation']}"
-        t.add_row(r["provider"], r["region"], r["instance_type"], r["market"],
-                  f"{r['hourly_usd']:.2f}" + ("*" if r["stale"] else ""), r["price_source"].split(":", 1)[0]
-                  + ":" + r["price_source"].split(":", 1)[-1] if ":" in r["price_source"] else r["price_source"],
-                  (r["price_as_of"] or "")[:10], " ".join(z.rsplit("-", 1)[-1] for z in r["zones"]), quota)
-    console.print(t)
+        cells.append((r["provider"], r["region"], r["instance_type"], r["market"],
+                      f"{r['hourly_usd']:.2f}" + ("*" if r["stale"] else ""), r["price_source"],
+                      (r["price_as_of"] or "")[:10], " ".join(z.rsplit("-", 1)[-1] for z in r["zones"]), quota))
+    # On a narrow terminal the details go first (--format json has them all); what is sold where
+    # and at what price always shows in full.
+    console.print("what a quote uses (* stale)", highlight=False, markup=False)
+    console.print(fitted_table(console, columns, cells, drop_first=("zones", "source", "as of", "quota left"),
+                               fold=("zones", "quota left")))
     for r in refreshes:
         state = f"last error: {r['last_error']}" if r["last_error"] else "ok"
         console.print(f"{r['provider']}: data of {r['fetched_at'] or 'never'}, last tried {r['attempted_at']}, {state}",

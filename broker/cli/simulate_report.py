@@ -15,7 +15,9 @@ def fmt_s(s: float) -> str:
         return f"{s:.0f} s"
     if s < 7200:
         return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    if s < 100 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 3600:,.0f} h"
 
 
 def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
@@ -42,22 +44,22 @@ def preemptions_line(doc: dict) -> str:
 
 
 def print_table(doc: dict) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
+
+    from broker.cli.app import fitted_table
 
     pols = doc["policies"]
-    t = Table(title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
-                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})", box=box.SIMPLE_HEAD,
-              pad_edge=False, collapse_padding=True, show_edge=False)
-    for col in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util"):
-        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for name, d in pols.items():
-        t.add_row(name, f"{d['cloud_cost_usd']:,.0f}", f"{d['hindsight_cost_usd']:,.0f}",
-                  f"{d['lower_bound_cost_usd']:,.0f}",
-                  fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]), f"{d['jobs_burst']:,}",
-                  f"{d['onprem_utilization'] * 100:.0f} %")
+    columns = [(c, "left" if c == "policy" else "right")
+               for c in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util")]
+    rows = [(name, f"{d['cloud_cost_usd']:,.0f}", f"{d['hindsight_cost_usd']:,.0f}",
+             f"{d['lower_bound_cost_usd']:,.0f}", fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]),
+             f"{d['jobs_burst']:,}", f"{d['onprem_utilization'] * 100:.0f} %") for name, d in pols.items()]
     con = Console(width=80)
+    # Too wide for 80 columns (a sum in the millions, waits of thousands of hours): the hindsight
+    # and bound columns go first (the sentences below give both); no figure is ever cut.
+    t = fitted_table(con, columns, rows, drop_first=("bound $", "hindsight"),
+                     title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
+                           f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})")
     con.print(t)
     for name, d in pols.items():
         if d["jobs_burst"] == 0:
@@ -97,20 +99,23 @@ def sweep(doc, jobs, catalog, names, sizes, cfg, lifetimes, workers, fmt, plot) 
     if fmt == "json":
         print_json(doc)
         return
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    print_sweep_table(doc, len(jobs))
 
-    t = Table(title=f"{len(jobs):,} jobs, {len(sizes)} pool sizes ({doc['gpu_model']} in the cloud)",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
-    for col in ("GPUs", "policy", "cloud $", "p95", "p99", "burst", "util"):
-        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for run in doc["sizes"]:
-        for k, (name, d) in enumerate(run["policies"].items()):
-            t.add_row(f"{run['onprem_gpus']:,}" if k == 0 else "", name, f"{d['cloud_cost_usd']:,.0f}",
-                      fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]), f"{d['jobs_burst']:,}",
-                      f"{d['onprem_utilization'] * 100:.0f} %", end_section=k == len(run["policies"]) - 1)
+
+def print_sweep_table(doc: dict, n_jobs: int) -> None:
+    from rich.console import Console
+
+    from broker.cli.app import fitted_table
+
+    columns = [(c, "left" if c == "policy" else "right")
+               for c in ("GPUs", "policy", "cloud $", "p95", "p99", "burst", "util")]
+    rows = [(f"{run['onprem_gpus']:,}" if k == 0 else "", name, f"{d['cloud_cost_usd']:,.0f}",
+             fmt_s(d["wait_p95_s"]), fmt_s(d["wait_p99_s"]), f"{d['jobs_burst']:,}",
+             f"{d['onprem_utilization'] * 100:.0f} %")
+            for run in doc["sizes"] for k, (name, d) in enumerate(run["policies"].items())]
     con = Console(width=80)
+    t = fitted_table(con, columns, rows, drop_first=("burst",),
+                     title=f"{n_jobs:,} jobs, {len(doc['sizes'])} pool sizes ({doc['gpu_model']} in the cloud)")
     con.print(t)
     con.print(preemptions_line(doc), highlight=False)
 
