@@ -249,3 +249,24 @@ def test_advise_from_simulate_names_the_file_when_its_pool_size_is_unusable(tmp_
                                 "policies": {"onprem-only": SIM["policies"]["broker"]}}))
     one_sentence(broker("advise", "--from-simulate", path, "--catalog", cat, "--gpu-model", "V100"),
                  "gives no positive whole onprem_gpus (got '16'); pass --gpus")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_piped_sweep_says_each_replay_on_stderr_as_it_finishes(tmp_path, workers):
+    """Not on a terminal (a pipe, a log file): one progress line per (size, policy) replay on
+    stderr, and stdout stays the JSON alone."""
+    cat = write_catalog(tmp_path / "catalog")
+    r = broker("simulate", "--trace", flood(tmp_path), "--onprem-gpus", "8,16", "--catalog", cat, "--gpu-model",
+               "V100", "--jobs", workers, "--policy", "onprem-only", "--policy", "broker", "--spot-lifetimes",
+               "catalog", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert [s["onprem_gpus"] for s in json.loads(r.stdout)["sizes"]] == [8, 16]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("broker: replayed ")]
+    assert len(lines) == 4, r.stderr
+    assert sorted(ln.split(" (")[0] for ln in lines) == sorted(
+        f"broker: replayed {p} on {s} GPUs" for p in ("onprem-only", "broker") for s in (8, 16))
+    assert [ln.split(" (")[1].split(",")[0] for ln in lines] == ["1/4", "2/4", "3/4", "4/4"]
+    r = broker("simulate", "--trace", flood(tmp_path), "--onprem-gpus", "8", "--catalog", cat, "--gpu-model",
+               "V100", "--policy", "onprem-only", "--policy", "broker", "--spot-lifetimes", "catalog")
+    assert r.returncode == 0 and [ln.split(" (")[0] for ln in r.stderr.splitlines() if "replayed" in ln] == [
+        "broker: replayed onprem-only on 8 GPUs", "broker: replayed broker on 8 GPUs"], r.stderr

@@ -24,7 +24,13 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
     """Every policy on one pool size, with a progress bar on a terminal for long traces."""
     from broker.simulate import run_policies
 
-    if not (sys.stderr.isatty() and len(jobs) >= 20_000):
+    if not sys.stderr.isatty():  # piped or logged: a line per replay, so a long run is seen to move
+        line, out = progress_lines(), {}
+        for k, name in enumerate(names, 1):
+            out.update(run_policies(jobs, catalog, [name], cfg, lifetimes))
+            line(f"{name} on {cfg.onprem_gpus:,} GPUs", k, len(names))
+        return out
+    if len(jobs) < 20_000:
         return run_policies(jobs, catalog, names, cfg, lifetimes)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -35,6 +41,20 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
     with bar:
         return run_policies(jobs, catalog, names, cfg, lifetimes,
                             lambda name, done: bar.update(tasks[name], completed=done))
+
+
+def progress_lines():
+    """``line(what, done, total)``: one line on stderr per finished replay, with the time taken
+    so far (a sweep of the Philly trace takes minutes)."""
+    import time
+
+    start = time.monotonic()
+
+    def line(what: str, done: int, total: int) -> None:
+        sys.stderr.write(f"broker: replayed {what} ({done}/{total}, {fmt_s(time.monotonic() - start)})\n")
+        sys.stderr.flush()
+
+    return line
 
 
 def preemptions_line(doc: dict) -> str:
@@ -89,7 +109,9 @@ def sweep(doc, jobs, catalog, names, sizes, cfg, lifetimes, workers, fmt, plot) 
     """Every policy at every size in worker processes; one table and one plot."""
     from broker.simulate.sweep import run_sweep
 
-    res = run_sweep(jobs, catalog, names, sizes, cfg, lifetimes, workers)
+    line = progress_lines()
+    res = run_sweep(jobs, catalog, names, sizes, cfg, lifetimes, workers,
+                    progress=lambda size, name, done, total: line(f"{name} on {size:,} GPUs", done, total))
     doc["sizes"] = [{"onprem_gpus": s, "policies": {n: r.to_dict() for n, r in res[s].items()}} for s in sizes]
     if plot is not None:
         try:

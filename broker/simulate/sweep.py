@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from providers.catalog import Catalog
 
@@ -57,8 +57,10 @@ def run_sweep(
     cfg: SimConfig,
     lifetimes: Lifetimes | None = None,
     workers: int | None = None,
+    progress: Callable[[int, str, int, int], None] | None = None,
 ) -> dict[int, dict[str, PolicyResult]]:
-    """Every policy at every pool size; ``workers`` processes (default: the CPU count)."""
+    """Every policy at every pool size; ``workers`` processes (default: the CPU count).
+    ``progress(size, policy, done, total)`` is called as each replay finishes."""
     pols = builtin_policies()
     bad = [n for n in names if n not in pols]
     if bad:
@@ -69,13 +71,22 @@ def run_sweep(
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     out: dict[int, dict[str, PolicyResult]] = {s: {} for s in sizes}
     jobs = jobs if isinstance(jobs, list) else list(jobs)
+    done: list[tuple[int, str, PolicyResult]] = []
+
+    def finished(result: tuple[int, str, PolicyResult]) -> None:
+        done.append(result)
+        if progress:
+            progress(result[0], result[1], len(done), len(tasks))
+
     if workers == 1:
         _init(jobs, catalog, lifetimes, cfg)
-        done = [_one(s, n) for s, n in tasks]
+        for s, n in tasks:
+            finished(_one(s, n))
     else:
         with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init,
                                  initargs=(jobs, catalog, lifetimes, cfg)) as ex:
-            done = [f.result() for f in [ex.submit(_one, s, n) for s, n in tasks]]
+            for f in as_completed([ex.submit(_one, s, n) for s, n in tasks]):
+                finished(f.result())
     for s, n, r in done:
         out[s][n] = r
     return {s: {n: out[s][n] for n in names} for s in sizes}
