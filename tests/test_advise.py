@@ -90,7 +90,8 @@ def test_plot_is_a_png(cat, tmp_path):
     (["--gpus", 0, "--utilization", "0.5"], "--gpus must be a positive"),
     (["--utilization", "0.5"], "--gpus must be a positive"),
     (["--gpus", 8, "--utilization", "0.5", "--format", "yaml"], "--format"),
-    (["--gpus", 8, "--utilization", "0.5", "--pue", "0.5"], "PUE"),
+    (["--gpus", 8, "--utilization", "0.5", "--pue", "0.5"], "--pue must be a number from 1 to 10, got 0.5"),
+    (["--gpus", 2 ** 63, "--utilization", "0.5"], "--gpus must be a positive whole number, at most 1,000,000"),
     (["--gpus", 8, "--utilization", "0.5", "--plot", "x.svg"], "PNG"),
 ])
 def test_bad_input_exits_2(cat, args, needle):

@@ -23,10 +23,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:  # noqa: F811
     c = slurm_cluster
     c.cancel_all(wait=15)
+    # Only a drained or down node takes "state=resume": one whose jobs are still completing
+    # (MIXED, COMPLETING) refuses it ("Invalid node state specified") and turns IDLE by itself.
     for spec in c.onprem:
-        if c.node_states().get(spec.name, "").rstrip("*~#%!$@^-") not in ("IDLE",):
+        if c.node_states().get(spec.name, "").rstrip("*~#%!$@^-").startswith(("DRAIN", "DOWN", "FAIL")):
             c.resume(spec.name)
-    c.wait_nodes([n.name for n in c.onprem], {"IDLE"}, timeout=20)
+    c.wait_nodes([n.name for n in c.onprem], {"IDLE"}, timeout=30)
     return c
 
 
@@ -113,6 +115,12 @@ def test_watcher_json_and_text_agree_on_live_output(cluster):
     pend = [c.sbatch("sleep 300", extra=("--gpus=6",), name="big"),
             c.sbatch("sleep 300", gres="gpu:1", name="hpo-a", extra=("--array=0-1",
                                                                      "--hold"))]
+    # Both formats read the same moment only once the cluster holds still: the running job's
+    # node allocated, and slurmctld's scheduler has given the pending job its reason (until its
+    # first pass it is "None", and a pass between the two reads changed one of them).
+    c.wait_nodes([r.nodes[0] for r in watcher(c).snapshot().running if r.job_id == run], {"MIXED", "ALLOCATED"})
+    wait_reasons(c, [pend[0]])
+    c.wait_job(pend[1], {"PENDING"}, reasons={"JobHeldUser"})
     now = time.time()
     js = watcher(c).snapshot(now)
     tx = watcher(c, prefer_json=False).snapshot(now)

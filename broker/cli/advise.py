@@ -28,7 +28,7 @@ def _check_bounds(values: dict[str, float]) -> None:
 
 def _check_gpus(gpus) -> None:
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= MAX_GPUS):
-        exit_usage(f"--gpus must be a whole number from 1 to {MAX_GPUS:,}, got {gpus}.")
+        exit_usage(f"--gpus must be a positive whole number, at most {MAX_GPUS:,}, got {gpus}.")
 
 
 def _utilization_arg(text: str) -> float:
