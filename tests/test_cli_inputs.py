@@ -40,7 +40,7 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["quote", "--gpu", "H100:zero", "--hours", "1"], {}, "--gpu count must be a whole number"),
     (["quote", "--gpu", "H100:99999", "--hours", "1"], {},
      "--gpu: 99,999 GPUs is more than the catalog's largest H100 node (8 GPUs) x 1,024 nodes"),
-    (["quote", "--gpu", "H100:99999999999999999999", "--hours", "1"], {}, "--gpu count must be from 1 to 1,000,000"),
+    (["quote", "--gpu", "H100:99999999999999999999", "--hours", "1"], {}, "--gpu count must be at least 1 and at most 1,000,000"),
     (["advise", "--gpus", str(2 ** 63), "--utilization", "0.5"], {}, "--gpus must be a positive whole number, at most 1,000,000"),
     (["advise", "--gpus", "512", "--utilization", "0.5", "--pue", "nan"], {}, "--pue must be a number from 1 to 10"),
     (["advise", "--gpus", "512", "--utilization", "0.5", "--server-capex", "1e308"], {},

@@ -41,7 +41,7 @@ def parse_gpu(text: str) -> tuple[str, int]:
     except ValueError:
         exit_usage(f"--gpu count must be a whole number, got {count!r}.")
     if not 0 < n <= MAX_GPU_COUNT:  # the catalog's largest node x [limits] max_nodes bounds it further
-        exit_usage(f"--gpu count must be from 1 to {MAX_GPU_COUNT:,}, got {n:,}.")
+        exit_usage(f"--gpu count must be at least 1 and at most {MAX_GPU_COUNT:,}, got {n:,}.")
     model = model.strip()
     return ("" if model.lower() in ("any", "*", "") else model.upper()), n
 
