@@ -224,7 +224,7 @@ def _policy_tables() -> tuple[type[Table], type[Table], type[Table]]:
     from policies.selection import SelectionConfig
     from policies.triggers import TriggerConfig
 
-    return (_table_of(TriggerConfig, exclude=("selection",)), _table_of(DiagnoseConfig),
+    return (_table_of(TriggerConfig, exclude=("selection", "classes")), _table_of(DiagnoseConfig),
             _table_of(SelectionConfig))
 
 
@@ -243,8 +243,33 @@ def _as(cls: type, table: Table, key: str):
         raise bad(key, f"is not valid: {text}") from None
 
 
+ClassName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+Label = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class JobClassTable(Table):
+    """``[autoscaler.classes.NAME]`` (:class:`policies.classes.JobClass`). A key left out keeps
+    the built-in class's value (a new class: no wait target, its own name as its label)."""
+
+    max_wait_s: Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)] | None = None
+    spot: bool | None = None
+    burst: bool | None = None
+    priority: Annotated[int, Meta(ge=-1000, le=1000)] | None = None
+    match: Annotated[list[Label], Meta(max_length=64)] | None = None
+    min_priority: Annotated[int, Meta(ge=0, le=NUMBER_LIMIT)] | None = None
+
+    def job_class(self, name: str):
+        from policies.classes import DEFAULT_CLASSES, JobClass
+
+        base = next((c for c in DEFAULT_CLASSES if c.name.lower() == name.lower()), JobClass(name))
+        kw = {k: getattr(self, k) for k in self.__struct_fields__ if getattr(self, k) is not None}
+        if "match" in kw:
+            kw["match"] = tuple(kw["match"])
+        return dataclasses.replace(base, **kw)
+
+
 class AutoscalerSettings(Table):
-    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` tables."""
+    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` / ``classes`` tables."""
 
     enabled: bool = False
     interval_s: Seconds = 30.0
@@ -258,6 +283,7 @@ class AutoscalerSettings(Table):
     trigger: TriggerTable = field(default_factory=TriggerTable)  # type: ignore[valid-type]
     diagnose: DiagnoseTable = field(default_factory=DiagnoseTable)  # type: ignore[valid-type]
     selection: SelectionTable = field(default_factory=SelectionTable)  # type: ignore[valid-type]
+    classes: Annotated[dict[ClassName, JobClassTable], Meta(max_length=64)] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.trigger_config(), self.diagnose_config()  # the policies' own cross-checks
@@ -267,9 +293,17 @@ class AutoscalerSettings(Table):
         from policies.selection import SelectionConfig
         from policies.triggers import TriggerConfig
 
+        from policies.classes import merge_classes
+
         selection = _as(SelectionConfig, self.selection, "selection")
         trig = _as(TriggerConfig, self.trigger, "trigger")
-        return dataclasses.replace(trig, selection=selection)
+        classes = {}
+        for name, t in self.classes.items():
+            try:
+                classes[name] = t.job_class(name)
+            except ValueError as e:
+                raise bad(f"classes.{name}", f"is not valid: {e}") from None
+        return dataclasses.replace(trig, selection=selection, classes=merge_classes(classes))
 
     def diagnose_config(self):
         from policies.diagnose import DiagnoseConfig

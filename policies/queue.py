@@ -35,6 +35,9 @@ class PendingJob:
     data_gb: float = 0.0
     kind: str = "training"
     exclusive: bool = False  # whole-node request
+    job_class: str = ""  # the scheduler's or submitter's class label (policies.classes)
+    qos: str = ""
+    priority: int | None = None  # the scheduler's numeric priority, when it says one
 
     @property
     def runtime_s(self) -> int:
