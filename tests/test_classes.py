@@ -59,9 +59,9 @@ def test_a_week_long_job_goes_when_its_predicted_wait_passes_its_class_target_an
     d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("svc", pred=1700, qos="prod")], "resource-bound")
     assert d.action == HOLD  # within its target: it stays
     # under the old rule alone it would wait three and a half days
-    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("svc", pred=2000, job_class="best-effort")],
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("svc", pred=15000, job_class="best-effort")],
                     "resource-bound")
-    assert d.action == BURST  # "best-effort" is no built-in class: the default's 30 min
+    assert d.action == BURST and "class default 4.0 h" in d.reason  # no built-in "best-effort"
 
 
 def test_a_job_with_no_runtime_goes_at_its_class_target_only():
@@ -131,7 +131,7 @@ def test_classes_are_configured_key_by_key_over_the_built_in_ones(tmp_path):
     classes = {c.name: c for c in cfg.autoscaler.trigger_config().classes}
     assert classes["production"].max_wait_s == 600 and "prod" in classes["production"].labels
     assert classes["research"].max_wait_s == 14400 and classes["research"].labels == ("res", "research")
-    assert classes["default"].max_wait_s == 1800
+    assert classes["default"].max_wait_s == 14400
 
 
 @pytest.mark.parametrize("text,key", [

@@ -151,9 +151,10 @@ def simulate_cmd(
     sys.stderr.write(f"broker: spot lifetimes: {f'observed ({life_path})' if life_path else 'the catalog rates'}\n")
     cfg = SimConfig(onprem_gpus=sizes[0], gpus_per_node=gpus_per_node, seed=seed, default_gpu_model=model,
                     checkpoint_minutes=checkpoint_minutes)
+    from broker.views import as_of
     doc = {"trace": tr.to_dict(), "gpus_per_node": gpus_per_node, "interruptible_share": interruptible_share,
            "seed": seed, "gpu_model": model, "spot_lifetimes": str(life_path) if life_path else "catalog",
-           "catalog_as_of": catalog.as_of}
+           "catalog_as_of": as_of(catalog.as_of), "gpu_prices": _gpu_prices(catalog, model)}
     if len(sizes) > 1:
         report.sweep(doc, tr.jobs, catalog, names, sizes, cfg, lifetimes, jobs, fmt, plot)
         return
@@ -168,3 +169,13 @@ def simulate_cmd(
         print_json(doc)
         return
     report.print_table(doc)
+
+
+def _gpu_prices(catalog, model: str) -> dict:
+    """The cheapest on-demand (and committed) price per GPU-hour of the simulated model, so
+    `broker advise --simulation` prices owning against what was simulated."""
+    from policies.tco import cheapest_prices
+
+    return {k: {"usd_per_gpu_hour": round(p.usd_per_gpu_hour, 6), "provider": p.provider, "region": p.region,
+                "instance_type": p.instance_type}
+            for k, p in cheapest_prices(catalog.offerings, catalog.committed_micros, model).items()}
