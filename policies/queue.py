@@ -37,7 +37,7 @@ class PendingJob:
     exclusive: bool = False  # whole-node request
     job_class: str = ""  # the scheduler's or submitter's class label (policies.classes)
     qos: str = ""
-    priority: int | None = None  # the scheduler's numeric priority, when it says one
+    priority: int = 0  # the scheduler's numeric priority (0: it says none)
 
     @property
     def runtime_s(self) -> int:

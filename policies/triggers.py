@@ -254,7 +254,7 @@ class _Pass:
 
 def target_s(cfg: TriggerConfig, c: Candidate) -> float:
     """The wait after which the wait rule sends ``c`` out (see :mod:`policies.classes`)."""
-    cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority)
+    cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
     return wait_target_s(c.job.est_runtime_s, c.job.time_limit_s, cls, cfg.wait_runtime_ratio)
 
 
@@ -264,7 +264,7 @@ def classed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candida
     for c in candidates:
         if c.job_class is None:
             j = c.job
-            cls = classify(cfg.classes, j.job_class, j.qos, j.queue, j.priority)
+            cls = classify(cfg.classes, j.job_class, j.qos, j.queue, j.priority or None)
             if cls.spot is False and j.interruptible:
                 c = replace(c, job=replace(j, interruptible=False))
             c = replace(c, job_class=cls)
@@ -369,7 +369,7 @@ def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:
     runtime)``, with a count per class when several jobs go."""
     by: Counter = Counter()
     for c in jobs:
-        cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority)
+        cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
         by[(cls.name, cls.max_wait_s)] += 1
     parts = "; ".join(f"class {n} {fmt_wait(w)}" + (f": {_plural(k, 'job')}" if len(jobs) > 1 else "")
                       for (n, w), k in by.items())
