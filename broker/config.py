@@ -33,6 +33,7 @@ import msgspec
 from msgspec import Meta, field
 
 from broker.errors import ConfigError
+from broker.job_classes import JobClassTable, ClassName
 from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
@@ -241,31 +242,6 @@ def _as(cls: type, table: Table, key: str):
         if first in table.__struct_fields__:
             raise bad(f"{key}.{first}", text.split(" ", 1)[1]) from None
         raise bad(key, f"is not valid: {text}") from None
-
-
-ClassName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-Label = Annotated[str, Meta(min_length=1, max_length=64)]
-
-
-class JobClassTable(Table):
-    """``[autoscaler.classes.NAME]`` (:class:`policies.classes.JobClass`). A key left out keeps
-    the built-in class's value (a new class: no wait target, its own name as its label)."""
-
-    max_wait_s: Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)] | None = None
-    spot: bool | None = None
-    burst: bool | None = None
-    priority: Annotated[int, Meta(ge=-1000, le=1000)] | None = None
-    match: Annotated[list[Label], Meta(max_length=64)] | None = None
-    min_priority: Annotated[int, Meta(ge=0, le=NUMBER_LIMIT)] | None = None
-
-    def job_class(self, name: str):
-        from policies.classes import DEFAULT_CLASSES, JobClass
-
-        base = next((c for c in DEFAULT_CLASSES if c.name.lower() == name.lower()), JobClass(name))
-        kw = {k: getattr(self, k) for k in self.__struct_fields__ if getattr(self, k) is not None}
-        if "match" in kw:
-            kw["match"] = tuple(kw["match"])
-        return dataclasses.replace(base, **kw)
 
 
 class AutoscalerSettings(Table):

@@ -309,8 +309,7 @@ def evaluate(
     above = pending_gpus > cfg.pending_gpus_threshold
     above_since = (state.above_since if state.above_since is not None else now) if above else None
 
-    if cfg.order != "fifo":
-        candidates = classed(cfg, candidates)
+    candidates = classed(cfg, candidates) if cfg.order != "fifo" else candidates
     allowed = _allowed(cfg, candidates)
     p = _Pass(cfg, state, now, signals, candidates, allowed)
 
@@ -365,7 +364,7 @@ def evaluate(
 
 
 def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:
-    """``its wait target (class production 30 min; the lesser of the class target and 0.5 x
+    """``the wait target (class production 30 min; the lesser of the class target and 0.5 x
     runtime)``, with a count per class when several jobs go."""
     by: Counter = Counter()
     for c in jobs:
@@ -373,14 +372,14 @@ def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:
         by[(cls.name, cls.max_wait_s)] += 1
     parts = "; ".join(f"class {n} {fmt_wait(w)}" + (f": {_plural(k, 'job')}" if len(jobs) > 1 else "")
                       for (n, w), k in by.items())
-    return (f"{'its' if len(jobs) == 1 else 'their'} wait target ({parts}; the lesser of the class "
-            f"target and {cfg.wait_runtime_ratio:g} x runtime)")
+    return (f"the wait target ({parts}; the lesser of the class target and {cfg.wait_runtime_ratio:g} x "
+            "runtime)")
 
 
 def _fired_reason(t: str, cfg: TriggerConfig, pending_gpus: int, verdict: Verdict,
                   waiting: Sequence[Candidate] = ()) -> str:
     if t == "wait":
-        return f"their wait exceeds {_targets(cfg, waiting)}"
+        return f"the wait exceeds {_targets(cfg, waiting)}"
     return (f"{pending_gpus} GPUs pending stayed over the threshold of {cfg.pending_gpus_threshold} "
             f"for {cfg.stabilization_s:.0f} s on a {verdict} queue")
 

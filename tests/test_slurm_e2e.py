@@ -277,7 +277,8 @@ def test_scheduling_bound_queue_is_held_even_when_a_job_is_overdue(broker, clust
     reason = overdue[0].reason
     assert reason.startswith("did not burst, because scheduling-bound: "), reason
     assert "gpu-2: ECC errors" in reason and "Fix: Repair the drained nodes" in reason, reason
-    assert "1 job (1 GPU) waits past 0.5 of the runtime" in reason, reason
+    assert "1 job (1 GPU) waits past the wait target (class default 4.0 h; the lesser of the class target and " \
+        "0.5 x runtime)" in reason, reason
     assert not [d for d in b.decisions() if d.action == "burst"]
     assert b.leases() == [] and b.cloud_nodes() == {}
     assert partitions(c, short) == {"gpu"} and partitions(c, wide) == {"gpu"}
@@ -293,7 +294,7 @@ def test_opt_in_bursts_the_overdue_job_of_a_scheduling_bound_queue(broker, clust
         why=lambda: str([(d.action, d.reason) for d in b.decisions()]))
     assert time.monotonic() - submitted >= 30
     assert list(burst[0].job_ids) == [short], burst[0].reason
-    assert "wait exceeds 0.5 of their runtime" in burst[0].reason
+    assert "the wait exceeds the wait target (class default 4.0 h" in burst[0].reason
     (node,) = wait_for("a cloud instance for the overdue job", b.cloud_nodes, 45,
                        why=lambda: f"slurm.log: {b.log_events()[-5:]}")
     c.start_cloud_node(node)

@@ -66,7 +66,7 @@ def test_scheduling_bound_queue_bursts_nothing_by_default_and_overdue_jobs_only_
     assert d.action == HOLD and not d.jobs
     assert d.reason == ("did not burst, because scheduling-bound: 1 node drained with 8 GPUs out of "
                         "service (g3: ECC). Fix: Repair the drained nodes; 1 job (8 GPUs) waits past "
-                        "its wait target (class default 4.0 h; the lesser of the class target and 0.5 x "
+                        "the wait target (class default 4.0 h; the lesser of the class target and 0.5 x "
                         "runtime): burst_overdue_when_scheduling_bound = true would send it anyway")
     # the explicit opt-in sends the longest waiters anyway
     opt_in = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL,

@@ -114,7 +114,7 @@ def advise_cmd(
     Examples: broker advise --gpus 512 --utilization 0.55;
     broker advise --simulation sweep.json (from broker simulate --onprem-gpus 256,512,1024 --format json).
     """
-    from policies.tco import OnPrem, TcoError, advise, cheapest_prices
+    from policies.tco import OnPrem, TcoError, advise
 
     check_format(fmt)
     sources = [s for s in (utilization, from_simulate, sacct, simulation) if s is not None]
@@ -123,13 +123,7 @@ def advise_cmd(
     if plot is not None and plot.suffix.lower() != ".png":
         exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
     catalog = _catalog(catalog_dir)
-    sim_doc = _read_json(simulation) if simulation is not None else None
-    model = _model(gpu_model, sim_doc, simulation)
-    prices = _sim_prices(sim_doc, simulation, model) if sim_doc is not None else None
-    if not prices:
-        prices = cheapest_prices(catalog.offerings, catalog.committed_micros, model)
-    if not prices:
-        exit_usage(f"the catalog sells no {model} on demand; known: {', '.join(catalog.gpu_models)}.")
+    model, prices = _model_and_prices(catalog, gpu_model, simulation)
     owning = _owning(model, catalog_dir, gpus_per_server, server_capex, kw_per_server)
     spec = OnPrem(gpus=1, gpus_per_server=owning["gpus_per_server"], server_capex_usd=owning["server_capex_usd"],
                   amortisation_years=amortisation_years, kw_per_server=owning["kw_per_server"], pue=pue,
@@ -163,6 +157,20 @@ def advise_cmd(
         print_json(out)
         return
     _print_advice(adv, gpus, gpu_model.upper(), u, source)
+
+
+def _model_and_prices(catalog, gpu_model: Optional[str], simulation: Optional[Path]) -> tuple[str, dict]:
+    """The GPU model and its cloud prices: the simulation's when there is one, else the catalog's."""
+    from policies.tco import cheapest_prices
+
+    sim_doc = _read_json(simulation) if simulation is not None else None
+    model = _model(gpu_model, sim_doc, simulation)
+    prices = _sim_prices(sim_doc, simulation, model) if sim_doc is not None else None
+    if not prices:
+        prices = cheapest_prices(catalog.offerings, catalog.committed_micros, model)
+    if not prices:
+        exit_usage(f"the catalog sells no {model} on demand; known: {', '.join(catalog.gpu_models)}.")
+    return model, prices
 
 
 def _model(flag: Optional[str], sim_doc: Optional[dict], simulation: Optional[Path]) -> str:
