@@ -11,7 +11,7 @@ from policies.diagnose import Diagnosis
 from policies.queue import QueueSnapshot
 
 
-INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s")
+INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s", "priority")
 # fields whose proto3 default ("") means "not sent": each record needs them
 _NAMED = {"pending": "job_id", "running": "job_id", "nodes": "name", "gpu_samples": "node"}
 
