@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.causes import CauseKind
+from policies.causes import CauseKind, Verdict
 from policies.diagnose import Diagnosis
-from policies.queue import NON_CAPACITY_REASONS, QueueSnapshot
+from policies.queue import QueueSnapshot
 
 OFFLOADABLE_KINDS = ("tuning", "eval", "inference")
+# pending reasons of jobs that are not waiting in the queue at all
+NOT_WAITING = ("Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +35,13 @@ def plan(snap: QueueSnapshot, diag: Diagnosis, partition: str = "", already: fro
          ) -> Offload | None:
     """The tuning/eval/inference jobs to move off the training queue now, or None.
 
-    Only when the diagnosis names offloadable work and training jobs wait for capacity; jobs
-    already in ``partition`` or already moved (``already``) are left alone.
+    Only when the queue is not healthy and training jobs wait (for capacity, or behind the
+    jobs ahead of them: Slurm's "Priority"); jobs held or waiting on a dependency or a begin
+    time stay, as do jobs already in ``partition`` or already moved (``already``).
     """
-    if diag.cause(CauseKind.OFFLOADABLE_WORK) is None:
+    if diag.verdict == Verdict.HEALTHY and diag.cause(CauseKind.OFFLOADABLE_WORK) is None:
         return None
-    waiting = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
+    waiting = [j for j in snap.pending if j.pending_reason.split(",")[0] not in NOT_WAITING]
     training = [j for j in waiting if j.kind == "training"]
     if not training:
         return None
