@@ -12,7 +12,7 @@ the same run:
   broker cost <= 0.45 x the price-only cost; on Philly <= 0.40 x.
 
 Run: .venv/bin/python benchmarks/workloads.py [--data ../shared/data] [--only NAME,...] [--seed 0]
-     [--jobs 600] [--json]
+     [--jobs 600] [--no-lifetimes] [--json]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from broker.simulate import SimConfig, read_trace  # noqa: E402
+from broker.simulate import SimConfig, load_lifetimes, read_trace  # noqa: E402
 from broker.simulate.model import Policy, builtin_policies  # noqa: E402
 from broker.simulate.replay import simulate  # noqa: E402
 from broker.simulate.workloads import PROFILES, Workload, generate, queue_depth_jobs  # noqa: E402
@@ -75,8 +75,11 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=600, help="jobs per generated workload")
+    ap.add_argument("--no-lifetimes", action="store_true", help="use the catalog's exponential interruption rates")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    life = a.data / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv"
+    lifetimes = None if a.no_lifetimes or not life.exists() else load_lifetimes(life)
     only = {x.strip() for x in a.only.split(",") if x.strip()} or None
     cat = bundled()
     pols = builtin_policies()
@@ -87,7 +90,7 @@ def main() -> int:
     for w in workloads(a.data, a.seed, a.jobs, only):
         cfg = SimConfig(onprem_gpus=w.onprem_gpus, gpus_per_node=w.gpus_per_node, seed=a.seed,
                         default_gpu_model="A100")
-        res = {n: simulate(w.jobs, cat, p, cfg).to_dict() for n, p in pols.items()}
+        res = {n: simulate(w.jobs, cat, p, cfg, lifetimes).to_dict() for n, p in pols.items()}
         res["_name"] = w.name
         report[w.name] = {"jobs": len(w.jobs), "onprem_gpus": w.onprem_gpus, "note": w.note,
                           "policies": {k: v for k, v in res.items() if k != "_name"},
@@ -98,7 +101,8 @@ def main() -> int:
     if a.json:
         print(json.dumps({"load_average": round(load, 2), "workloads": report}, indent=2))
     else:
-        print(f"(load average {load:.1f} on {os.cpu_count()} CPUs)")
+        print(f"spot preemptions: {'observed lifetimes (' + life.name + ')' if lifetimes else 'catalog rates'}; "
+              f"load average {load:.1f} on {os.cpu_count()} CPUs")
     return 0 if all(t[2] for r in report.values() for t in r["targets"].values()) else 1
 
 

@@ -48,7 +48,7 @@ def print_table(doc: dict) -> None:
 
     pols = doc["policies"]
     t = Table(title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
-                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})", box=box.SIMPLE_HEAD,
+                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of'][:10]})", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True, show_edge=False)
     for col in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)

@@ -15,8 +15,9 @@ total_gpu, running_gpu, pending_gpu, running_jobs, pending_jobs``). Such a file 
 says how many jobs and GPUs were in the system each minute. What it does give is arrivals: a
 minute in which the jobs in the system (running + pending) grew by k saw at least k arrivals, and
 the GPUs in the system grew by their GPUs. It does not give runtimes; the derived jobs run for
-durations drawn (seeded, lognormal) to the mean the series implies by Little's law (mean running
-jobs / arrival rate), so the replay reproduces its arrivals, sizes and load, not its jobs.
+durations drawn (seeded, lognormal) to the mean the series implies by Little's law on GPUs (mean
+busy GPUs / GPUs arriving per second), so the replay reproduces its arrivals, sizes and load,
+not its jobs.
 """
 from __future__ import annotations
 
@@ -136,8 +137,11 @@ def queue_depth_jobs(path: Path | str, seed: int = 0, gpu_model: str = "A100") -
     if not arrivals:
         raise TraceError(f"{p.name}: the jobs in the system never grow, so no arrival can be derived")
     minutes = rows[-1][0] - rows[0][0] + 1
-    mean_running = sum(r[4] for r in rows) / len(rows)
-    mean_dur = mean_running / (len(arrivals) / minutes) * 60.0  # Little's law, seconds
+    # Little's law on GPUs: the GPUs busy on average = GPU arrivals per second x mean duration,
+    # so the derived jobs offer the load the series measured
+    busy_gpus = sum(r[2] for r in rows) / len(rows)
+    gpu_rate = sum(g for _, g in arrivals) / (minutes * 60.0)
+    mean_dur = busy_gpus / gpu_rate
     rng = random.Random(f"depth:{p.name}:{seed}")
     sigma = 1.0
     mu = math.log(mean_dur) - sigma * sigma / 2
@@ -147,5 +151,6 @@ def queue_depth_jobs(path: Path | str, seed: int = 0, gpu_model: str = "A100") -
     jobs.sort(key=lambda j: j.submit_s)
     per_node = 8 if total % 8 == 0 else 1
     return Workload(p.stem, jobs, total, per_node,
-                    f"{len(jobs):,} arrivals derived from {minutes:,} minutes of queue depth; durations "
-                    f"drawn to the {mean_dur / 3600:.1f} h mean Little's law gives (the series has none)")
+                    f"{len(jobs):,} arrivals derived from {minutes:,} minutes of queue depth ({busy_gpus / total:.0%} of "
+                    f"its GPUs busy); durations drawn to the {mean_dur / 3600:.1f} h mean Little's law gives "
+                    f"for that load (the series has none)")
