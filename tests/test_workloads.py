@@ -88,3 +88,30 @@ def test_offload_plan_moves_the_light_jobs_that_block_training():
     assert plan(snap, diagnose(snap, [], now=0), "light", frozenset({"e1", "i1"})) is None  # already moved
     no_training = QueueSnapshot("s", 0, pending=snap.pending[:3], nodes=snap.nodes)
     assert plan(no_training, diagnose(no_training, [], now=0), "light") is None  # nothing blocked
+
+
+def test_simulate_reads_a_class_column_and_reports_waits_per_class(tmp_path):
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+
+    w = generate("mixed", 0, 120)
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["job_id", "submit_time_s", "num_gpus", "duration_s", "QoS", "kind", "runtime_known"])
+        for j in w.jobs:
+            out.writerow([j.job_id, j.submit_s, j.gpus, j.duration_s, j.job_class, j.kind, j.runtime_known])
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(path), "--onprem-gpus", "48", "--gpu-model", "A100",
+                                 "--policy", "broker", "--spot-lifetimes", "catalog", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    classes = json.loads(r.stdout)["policies"]["broker"]["classes"]
+    assert {"default", "interactive", "latency-sensitive", "production"} <= set(classes)
+    assert sum(c["jobs"] for c in classes.values()) == 120
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_time_s,num_gpus,duration_s,runtime_known\n1,0,1,60,maybe\n")
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(bad), "--onprem-gpus", "8", "--gpu-model", "A100"])
+    assert r.exit_code == 2 and "runtime_known must be true or false" in r.stderr
