@@ -319,7 +319,7 @@ def test_eval_jobs_blocking_training_move_to_the_offload_partition_and_training_
     up the training job starts there instead of behind them."""
     c, b = cluster, broker
     long = c.sbatch("sleep 600", gres="gpu:2", partition="gpu", name="train-long", extra=("--nodelist=gpu-1",))
-    short = c.sbatch("sleep 25", gres="gpu:2", partition="gpu", name="train-short", extra=("--nodelist=gpu-2",))
+    short = c.sbatch("sleep 600", gres="gpu:2", partition="gpu", name="train-short", extra=("--nodelist=gpu-2",))
     for j in (long, short):
         c.wait_job(j, {"RUNNING"})
     evals = [c.sbatch("sleep 600", gres="gpu:2", partition="gpu", name=f"eval-{i}", time_limit="30",
@@ -334,10 +334,11 @@ def test_eval_jobs_blocking_training_move_to_the_offload_partition_and_training_
     assert sorted(moved[0].job_ids) == sorted(evals), moved[0].reason
     assert moved[0].reason.startswith("moved 2 tuning/eval/inference jobs (4 GPUs) to partition light before "
                                       "bursting training"), moved[0].reason
-    assert all(partitions(c, j) == {"light"} for j in evals)
+    assert [partitions(c, j) for j in evals] == [{"light"}, {"light"}], [c.scontrol("show", "job", "-o", j) for j in evals]
     assert partitions(c, train) == {"gpu"}
     # gpu-2 frees up: the training job starts on-prem, not behind the eval jobs
-    c.wait_job(short, {"COMPLETED"}, timeout=60)
+    c.cmd("scancel", short)
+    c.wait_job(short, {"CANCELLED", "COMPLETED"}, timeout=60)
     c.wait_job(train, {"RUNNING"}, timeout=60)
     assert job_nodes(c, train) == "gpu-2"
     assert not [d for d in b.decisions() if d.action == "burst"]
