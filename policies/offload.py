@@ -35,12 +35,14 @@ def plan(snap: QueueSnapshot, diag: Diagnosis, partition: str = "", already: fro
          ) -> Offload | None:
     """The tuning/eval/inference jobs to move off the training queue now, or None.
 
-    Only when the queue is not healthy and training jobs wait (for capacity, or behind the
+    Only when the diagnosis names offloadable work or more capacity is wanted (resource-bound,
+    mixed), and training jobs wait (for capacity, or behind the
     jobs ahead of them: Slurm's "Priority"); jobs held or waiting on a dependency or a begin
     time stay, as do jobs already in ``partition`` or already moved (``already``).
     """
-    if diag.verdict == Verdict.HEALTHY and diag.cause(CauseKind.OFFLOADABLE_WORK) is None:
-        return None
+    if diag.cause(CauseKind.OFFLOADABLE_WORK) is None and diag.verdict not in (Verdict.RESOURCE_BOUND,
+                                                                                Verdict.MIXED):
+        return None  # a healthy queue, or one whose scheduling is what to fix
     waiting = [j for j in snap.pending if j.pending_reason.split(",")[0] not in NOT_WAITING]
     training = [j for j in waiting if j.kind == "training"]
     if not training:
