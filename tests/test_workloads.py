@@ -22,22 +22,46 @@ def replay(w):
     return {n: simulate(w.jobs, CAT, pols[n], cfg).to_dict() for n in ("ondemand-cheapest", "broker")}
 
 
-@pytest.mark.xfail(strict=True, reason="known misses of the targets on generated workloads (README, "
-                   "'Workloads'): on 'mixed' the broker can pay more than the price-only burst and over 1.10x "
-                   "its hindsight; strict, so the marker goes when the policy holds them")
-@settings(max_examples=4, deadline=None, derandomize=True, phases=(Phase.generate,),
-          suppress_health_check=[HealthCheck.too_slow])
-@given(profile=st.sampled_from(PROFILES), seed=st.integers(0, 2**31), jobs=st.integers(400, 600))
-def test_the_broker_keeps_the_price_only_waits_for_less_on_generated_workloads(profile, seed, jobs):
-    w = generate(profile, seed, jobs)
+def targets_missed(r) -> list[str]:
+    """The issue's targets against the price-only burst of the same run, as sentences."""
+    b, po = r["broker"], r["ondemand-cheapest"]
+    out = []
+    if b["wait_p95_s"] > 1.05 * po["wait_p95_s"] + 60:
+        out.append(f"p95 {b['wait_p95_s']} over 1.05 x {po['wait_p95_s']} + 60")
+    if b["wait_p99_s"] > 3 * po["wait_p99_s"] + 60:
+        out.append(f"p99 {b['wait_p99_s']} over 3 x {po['wait_p99_s']} + 60")
+    if b["cloud_cost_usd"] > po["cloud_cost_usd"] + 0.01:
+        out.append(f"cost {b['cloud_cost_usd']} over the price-only {po['cloud_cost_usd']}")
+    if b["hindsight_cost_usd"] and b["cloud_cost_usd"] > 1.10 * b["hindsight_cost_usd"] + 0.01:
+        out.append(f"cost {b['cloud_cost_usd']} over 1.10 x hindsight {b['hindsight_cost_usd']}")
+    return out
+
+
+def test_an_overloaded_pool_of_week_long_services_keeps_the_price_only_waits_for_less():
+    """The issue's case: 12 % week-long services on a small overloaded pool. The runtime rule
+    alone let the p95 reach 163 h; with the class targets every target holds."""
+    r = replay(generate("services-overloaded", 0, 600))
+    assert targets_missed(r) == []
+    assert r["broker"]["cloud_cost_usd"] <= 0.5 * r["ondemand-cheapest"]["cloud_cost_usd"]
+    assert r["broker"]["classes"]["latency-sensitive"]["wait_p95_s"] <= 600 + 300  # its target + a start-up
+
+
+@pytest.mark.xfail(strict=True, reason="a known miss (README, 'Workloads'): on this 'mixed' workload the broker "
+                                       "pays more than the price-only burst; strict, so it goes when the policy "
+                                       "holds the targets")
+def test_a_known_miss_on_a_mixed_workload():
+    assert targets_missed(replay(generate("mixed", 0, 486))) == []
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(PROFILES), seed=st.integers(0, 2**31), jobs=st.integers(40, 160))
+def test_every_generated_job_is_served_and_counted_in_its_class(profile, seed, jobs):
+    w = generate(profile, seed, jobs, days=3.0)
     r = replay(w)
     b, po = r["broker"], r["ondemand-cheapest"]
-    assert b["wait_p95_s"] <= 1.05 * po["wait_p95_s"] + 60, (b["wait_p95_s"], po["wait_p95_s"])
-    assert b["wait_p99_s"] <= 3 * po["wait_p99_s"] + 60, (b["wait_p99_s"], po["wait_p99_s"])
-    assert b["cloud_cost_usd"] <= po["cloud_cost_usd"] + 0.01
-    if b["hindsight_cost_usd"] > 0:
-        assert b["cloud_cost_usd"] <= 1.10 * b["hindsight_cost_usd"] + 0.01
+    assert b["unserved_jobs"] <= po["unserved_jobs"] and b["jobs"] == jobs
     assert sum(c["jobs"] for c in b["classes"].values()) == b["jobs"] - b["unserved_jobs"]
+    assert all(0 <= c["wait_p95_s"] <= c["wait_p99_s"] for c in b["classes"].values())
 
 
 def test_the_generator_makes_what_it_says():
