@@ -156,6 +156,19 @@ class CatalogSettings(Table):
     max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
 
 
+class MarketSettings(Table):
+    """``[market]``: what spot offers are judged by (:mod:`policies.spot_choice`)."""
+
+    # Observed spot lifetimes: a CSV of cloud, observed_lifetime_s, ended_by (the shape of
+    # spot_instance_lifetimes_aws_gcp_2020.csv). "" = none: the interruptions this broker's own
+    # spot leases met are still used, else the catalog's interruption rates.
+    spot_lifetimes: str = ""
+    # A spot offer is quoted only if the job finishes on it by its deadline with this confidence.
+    spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
+    # The deadline of a demand that names none: start-up + runtime x (1 + this).
+    spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
+
+
 class ReservationSettings(Table):
     """``[[reservations]]``: capacity the organisation already holds."""
 
@@ -454,6 +467,7 @@ class Config(Table):
     store: StoreSettings = field(default_factory=StoreSettings)
     quote: QuoteSettings = field(default_factory=QuoteSettings)
     catalog: CatalogSettings = field(default_factory=CatalogSettings)
+    market: MarketSettings = field(default_factory=MarketSettings)
     reservations: list[ReservationSettings] = []
     providers: ProvidersSettings = field(default_factory=ProvidersSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)

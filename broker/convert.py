@@ -115,7 +115,7 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
     each line rounded half to even to the ten-thousandth, the total the sum of the rounded lines."""
     from broker.views import market_fields
 
-    m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand))
+    m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand), spot_model=q.spot_model)
     add_offer, add_excluded = m.offers.add, m.excluded.add
     for r in q.offers:
         p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
@@ -189,6 +189,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
              "market": MARKET_FROM_PB[e.market], "kind": EXCLUSION_FROM_PB.get(e.kind, "unspecified"), "reason": e.reason}
             for e in q.excluded
         ],
+        "spot_model": q.spot_model,
     }
 
 

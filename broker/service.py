@@ -130,7 +130,8 @@ class Service:
         if top and top < len(q.offers):
             # The same slice object for the same result, so the layers above can cache by it.
             sliced = self._derived.get((q.offers,), lambda: q.offers[:top], extra=("top", top))
-            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced, q.excluded)
+            q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced, q.excluded,
+                      q.spot_model)
         return q
 
     def quote_tenant(self, quote_id: str) -> str:

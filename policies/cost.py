@@ -37,6 +37,7 @@ FULL_SPEED_GBPS_PER_GPU = 400.0
 # Worst-case slowdown of a communication-bound job on the weakest accepted interconnect.
 MAX_INTERCONNECT_STRETCH = 0.30
 REFERENCE_GPU = "A100"  # memory-matched demands give hours on an A100
+SHORT_LIVED = "spot nodes here do not live long enough to reach a checkpoint"
 
 
 # The three results below are NamedTuples: immutable like frozen dataclasses, and several times
@@ -243,8 +244,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
             lives = ctx.spot_lifetimes.get(provider) if ctx.spot_lifetimes else None
             lost_h = spot_overhead_h(run_h, nodes, checkpoint_h, startup_h, rate, lives)
             if lost_h == math.inf:
-                return Exclusion(o, "spot nodes here do not live long enough to reach a checkpoint",
-                                 ExclusionKind.MARKET)
+                return Exclusion(o, SHORT_LIVED, ExclusionKind.MARKET)
             interruption = int(lost_h * gang_hourly)
             wall_h += lost_h
 

@@ -212,20 +212,22 @@ class ExcludedOffer(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[ExclusionKind, str]] = ...) -> None: ...
 
 class Quote(_message.Message):
-    __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded")
+    __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "spot_model")
     QUOTE_ID_FIELD_NUMBER: _ClassVar[int]
     VALID_UNTIL_FIELD_NUMBER: _ClassVar[int]
     CATALOG_AS_OF_FIELD_NUMBER: _ClassVar[int]
     DEMAND_FIELD_NUMBER: _ClassVar[int]
     OFFERS_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_FIELD_NUMBER: _ClassVar[int]
+    SPOT_MODEL_FIELD_NUMBER: _ClassVar[int]
     quote_id: str
     valid_until: _timestamp_pb2.Timestamp
     catalog_as_of: str
     demand: Demand
     offers: _containers.RepeatedCompositeFieldContainer[Offer]
     excluded: _containers.RepeatedCompositeFieldContainer[ExcludedOffer]
-    def __init__(self, quote_id: _Optional[str] = ..., valid_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., catalog_as_of: _Optional[str] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ..., offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ..., excluded: _Optional[_Iterable[_Union[ExcludedOffer, _Mapping]]] = ...) -> None: ...
+    spot_model: str
+    def __init__(self, quote_id: _Optional[str] = ..., valid_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., catalog_as_of: _Optional[str] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ..., offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ..., excluded: _Optional[_Iterable[_Union[ExcludedOffer, _Mapping]]] = ..., spot_model: _Optional[str] = ...) -> None: ...
 
 class QuoteRequest(_message.Message):
     __slots__ = ("demand", "top")
