@@ -31,6 +31,7 @@ EVENT_TO_PB = {
     "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,
     "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
     "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
+    "interruption_notice": pb.LEASE_EVENT_KIND_INTERRUPTION_NOTICE,
 }
 EXCLUSION_TO_PB = {k: pb.ExclusionKind.Value(f"EXCLUSION_KIND_{k.name}") for k in ExclusionKind}
 EXCLUSION_FROM_PB = {v: k.value for k, v in EXCLUSION_TO_PB.items()}

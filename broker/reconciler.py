@@ -232,6 +232,11 @@ class Reconciler:
                     replacement=data["replacement"])
         return lease, replacement
 
+    def replacement_for(self, lease: Lease, now: float) -> tuple[Lease | None, str]:
+        """The lease's replacement (recorded once: the same one for an interruption notice and
+        for the loss that follows it), or None and why not."""
+        return self._replace(lease, now)
+
     def _replace(self, lease: Lease, now: float) -> tuple[Lease | None, str]:
         """A replacement lease (state requested) for an interrupted lease whose demand is known,
         quoted afresh without the blocked offering; or None and why not."""

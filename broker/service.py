@@ -93,11 +93,14 @@ class Service:
             self.lifecycle.on_quota_error = self._quota_error
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
                                      clock=clock, on_error=self._reconcile_error)
+        from broker.notices import Notices
         from broker.telemetry import Metrics
 
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog)
+        self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
+                               count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
         self._stop = threading.Event()
@@ -301,6 +304,7 @@ class Service:
             if self.autoscaler is not None:
                 loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                         self._leading(self.autoscaler.tick)))
+            loops.extend(self._notice_loops())
         from broker.market import Refresher
 
         # The leader refreshes the live market; every replica re-prices when it changes.
@@ -309,6 +313,23 @@ class Service:
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)
+
+    def _notice_loops(self) -> list[threading.Thread]:
+        """One loop per interruption-notice source (the leader's: an SQS queue is long-polled, GCP's
+        preemption operations listed every ``preemption_poll_s``)."""
+        from broker.notices import notice_sources
+
+        loops = []
+        for src in notice_sources(self.providers):
+            poll = (lambda s: lambda: self.notices.poll(s))(src)
+            loops.append(self._loop(f"notices-{src.provider}", getattr(src, "poll_s", 1.0), self._leading(poll)))
+        return loops
+
+    def _scontrol(self):
+        from broker.slurm.commands import Scontrol
+
+        s = self.config.slurm
+        return Scontrol(s.scontrol, s.env, s.command_timeout_s)
 
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and

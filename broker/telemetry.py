@@ -133,6 +133,10 @@ class Metrics:
         self.reconcile_errors = Counter(
             "broker_reconcile_errors", "Leases, tenants or providers a reconciler pass could not handle "
             "(each is logged; the pass goes on without it)", ["phase", "provider"], registry=self.registry)
+        self.notices = Counter(
+            "broker_interruption_notices", "Interruption notices read, by provider, kind (preemption, "
+            "maintenance, stopping, rebalance) and outcome (acted, recorded, repeated, no_lease, malformed, "
+            "error)", ["provider", "kind", "outcome"], registry=self.registry)
         self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
                                 "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
                                 multiprocess_mode="min")

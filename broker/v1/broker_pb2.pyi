@@ -51,6 +51,7 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_BUDGET: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_DECISION: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_HANDOFF: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_INTERRUPTION_NOTICE: _ClassVar[LeaseEventKind]
 
 class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -89,6 +90,7 @@ LEASE_EVENT_KIND_REQUEUE: LeaseEventKind
 LEASE_EVENT_KIND_BUDGET: LeaseEventKind
 LEASE_EVENT_KIND_DECISION: LeaseEventKind
 LEASE_EVENT_KIND_HANDOFF: LeaseEventKind
+LEASE_EVENT_KIND_INTERRUPTION_NOTICE: LeaseEventKind
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_HEALTHY: Verdict
 VERDICT_RESOURCE_BOUND: Verdict
