@@ -33,6 +33,7 @@ import msgspec
 from msgspec import Meta, field
 
 from broker.errors import ConfigError
+from broker.market import CatalogSettings, MarketSettings
 from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
@@ -111,18 +112,25 @@ class ServerSettings(Table):
     #: Serve beyond loopback without TLS and bearer tokens (a trusted network, or TLS ending in
     #: a proxy in front). Without it such a listen address is refused at start-up.
     insecure: bool = False
+    #: The nodes' HTTP endpoint for job reports (broker.callback; "" = none), and the base URL
+    #: nodes reach it at (default ``http://<callback_listen>``; a TLS proxy's beyond loopback).
+    callback_listen: str = "127.0.0.1:50052"
+    callback_url: str = ""
 
     def __post_init__(self) -> None:
-        try:
-            split_host_port(self.listen)
-        except ValueError as e:
-            raise bad("listen", str(e)) from None
+        for key in ("listen", "callback_listen"):
+            try:
+                _ = split_host_port(getattr(self, key)) if key == "listen" or self.callback_listen else None
+            except ValueError as e:
+                raise bad(key, str(e)) from None
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             given, missing = (("tls_cert_file", "tls_key_file") if self.tls_cert_file
                               else ("tls_key_file", "tls_cert_file"))
             raise bad(missing, f"is required when server.{given} is set (TLS needs both)")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise bad("tls_client_ca_file", "needs server.tls_cert_file and server.tls_key_file")
+        if self.callback_url and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", self.callback_url):
+            raise bad("callback_url", f"must be an http(s) URL with no query, got {self.callback_url[:64]!r}")
         if self.processes > 1 and split_host_port(self.listen)[1] == 0:
             raise bad("processes", f"is {self.processes}, but serving processes share one fixed port "
                                    f"and server.listen {self.listen} asks for any free port")
@@ -146,27 +154,6 @@ class StoreSettings(Table):
 class QuoteSettings(Table):
     ttl_s: Annotated[int, Meta(ge=1, le=NUMBER_LIMIT)] = 900
     onprem_egress_usd_per_gb: Usd = 0.0
-
-
-class CatalogSettings(Table):
-    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
-
-    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
-    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
-    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
-
-
-class MarketSettings(Table):
-    """``[market]``: what spot offers are judged by (:mod:`policies.spot_choice`)."""
-
-    # Observed spot lifetimes: a CSV of cloud, observed_lifetime_s, ended_by (the shape of
-    # spot_instance_lifetimes_aws_gcp_2020.csv). "" = none: the interruptions this broker's own
-    # spot leases met are still used, else the catalog's interruption rates.
-    spot_lifetimes: str = ""
-    # A spot offer is quoted only if the job finishes on it by its deadline with this confidence.
-    spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
-    # The deadline of a demand that names none: start-up + runtime x (1 + this).
-    spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
 
 
 class ReservationSettings(Table):
@@ -213,6 +200,10 @@ class LifecycleSettings(Table):
     # Every lease's lifetime unless its launch asks for another (0 = unlimited): a safety net
     # against capacity nobody remembers.
     max_lifetime_s: NonNegative = 7 * 86400.0
+    max_restarts: Annotated[int, Meta(ge=0, le=1000)] = 3  # requeues of a job before it is failed
+    # At max_lifetime_s a running job is requeued (or its lease extended); idle capacity released.
+    lifetime_with_job: Literal["requeue", "extend"] = "requeue"
+    lifetime_warning_s: NonNegative = 1800.0  # the job is warned (lifetime_warning) this long before
 
 
 def _table_of(cls: type, exclude: tuple[str, ...] = ()) -> type[Table]:
@@ -293,6 +284,10 @@ class AutoscalerSettings(Table):
 class BudgetSettings(Table):
     usd_per_hour: Union[Usd, None] = None
     usd_per_month: Union[Usd, None] = None
+
+
+class BudgetPolicy(Table):  # [budgets] on_exhausted: what running jobs do once a budget is spent
+    on_exhausted: Literal["finish_running", "checkpoint_and_stop"] = "finish_running"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,6 +472,7 @@ class Config(Table):
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
+    budget_policy: BudgetPolicy = field(default_factory=BudgetPolicy)  # [budgets] on_exhausted
     auth: Union[AuthSettings, None] = None
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
@@ -588,7 +584,11 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
             for p in parents:
                 node = node.setdefault(p, {})
             node[key] = v
+    if isinstance(data.get("budgets"), dict) and "on_exhausted" in data["budgets"]:
+        from broker.budget import budget_policy  # [budgets] on_exhausted, beside the tenants' tables
+        budget_policy(data)
     try:
         return convert(data, Config, "", sources)
     except SettingsError as e:
         raise ConfigError(f"config: {e}", field=e.key) from None
+

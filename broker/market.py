@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable
+
+from msgspec import Meta
 
 from broker.errors import ConfigError
 from providers.base import ProviderError
-from providers.settings import PROVIDER_SETTINGS
+from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
+
+NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
 
 
@@ -55,6 +59,27 @@ class Outcome:
 
         kept = f"kept the data of {iso(self.kept_from)}" if self.kept_from else "no earlier data: the bundled catalog stays"
         return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
+
+
+class CatalogSettings(Table):
+    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
+
+    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
+    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
+    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
+
+
+class MarketSettings(Table):
+    """``[market]``: what spot offers are judged by (:mod:`policies.spot_choice`)."""
+
+    # Observed spot lifetimes: a CSV of cloud, observed_lifetime_s, ended_by (the shape of
+    # spot_instance_lifetimes_aws_gcp_2020.csv). "" = none: the interruptions this broker's own
+    # spot leases met are still used, else the catalog's interruption rates.
+    spot_lifetimes: str = ""
+    # A spot offer is quoted only if the job finishes on it by its deadline with this confidence.
+    spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
+    # The deadline of a demand that names none: start-up + runtime x (1 + this).
+    spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
 
 
 def enabled_providers(config: Any) -> list[str]:

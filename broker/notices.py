@@ -1,24 +1,22 @@
-"""Interruption notices, acted on before the loss.
+"""Interruption notices read from the clouds, acted on before the loss.
 
 The leader reads each cloud's notices (:mod:`providers.notices`: AWS's EventBridge events in an
-SQS queue, GCP's ``compute.instances.preempted`` operations; a node's own report arrives through
-its lease's callback, :meth:`Notices.from_node`). For a notice about a running lease's node:
+SQS queue, GCP's ``compute.instances.preempted`` operations), finds the running lease that holds
+each instance, and acts once per lease:
 
-* the offering is blocked as an interruption blocks it (spot preemptions only: a scheduled
-  host change says nothing of spot capacity), so nothing is launched into it meanwhile;
-* the job is told to checkpoint: a Slurm lease's jobs on those nodes are requeued
-  (``scontrol update state=drain`` then ``scontrol requeue``; Slurm powers up other cloud nodes
-  for them through its resume program), any other job learns it from the lease's
-  ``interruption_notice`` event and from the callback's answer (``{"action": "checkpoint"}``);
-* a replacement is quoted and launched at once (the reconciler's replacement, the same lease a
-  later loss would record: its key makes it one), while the old node keeps running until the
-  cloud takes it (the reconciler then finds it gone and drains the lease as for any loss);
-* an ``interruption_notice`` event says all of that, with the notice's kind, source and time.
+* preemption, scheduled maintenance, an instance stopping: the notice every source takes
+  (:func:`broker.interruption.on_notice`, as a node's own report through the callback does) —
+  an ``interruption_notice`` event, the job asked to checkpoint and requeued onto a replacement
+  quoted for the work left, the offering blocked for a spot preemption — and the replacement is
+  launched at once, while the old node keeps running until the cloud takes it (the reconciler
+  then drains the lease and finds the replacement already made: one replacement, one requeue);
+* a Slurm lease's jobs are Slurm's: its nodes are drained and the jobs running on them requeued
+  (``scontrol requeue``); Slurm resumes other cloud nodes for them through its resume program;
+* a rebalance recommendation is advice: the event is recorded, nothing else (as Karpenter).
 
-A rebalance recommendation is advice: the event is recorded and nothing else is done (as
-Karpenter does). A repeated notice of the same kind for the same lease changes nothing.
-Messages are deleted once handled; one that cannot be read is counted, logged and deleted; one
-whose handling failed stays in the queue to be delivered again.
+A repeated notice for a lease changes nothing. Messages are deleted once handled; one that cannot
+be read is counted, logged and deleted; one whose handling failed stays in the queue to be
+delivered again.
 """
 from __future__ import annotations
 
@@ -51,11 +49,6 @@ class Outcome:
     blocked: str = ""
     requeued: list[str] = field(default_factory=list)
     note: str = ""  # why nothing was done, or why there is no replacement
-
-    def answer(self) -> dict[str, Any]:
-        """The callback's answer to the node that reported it."""
-        return {"lease_id": self.lease_id, "action": "checkpoint" if self.acted else "none",
-                "replacement_lease_id": self.replacement, "requeued_jobs": self.requeued, "note": self.note}
 
 
 @dataclass
@@ -127,51 +120,57 @@ class Notices:
                      instances=list(notice.instance_ids[:5]), source=notice.source)
         return out
 
-    def from_node(self, lease_id: str, node_name: str, kind: str, source: str, not_before: float = 0.0) -> Outcome:
-        """A node's own report (the callback): its lease's notice, and the answer to give it."""
-        lease = self.lc.get(lease_id)
-        names = {i.get("node_name"): i.get("instance_id") for i in lease.instances}
-        iid = names.get(node_name) or node_name
-        k = NoticeKind(kind)
-        return self.on_lease(lease, Notice(lease.provider, k, (iid,), f"node {node_name[:64]}: {source[:80]}",
-                                           not_before, "reported by the node"))
-
     def on_lease(self, lease: Lease, notice: Notice) -> Outcome:
-        """Block, checkpoint, replace, record: see the module's description."""
+        """Block, checkpoint, replace, record: see the module's description. The job's side is
+        the one every notice takes (:func:`broker.interruption.on_notice`, as the node's own
+        report through the callback); a Slurm lease's jobs are Slurm's to requeue."""
+        from broker.interruption import Notice as LeaseNotice, on_notice
+
         if lease.state is not LeaseState.RUNNING:
             return Outcome(lease.lease_id, False, note=f"lease is {lease.state}")
-        for e in self.store.events_of(lease.lease_id):
-            if e.kind == EVENT and json.loads(e.data or "{}").get("kind") == notice.kind.value:
-                self.count(notice.provider, notice.kind.value, "repeated")
-                prior = json.loads(e.data or "{}")
-                return Outcome(lease.lease_id, notice.kind.acts, prior.get("replacement", ""),
-                               prior.get("blocked", ""), list(prior.get("requeued", ())), "notice already acted on")
+        slurm = self.scontrol is not None and bool(lease.job.get("node_names")) and not lease.job.get("job_id")
+        if lease.job.get("notice_at") or self._noted(lease, notice):
+            self.count(notice.provider, notice.kind.value, "repeated")
+            return Outcome(lease.lease_id, notice.kind.acts, lease.job.get("replaced_by", ""),
+                           note="notice already acted on")
         self.reconciler.fence()
         now = self.clock()
         out = Outcome(lease.lease_id, notice.kind.acts)
-        if notice.kind is NoticeKind.PREEMPTION and lease.market == Market.SPOT.value:
-            out.blocked = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
-            self.store.block(out.blocked, now + self.lc.settings.interruption_block_s,
-                             f"spot interruption notice on {out.blocked}")
-        replacement = None
-        if not notice.kind.acts:
-            out.note = "advice only"
-        elif self.scontrol is not None and lease.job.get("node_names") and not lease.job.get("job_id"):
-            out.requeued, out.note = self._slurm_checkpoint(lease, notice)
+        preempted = notice.kind is NoticeKind.PREEMPTION or (
+            notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT.value)
+        if not notice.kind.acts or slurm:
+            if slurm and notice.kind.acts:
+                if preempted:
+                    out.blocked = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
+                    self.store.block(out.blocked, now + self.lc.settings.interruption_block_s,
+                                     f"spot interruption on {out.blocked}")
+                out.requeued, out.note = self._slurm_checkpoint(lease, notice)
+            else:
+                out.note = "advice only"
+            self.store.add_event(lease.lease_id, EVENT, _sentence(lease, notice, out), now, {
+                "kind": notice.kind.value, "source": notice.source, "instances": list(notice.instance_ids),
+                "not_before": notice.not_before, "detail": notice.detail, "blocked": out.blocked,
+                "requeued": out.requeued})
         else:
-            replacement, out.note = self.reconciler.replacement_for(lease, now)
+            nodes = {i.get("instance_id"): i.get("node_name", "") for i in lease.instances}
+            node = next((nodes[i] for i in notice.instance_ids if i in nodes), "")
+            kind = "preemption" if preempted else "maintenance"
+            _, replacement = on_notice(self.lc, lease, LeaseNotice(lease.lease_id, kind, node,
+                                                                   notice.source[:256], notice.not_before), now)
+            out.blocked = offering_key(lease.provider, lease.region, lease.instance_type, lease.market) \
+                if preempted else ""
             out.replacement = replacement.lease_id if replacement is not None else ""
-        self.store.add_event(lease.lease_id, EVENT, _sentence(lease, notice, out), now, {
-            "kind": notice.kind.value, "source": notice.source, "instances": list(notice.instance_ids),
-            "not_before": notice.not_before, "detail": notice.detail, "blocked": out.blocked,
-            "replacement": out.replacement, "requeued": out.requeued, "job": lease.job.get("job_id", ""),
-        })
+            if replacement is not None and replacement.state is LeaseState.REQUESTED:
+                self._launch(replacement)
         self.count(notice.provider, notice.kind.value, "acted" if out.acted else "recorded")
         log.warning("interruption_notice", lease=lease.lease_id, provider=lease.provider, kind=notice.kind.value,
                     source=notice.source, replacement=out.replacement, requeued=out.requeued)
-        if replacement is not None and replacement.state is LeaseState.REQUESTED:
-            self._launch(replacement)
         return out
+
+    def _noted(self, lease: Lease, notice: Notice) -> bool:
+        """Whether a notice of this kind was recorded for the lease already (advice, Slurm)."""
+        return any(e.kind == EVENT and json.loads(e.data or "{}").get("kind") == notice.kind.value
+                   for e in self.store.events_of(lease.lease_id))
 
     def _slurm_checkpoint(self, lease: Lease, notice: Notice) -> tuple[list[str], str]:
         """Drain the lease's Slurm nodes and requeue the jobs running on them."""

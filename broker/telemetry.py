@@ -140,6 +140,10 @@ class Metrics:
         self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
                                 "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
                                 multiprocess_mode="min")
+        self.budget_used = Gauge("broker_budget_used_ratio", "Fraction of a tenant's budget cap in use "
+                                 "(usd_per_hour: the live rate; usd_per_month: this month's spend); events "
+                                 "warn at 0.8 and 1.0", ["tenant", "cap"], registry=self.registry,
+                                 multiprocess_mode="max")
         self.store_collector = StoreCollector(store, catalog)
         self.registry.register(self.store_collector)
         self._server = None

@@ -62,9 +62,10 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 DEFAULTS: dict[str, dict[str, Any]] = {
     "slurm": {"munge_key_path": "/etc/munge/munge.key", "slurmd_args": []},
     "kubernetes": {"node_labels": {}, "kubelet_defaults_path": "/etc/default/kubelet"},
-    "container": {"callback_url": "", "marker_path": "/var/lib/broker/job-done", "workdir": ""},
+    "container": {"callback_url": "", "callback_token": "", "marker_path": "/var/lib/broker/job-done",
+                  "workdir": ""},
 }
-SECRET_KEYS = ("munge_key", "token")
+SECRET_KEYS = ("munge_key", "token", "callback_token")
 _CONTEXT_FIELDS = ("lease_id", "node_name", "provider", "region", "job_id", "checkpoint_uri", "dataset_uri")
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -260,6 +261,7 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
         values["command_args"] = shlex.join(argv)
     head = json.dumps({"lease_id": ctx.lease_id, "node_name": ctx.node_name, "job_id": ctx.job_id})
     values["callback_body_prefix"] = shlex.quote(head[:-1] + ', "exit_code": ')
+    values["callback_job_json"] = shlex.quote(json.dumps(ctx.job_id))
     if builtin == "kubernetes" or "node_labels" in settings:
         values["k8s_node_labels"] = _quote(_node_labels(ctx, settings.get("node_labels") or {}))
     return values
