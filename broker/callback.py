@@ -36,6 +36,14 @@ _HTTP = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 4
          "UNAVAILABLE": 503}
 
 
+class _Status(Exception):
+    """An HTTP-level refusal (411, 413) with its sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def handle(service, lease_id: str, what: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """One authenticated request about ``lease_id``: (HTTP status, JSON answer)."""
     from broker.jobs import JobReport
@@ -65,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         try:
             status, answer = self._answer()
+        except _Status as e:
+            status, answer = e.status, {"error": str(e)}
         except BrokerError as e:
             status, answer = _HTTP.get(outcome(e).status.name, 500), {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - the node gets a reference, the log the details
@@ -95,12 +105,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> dict[str, Any]:
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        if length is None or not length.isdigit() or len(length) > 12:
             self.close_connection = True
-            raise InvalidArgument("a Content-Length header is required.")
+            raise _Status(411, "a Content-Length header is required.")
         if int(length) > MAX_BODY:
             self.close_connection = True  # the body is not read
-            raise InvalidArgument(f"the body is larger than {MAX_BODY} bytes.")
+            raise _Status(413, f"the body is larger than {MAX_BODY} bytes.")
         raw = self.rfile.read(int(length))
         try:
             body = json.loads(raw)

@@ -112,9 +112,9 @@ class ServerSettings(Table):
     #: Serve beyond loopback without TLS and bearer tokens (a trusted network, or TLS ending in
     #: a proxy in front). Without it such a listen address is refused at start-up.
     insecure: bool = False
-    #: The nodes' HTTP endpoint for job reports (broker.callback; "" = none), and the base URL
-    #: nodes reach it at (default ``http://<callback_listen>``; a TLS proxy's beyond loopback).
-    callback_listen: str = "127.0.0.1:50052"
+    #: The nodes' HTTP endpoint for job reports (broker.callback; port 0 = any free one, logged;
+    #: "" = none), and the base URL nodes reach it at (default ``http://<its address>``).
+    callback_listen: str = "127.0.0.1:0"
     callback_url: str = ""
 
     def __post_init__(self) -> None:

@@ -17,7 +17,8 @@ the row alone. What the record holds beyond the hand-off's fields:
   saved (``progress`` × the demand's hours when the report gives progress, else the time the job
   ran on its leases up to the checkpoint);
 - ``restarts``, ``max_restarts``: how often it was requeued, and the most it may be;
-- ``base_done_s``: the work saved when it came to this lease (a replacement's starting point).
+- ``base_done_s``: the work saved when it came to this lease (a replacement's starting point);
+- ``total_hours``: the whole job's hours (a replacement's demand asks only for what is left).
 
 On a loss the job is requeued from its last checkpoint on a replacement quoted for the work left
 (``hours`` minus ``work_done_s``); past ``max_restarts`` it is failed. Slurm leases (the job
@@ -231,16 +232,21 @@ def run_start(lease: Lease, job: Mapping[str, Any]) -> float:
 
 def work_done_at(lease: Lease, job: Mapping[str, Any], now: float, progress: float | None = None) -> float:
     """Seconds of the job's work done at ``now`` (on every lease it ran on)."""
-    hours = float(lease.demand.get("hours") or 0.0)
+    hours = total_hours(lease)
     if progress is not None and hours > 0:
         return progress * hours * 3600.0
     return float(job.get("base_done_s") or 0.0) + max(0.0, now - run_start(lease, job))
 
 
+def total_hours(lease: Lease) -> float:
+    """The whole job's hours: its first demand's (a replacement's demand is only what was left)."""
+    return float(lease.job.get("total_hours") or lease.demand.get("hours") or 0.0)
+
+
 def hours_left(lease: Lease) -> float | None:
     """The work left to quote a replacement for: the demand's hours minus what the last
     checkpoint saved (all of it without one). None when the lease had no demand."""
-    hours = float(lease.demand.get("hours") or 0.0)
+    hours = total_hours(lease)
     if hours <= 0:
         return None
     saved = float(lease.job.get("work_done_s") or 0.0) / 3600.0
@@ -275,4 +281,6 @@ def plan_requeue(lease: Lease, cause: str, default_max_restarts: int) -> Requeue
            if k not in ("attached_at", "exit_code", "reported_at", "checkpoint_requested", "lifetime_warned")}
     nxt.update(state=str(JobState.RUNNING), restarts=restarts + 1, max_restarts=limit,
                base_done_s=float(job.get("work_done_s") or 0.0))
+    if total_hours(lease) > 0:
+        nxt["total_hours"] = total_hours(lease)
     return Requeue(nxt, hours_left(lease))
