@@ -393,6 +393,7 @@ class ContainerBootSettings(Table):
     callback_url: str = ""
     marker_path: str = ""
     workdir: str = ""
+    notice_metadata_url: str = ""  # the node's metadata server for notices (default: the cloud's)
 
 
 _BOOT_TABLES = {"slurm": SlurmBootSettings, "kubernetes": KubernetesBootSettings,

@@ -297,3 +297,113 @@ def test_a_gcp_preemption_operation_launches_the_replacement_while_the_vm_stops(
         assert svc.store.get_lease(old.lease_id).state == "released"
         assert [l.lease_id for l in svc.store.list_leases() if l.replaces == old.lease_id] == [new.lease_id]
         stub.Release(pb.ReleaseRequest(lease_id=new.lease_id), timeout=60)
+
+
+# -- the node's own notices, through the callback ----------------------------------------------
+
+class _Metadata:
+    """A stand-in for the node's metadata server on loopback: GCP's ``instance/preempted``
+    (FALSE, then TRUE once preempted; the Metadata-Flavor header required) and Azure's
+    Scheduled Events document (an empty list, then a Preempt naming the VM; ``Metadata: true``)."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        self.preempted_node = ""
+        self.asked: list[str] = []
+        meta = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                meta.asked.append(self.path)
+                if self.path.startswith("/computeMetadata/v1/instance/preempted"):
+                    ok, body = self.headers.get("Metadata-Flavor") == "Google", \
+                        "TRUE" if meta.preempted_node else "FALSE"
+                elif self.path.startswith("/metadata/scheduledevents?api-version="):
+                    events = [{"EventId": "602d9444-d2cd-49c7-8624-8643e7171297", "EventType": "Preempt",
+                               "ResourceType": "VirtualMachine", "Resources": [meta.preempted_node],
+                               "EventStatus": "Scheduled", "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT",
+                               "Description": "", "EventSource": "Platform", "DurationInSeconds": -1}] \
+                        if meta.preempted_node else []
+                    ok, body = self.headers.get("Metadata") == "true", json.dumps(
+                        {"DocumentIncarnation": 1 + len(events), "Events": events})
+                else:
+                    ok, body = False, ""
+                data = body.encode()
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("provider,gpu,regions", [("gcp", "A100", ("us-central1", "europe-west4")),
+                                                  ("azure", "A100", ("eastus", "westeurope"))])
+def test_the_node_reports_its_own_preemption_through_the_callback(clouds, tmp_path, provider, gpu, regions):  # noqa: F811
+    """The rendered container script, run by a real bash with the real curl, watches the node's
+    metadata server; when it says the VM is being preempted, the script tells the broker's real
+    callback endpoint, which starts the replacement while the node (and its job) still runs."""
+    import stat
+    import subprocess
+
+    from broker.lifecycle import node_names
+    from broker.service import LaunchOrder
+    from broker.serving import start_callback
+
+    md = _Metadata()
+    boot = {"container": {"image": "busybox:1.36", "command": ["sh", "-c", "exit 0"],
+                          "marker_path": str(tmp_path / "done"), "notice_metadata_url": md.url}}
+    with service(tmp_path, clouds, bootstrap=boot, server={"callback_listen": "127.0.0.1:0"}) as svc:
+        callback = start_callback(svc.config, svc)
+        proc = None
+        try:
+            q = svc.quote(Demand(gpus=1, hours=4, gpu_model=gpu, interruptible=True, checkpoint_minutes=20,
+                                 providers=(provider,), regions=regions))
+            rank = next(r.rank for r in q.offers if r.offering.market.value == "spot")
+            lease = svc.launch(LaunchOrder(f"node-{provider}", quote_id=q.quote_id, rank=rank,
+                                           job={"job_id": "train-3"}, bootstrap="container"))
+            assert lease.state.value == "running" and lease.provider == provider
+            script = svc._boot_script(lease, node_names(lease))
+            bindir = tmp_path / "bin"
+            bindir.mkdir()
+            docker = bindir / "docker"  # the job: runs until the test lets it end
+            docker.write_text(f"#!/bin/bash\nfor _ in $(seq 600); do [ -e {tmp_path}/stop ] && exit 0; sleep 0.1; done\n")
+            docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
+            (tmp_path / "boot.sh").write_text(script)
+            proc = subprocess.Popen(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, text=True,
+                                    env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)},
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            wait_until(lambda: md.asked, what="the script to ask the metadata server")
+            assert not [e for e in svc.store.events_of(lease.lease_id) if e.kind == "interruption_notice"]
+
+            md.preempted_node = lease.instances[0]["node_name"]  # the cloud starts taking the VM
+            (ev,) = wait_until(lambda: [e for e in svc.store.events_of(lease.lease_id)
+                                        if e.kind == "interruption_notice"], what="the node's notice")
+            assert "preemption notice" in ev.message and json.loads(ev.data)["source"].startswith(f"{provider}: ")
+            (new,) = wait_until(lambda: [l for l in svc.store.list_leases() if l.replaces == lease.lease_id
+                                         and l.state == "running"], timeout=60, what="a running replacement")
+            assert new.job["job_id"] == "train-3"
+            assert svc.store.get_lease(lease.lease_id).state == "running" and proc.poll() is None  # node and job live
+
+            (tmp_path / "stop").touch()  # the job checkpoints and ends
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            assert "preemption notice" in err and "reported: checkpoint now" in err
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            md.close()
+            if callback is not None:
+                callback.stop()

@@ -30,6 +30,11 @@ report() {  # report STATE [EXIT_CODE]: best effort; the marker file is the reco
 marker=$marker_path
 report running
 
+# Interruption notices this node hears from its cloud (GCP: the metadata server's preempted
+# flag; Azure: Scheduled Events) go to the broker at once: it launches the replacement while
+# this node still runs, and the job should checkpoint.
+$notice_watch
+
 if runtime=$$(command -v docker); then
     gpu_args="--gpus all"
 elif runtime=$$(command -v podman); then
@@ -54,5 +59,6 @@ fi
 # once (the lease is released within one reconciler pass).
 mkdir -p "$$(dirname "$$marker")"
 printf '%s\n' "$$rc" > "$$marker"
+[ -z "$$notice_pid" ] || kill "$$notice_pid" 2>/dev/null
 if [ "$$rc" -eq 0 ]; then report succeeded 0; else report failed "$$rc"; fi
 exit "$$rc"
