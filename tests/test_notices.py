@@ -407,3 +407,31 @@ def test_the_node_reports_its_own_preemption_through_the_callback(clouds, tmp_pa
             md.close()
             if callback is not None:
                 callback.stop()
+
+
+def test_the_sqs_client_goes_to_aws_endpoint_url_sqs_before_the_providers_endpoint(clouds, monkeypatch):  # noqa: F811
+    from providers.base import ProviderError
+    from providers.registry import build
+
+    region = "us-east-1"
+    url, sqs, _ = interruption_queue(clouds, region)
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(SPOT))
+    table = {**clouds.provider_tables()["aws"], "endpoint_url": "http://127.0.0.1:9",  # nothing listens
+             "interruption_queue_url": url, "interruption_wait_s": 0, "connect_timeout_s": 1}
+    monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
+    with pytest.raises(ProviderError):
+        build("aws", table, "broker-test").notice_source().receive()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", clouds.aws.url)
+    (got,) = build("aws", table, "broker-test").notice_source().receive()
+    assert got.notice.kind is NoticeKind.PREEMPTION and got.notice.instance_ids == ("i-0abc123",)
+
+
+@pytest.mark.parametrize("url", ["sqs", "https://sqs.us-east-1.amazonaws.com/broker", "file:///etc/passwd",
+                                 "https://sqs.us-east-1.amazonaws.com/123456789012/a b"])
+def test_a_bad_queue_url_is_a_config_error_naming_the_key(url):
+    from broker import config as cfgmod
+    from broker.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        cfgmod.load(None, environ={}, overrides={"providers": {"aws": {"interruption_queue_url": url}}})
+    assert "providers.aws.interruption_queue_url" in str(e.value)
