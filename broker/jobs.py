@@ -145,7 +145,7 @@ class JobReport:
         _text(self.lease_id, "lease_id", 128, required=True)
         _text(self.job_id, "job_id", MAX_JOB_ID, required=True)
         _text(self.checkpoint_uri, "checkpoint_uri", MAX_URI)
-        if self.state not in set(JobState):
+        if not isinstance(self.state, str) or self.state not in set(JobState):
             raise InvalidArgument(f"state must be running, succeeded, failed or cancelled, got {str(self.state)[:32]!r}.",
                                   field="state")
         if self.exit_code is not None and (isinstance(self.exit_code, bool) or not isinstance(self.exit_code, int)

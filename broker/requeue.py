@@ -48,6 +48,8 @@ def handle_loss(lc: Lifecycle, lease: Lease, loss: Loss, now: float, *,
     if earlier:  # requeued already, at a notice: that replacement stands
         plan, replacement = None, lc.store.get_lease(earlier)
         why_none = f"replacement {earlier} was requested at the notice"
+    elif lease.job_state in ENDED_JOB:  # its job is done: nothing to run on a replacement
+        why_none = f"its job {lease.job.get('job_id', '')} had {lease.job_state}"
     elif plan is not None and plan.failed:
         why_none = plan.failed
     elif not loss.replace:

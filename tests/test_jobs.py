@@ -239,3 +239,64 @@ def test_a_spent_budget_warns_refuses_new_spend_and_never_kills_a_job_silently(c
             assert "requeued from checkpoint (none) after budget exhausted" in rq.message
             assert "no replacement: budget exhausted: no new spend" in rq.message
         assert existing_by_lease(clouds) == {}
+
+
+def test_a_spot_lease_whose_job_ended_is_not_replaced_when_interrupted(clouds, tmp_path):  # noqa: F811
+    with service(tmp_path, clouds) as svc, serving(svc) as stub:
+        lease = _launch(stub, "done", market=pb.MARKET_SPOT)
+        stub.ReportJob(pb.ReportJobRequest(lease_id=lease.lease_id, job_id="train-1", state=pb.JOB_STATE_FAILED,
+                                           exit_code=3), timeout=10)
+        clouds.aws.interrupt(instances_of(lease)[0].instance_id)  # before the pass that would release it
+        report = svc.reconciler.run_pass()
+        assert (report.interrupted, report.replaced) == (1, 0), report
+        rec = svc.store.get_lease(lease.lease_id)
+        assert rec.state == "released" and "no replacement: its job train-1 had failed" in rec.state_reason
+        assert "requeue" not in _kinds(svc, lease.lease_id)
+
+
+def test_hostile_reports_get_a_clear_answer_and_lose_nothing(clouds, tmp_path):  # noqa: F811
+    """Whatever a node sends with a valid credential: 200, 400 naming the field, 409 or 413; never a
+    500, and the lease stays readable and live until a report that ends its job."""
+    import http.client
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from broker.serving import start_callback
+
+    with service(tmp_path, clouds) as svc:
+        lease = svc.lifecycle.launch(idempotency_key="h", target=svc.lifecycle.target_explicit(
+            "aws", "us-west-2", "", "g5.xlarge", "on_demand", 1), job={"job_id": "train-h"})
+        token = svc.credentials.mint(lease.lease_id)
+        callback = start_callback(svc.config, svc)
+        texts = st.one_of(st.text(max_size=40), st.just("\x00" * 3), st.just("x" * 5000), st.just("train-h"))
+        values = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                           texts, st.lists(st.integers(), max_size=3))
+        states = st.one_of(st.sampled_from(["running", "RUNNING", "succeeded ", "", "done"]), values)
+        bodies = st.fixed_dictionaries({"job_id": st.one_of(st.just("train-h"), values), "state": states},
+                                       optional={"exit_code": values, "progress": values,
+                                                 "checkpoint_uri": values, "extra": values})
+
+        @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(bodies)
+        def post(body):
+            conn = http.client.HTTPConnection("127.0.0.1", callback.port, timeout=10)
+            try:
+                conn.request("POST", f"/v1/leases/{lease.lease_id}/job", body=json.dumps(body),
+                             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+                r = conn.getresponse()
+                answer = json.loads(r.read())
+            finally:
+                conn.close()
+            assert r.status in (200, 400, 409, 413), (str(body)[:300], r.status, answer)
+            if r.status == 400:
+                assert answer["error"].split(" ")[0] in ("job_id", "state", "exit_code", "progress",
+                                                         "checkpoint_uri", "the"), answer
+            rec = svc.store.get_lease(lease.lease_id)
+            assert rec is not None and rec.job["job_id"] == "train-h"
+
+        try:
+            post()
+        finally:
+            callback.stop()
+        svc.lifecycle.release(lease.lease_id)
