@@ -104,8 +104,8 @@ def from_eventbridge(body: str | bytes) -> Notice | None:
             raise MalformedNotice(f"{where} without detail.affectedEntities")
         ids = tuple(e.get("entityValue") for e in entities[:MAX_INSTANCES] if isinstance(e, dict))
         ids = tuple(i for i in ids if _instance_id(i))
-        if not ids:
-            raise MalformedNotice(f"{where} names no EC2 instance in detail.affectedEntities")
+        if not ids:  # a scheduled change of volumes or hosts, not of an instance: nothing to do
+            return None
         code = str(detail.get("eventTypeCode", ""))[:80]
         return Notice("aws", NoticeKind.MAINTENANCE, ids, where, _time(detail.get("startTime")),
                       f"scheduled change {code}".strip())
@@ -113,7 +113,7 @@ def from_eventbridge(body: str | bytes) -> Notice | None:
 
 
 def _instance_id(v: Any) -> bool:
-    return isinstance(v, str) and v.startswith("i-") and 3 <= len(v) <= 40 and v[2:].isalnum()
+    return isinstance(v, str) and v.startswith("i-") and 3 <= len(v) <= 40 and v[2:].isascii() and v[2:].isalnum()
 
 
 def _time(v: Any) -> float:

@@ -74,6 +74,9 @@ def test_each_eventbridge_event_reads_as_its_notice():
     other = json.loads(json.dumps(HEALTH))
     other["detail"]["eventTypeCategory"] = "issue"
     assert from_eventbridge(json.dumps(other)) is None
+    volumes = json.loads(json.dumps(HEALTH))
+    volumes["detail"]["affectedEntities"] = [{"entityValue": "vol-0abc"}]
+    assert from_eventbridge(json.dumps(volumes)) is None  # a scheduled change of no instance
 
 
 @pytest.mark.parametrize("body", [
@@ -81,6 +84,7 @@ def test_each_eventbridge_event_reads_as_its_notice():
     json.dumps(event("EC2 Spot Instance Interruption Warning", {})),
     json.dumps(event("EC2 Spot Instance Interruption Warning", {"instance-id": "../../etc/passwd"})),
     json.dumps(event("EC2 Spot Instance Interruption Warning", {"instance-id": "i-\x00abc"})),
+    json.dumps(event("EC2 Spot Instance Interruption Warning", {"instance-id": "i-\uff41\uff42"})),
     json.dumps(event("Something Else", {"instance-id": "i-0abc"})),
     json.dumps(event("AWS Health Event", {"service": "EC2", "eventTypeCategory": "scheduledChange"},
                      source="aws.health")),
