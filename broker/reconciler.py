@@ -4,13 +4,16 @@ Each pass has two phases (DESIGN.md):
 
 * sync — passive transitions that only reflect what the clouds report: a lease that was
   mid-launch when the broker died and whose instances are all up is adopted; a lease whose
-  instances were interrupted or vanished is marked (an interruption also requeues the lease's
-  job, blocks the offering, and records a replacement lease when the demand is known); a
-  draining lease with nothing left in the cloud is released.
+  instances were interrupted, terminated from outside, failed or vanished is drained, its running
+  job requeued from its last checkpoint onto a replacement quoted for the work left (or failed
+  past max_restarts; broker.requeue), a spot interruption's offering blocked; a draining lease
+  with nothing left in the cloud is released.
 * step — active transitions whose side effects reach the clouds: terminate orphans (tagged
   instances of no live lease, or of a running lease that does not list them, after a grace
   period), finish teardowns, launch replacements, resume or fail over launches stuck in
-  requested/provisioning, release leases that expired, sat idle or ran out of budget.
+  requested/provisioning, release leases whose job ended, that sat idle, expired or ran out of
+  budget — a running job is warned before its lease's lifetime ends and then requeued (or the
+  lifetime extended), and follows ``[budgets] on_exhausted``, never killed without a requeue.
 
 A provider whose listing fails is skipped for the pass (nothing is concluded from silence), and
 a running lease missing instances in a listing is confirmed with ``describe`` before anything is
