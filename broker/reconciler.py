@@ -341,7 +341,7 @@ class Reconciler:
         ("lifetime_warning"), it sat idle too long (""), or its tenant is over budget ("budget").
         ``lease`` may be a pass row (which has no ``job``: the full lease is read to act)."""
         s = self.lc.settings
-        job = getattr(lease, "job", None) or {}
+        job = lease.job if isinstance(lease, Lease) else {}  # a row has none (and a miss on one is dear)
         if lease.job_state in ENDED_JOB:
             code = f" (exit code {job['exit_code']})" if job.get("exit_code") is not None else ""
             return f"job {job.get('job_id', '')} {lease.job_state}{code}", "job"
