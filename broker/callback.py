@@ -146,6 +146,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address, service) -> None:
+        import socket
+
+        if ":" in address[0]:  # an IPv6 literal ([::1]:port)
+            self.address_family = socket.AF_INET6
         self.service = service
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, _Handler)

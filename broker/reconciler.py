@@ -4,13 +4,16 @@ Each pass has two phases (DESIGN.md):
 
 * sync — passive transitions that only reflect what the clouds report: a lease that was
   mid-launch when the broker died and whose instances are all up is adopted; a lease whose
-  instances were interrupted or vanished is marked (an interruption also requeues the lease's
-  job, blocks the offering, and records a replacement lease when the demand is known); a
-  draining lease with nothing left in the cloud is released.
+  instances were interrupted, terminated from outside, failed or vanished is drained, its running
+  job requeued from its last checkpoint onto a replacement quoted for the work left (or failed
+  past max_restarts; broker.requeue), a spot interruption's offering blocked; a draining lease
+  with nothing left in the cloud is released.
 * step — active transitions whose side effects reach the clouds: terminate orphans (tagged
   instances of no live lease, or of a running lease that does not list them, after a grace
   period), finish teardowns, launch replacements, resume or fail over launches stuck in
-  requested/provisioning, release leases that expired, sat idle or ran out of budget.
+  requested/provisioning, release leases whose job ended, that sat idle, expired or ran out of
+  budget — a running job is warned before its lease's lifetime ends and then requeued (or the
+  lifetime extended), and follows ``[budgets] on_exhausted``, never killed without a requeue.
 
 A provider whose listing fails is skipped for the pass (nothing is concluded from silence), and
 a running lease missing instances in a listing is confirmed with ``describe`` before anything is
@@ -338,7 +341,7 @@ class Reconciler:
         ("lifetime_warning"), it sat idle too long (""), or its tenant is over budget ("budget").
         ``lease`` may be a pass row (which has no ``job``: the full lease is read to act)."""
         s = self.lc.settings
-        job = getattr(lease, "job", None) or {}
+        job = lease.job if isinstance(lease, Lease) else {}  # a row has none (and a miss on one is dear)
         if lease.job_state in ENDED_JOB:
             code = f" (exit code {job['exit_code']})" if job.get("exit_code") is not None else ""
             return f"job {job.get('job_id', '')} {lease.job_state}{code}", "job"

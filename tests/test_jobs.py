@@ -300,3 +300,43 @@ def test_hostile_reports_get_a_clear_answer_and_lose_nothing(clouds, tmp_path): 
         finally:
             callback.stop()
         svc.lifecycle.release(lease.lease_id)
+
+
+def test_the_cause_of_a_loss_is_named_from_the_clouds_stop_reason():
+    from broker.reconciler import loss_cause
+    from providers.base import Instance, InstanceState, Market, StopReason
+
+    def stopped(reason):
+        return Instance("aws", "i-1", "r", "z", "t", Market.ON_DEMAND, InstanceState.TERMINATED, "l",
+                        stop_reason=reason)
+
+    assert loss_cause([stopped(StopReason.USER)], False) == "outside termination"
+    assert loss_cause([stopped(StopReason.ERROR)], False) == "host failure"
+    assert loss_cause([stopped(StopReason.CAPACITY)], True) == "host failure"
+    assert loss_cause([], True) == "lost instance"
+
+
+@pytest.mark.parametrize("job, demand_hours, left", [
+    ({"job_id": "j"}, 10.0, 10.0),  # no checkpoint: all of it again
+    ({"job_id": "j", "work_done_s": 7200.0}, 10.0, 8.0),
+    ({"job_id": "j", "work_done_s": 36000.0 * 2}, 10.0, 0.05),  # saved more than asked: the least quoted
+    ({"job_id": "j", "total_hours": 10.0, "work_done_s": 5 * 3600.0}, 8.0, 5.0),  # a replacement's lease
+])
+def test_the_work_left_is_the_jobs_hours_minus_what_its_checkpoint_saved(job, demand_hours, left):
+    from broker.jobs import hours_left, plan_requeue
+    from broker.lease import Lease
+
+    lease = Lease(lease_id="l", idempotency_key="k", state="running", provider="aws", region="r",
+                  instance_type="t", market="on_demand", nodes=1, hourly_micros=1, client_token="c",
+                  created_at=0, updated_at=0, state_since=0, job=job, demand={"gpus": 1, "hours": demand_hours},
+                  job_state="running")
+    assert hours_left(lease) == pytest.approx(left)
+    plan = plan_requeue(lease, "lost instance", default_max_restarts=3)
+    assert plan.hours == pytest.approx(left) and plan.job["restarts"] == 1 and plan.job["total_hours"] == 10.0
+    assert plan_requeue(_with_job(lease, {**job, "restarts": 3}), "lost instance", 3).failed
+
+
+def _with_job(lease, job):
+    import dataclasses
+
+    return dataclasses.replace(lease, job=job)
