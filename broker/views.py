@@ -106,4 +106,5 @@ def quote_to_dict(q: Quote) -> dict[str, Any]:
              "kind": e.kind.value, "reason": e.reason}
             for e in q.excluded
         ],
+        "spot_model": q.spot_model,
     }

@@ -29,7 +29,7 @@ def test_json_has_exactly_the_documented_shape(mini):
     r = run(["quote", "--gpu", "H100:8", "--hours", "24", "--data-in-gb", "500", "--format", "json"], mini)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded"}
+    assert set(doc) == {"quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "spot_model"}
     offer = doc["offers"][0]
     assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
                           "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd",
