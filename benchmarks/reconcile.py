@@ -90,7 +90,7 @@ def populate(url: str, n: int, now: float) -> None:
                                       for i in insts]),
                 created_at=now - 3600, updated_at=now - 3600, state_since=now - 3600, started_at=now - 3600,
                 ended_at=0.0, accrued_micros=0, accrued_at=now - 3600, max_lifetime_s=0, idle_since=0.0,
-                replaces=""))
+                replaces="", job_state="running"))
         with store.engine.begin() as conn:
             conn.execute(insert(table), rows)
     store.close()

@@ -34,6 +34,7 @@ import grpc
 from broker.errors import ConfigError, NotFound, PermissionDenied, Unauthenticated
 
 ANY_TENANT = "*"
+LEASE_PREFIX = "brl_"  # broker.jobs.CREDENTIAL_PREFIX
 SERVICE_PREFIX = "/broker.v1.Broker/"
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})\Z")
@@ -44,6 +45,7 @@ class Role(enum.Enum):
     TENANT = "tenant"
     SCHEDULER = "scheduler"
     OPERATOR = "operator"
+    LEASE = "lease"          # a lease's callback credential (broker.jobs): its own job reports only
 
 
 #: The authorization table: which roles may call each RPC. Object-level walls (whose lease,
@@ -59,6 +61,7 @@ TABLE: dict[str, frozenset[Role]] = {
     "ReportQueue": frozenset({Role.SCHEDULER, Role.OPERATOR}),
     "Diagnose": frozenset({Role.SCHEDULER, Role.OPERATOR}),
     "ListDecisions": frozenset({Role.OPERATOR}),
+    "ReportJob": frozenset({Role.TENANT, Role.OPERATOR, Role.LEASE}),
 }
 
 
@@ -68,6 +71,7 @@ class Principal:
 
     role: Role
     tenants: frozenset[str] = frozenset()  # tenant: exactly its own; scheduler: its queues
+    lease: str = ""  # a lease credential's lease
 
     @property
     def operator(self) -> bool:
@@ -122,6 +126,8 @@ def principal_for(role: str, tenants: Iterable[str]) -> Principal:
         r = Role(role)
     except ValueError:
         raise ValueError(f"unknown role {role!r} (tenant, scheduler or operator)") from None
+    if r is Role.LEASE:
+        raise ValueError("a lease credential is minted for its lease at launch, never issued")
     names = frozenset(t.strip() for t in tenants if t.strip())
     if r is Role.OPERATOR:
         return Principal(r)
@@ -161,6 +167,8 @@ class Auth:
         among tokens kept elsewhere (a store of issued tokens, building its answer with
         :func:`principal_for`). Either makes auth required."""
         self._issued = issued
+        # A lease callback credential's lease, by the credential (broker.jobs.LeaseCredentials.lease_of).
+        self.lease_credential: Callable[[str], str | None] | None = None
         self._entries: list[tuple[bytes, Principal]] = []
         for token, spec in (tokens or {}).items():
             if not str(token).strip():
@@ -192,6 +200,9 @@ class Auth:
                     found = principal
             if found is None and self._issued is not None:
                 found = self._issued(digest)
+            if found is None and self.lease_credential is not None and given.startswith(LEASE_PREFIX):
+                lease = self.lease_credential(given)
+                found = Principal(Role.LEASE, lease=lease) if lease else None
         if found is None:
             raise Unauthenticated("a valid bearer token is required (authorization metadata).")
         return found

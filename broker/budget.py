@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Mapping
+from typing import Callable, Mapping
 
 from broker.config import Budget
+from broker.jobs import running
 from broker.lease import LIVE, Lease, LeaseState, cost_so_far
 from broker.store import Store
 from policies.budget import Caps, launch_refusal, to_release
@@ -13,7 +14,9 @@ from providers.base import MICROS
 
 #: What spend and rate caps are computed from.
 SPEND_COLUMNS = ("lease_id", "state", "created_at", "started_at", "ended_at", "accrued_at", "accrued_micros",
-                 "hourly_micros", "nodes")
+                 "hourly_micros", "nodes", "job_state")
+#: A tenant is warned as its spend crosses these fractions of a cap (events and a metric).
+WARN_AT = (0.8, 1.0)
 
 
 def month_start(now: float) -> float:
@@ -37,9 +40,13 @@ def lease_spend_since(lease: Lease, since: float, now: float) -> int:
 
 
 class Budgets:
-    def __init__(self, store: Store, budgets: Mapping[str, Budget]) -> None:
+    def __init__(self, store: Store, budgets: Mapping[str, Budget], on_exhausted: str = "finish_running",
+                 on_usage: Callable[[str, str, float], None] | None = None) -> None:
         self.store = store
         self.budgets = dict(budgets)
+        self.on_exhausted = on_exhausted  # [budgets] on_exhausted
+        self.on_usage = on_usage  # (tenant, cap, fraction used): the broker_budget_used_ratio metric
+        self._warned: set[tuple[str, str, float, float]] = set()  # (tenant, cap, level, period)
 
     def caps(self, tenant: str) -> Caps | None:
         b = self.budgets.get(tenant) or self.budgets.get("default")
@@ -93,5 +100,54 @@ class Budgets:
             return {}
         leases = self._leases(tenant, now)
         rate, spend = self.usage(tenant, now, leases)
-        running = sorted((l for l in leases if l.state == LeaseState.RUNNING), key=lambda l: (l.created_at, l.lease_id))
-        return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in running], rate, spend)
+        self._warn(tenant, caps, rate, spend, now)
+        # A running job finishes (the default) unless the operator asked for checkpoint_and_stop;
+        # the reconciler requeues the jobs of the leases it releases (never a silent kill).
+        keep = (lambda l: running(l)) if self.on_exhausted == "finish_running" else (lambda l: False)
+        candidates = sorted((l for l in leases if l.state == LeaseState.RUNNING and not keep(l)),
+                            key=lambda l: (l.created_at, l.lease_id))
+        return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in candidates], rate, spend)
+
+    def _warn(self, tenant: str, caps: Caps, rate: int, spend: int, now: float) -> None:
+        """A ``budget_warning`` event the first time a cap's use crosses 80 % and 100 % (per month
+        for usd_per_month; again after the rate fell back below for usd_per_hour)."""
+        for cap, used, limit, period in (("usd_per_hour", rate, caps.usd_per_hour_micros, 0.0),
+                                         ("usd_per_month", spend, caps.usd_per_month_micros, month_start(now))):
+            if not limit:
+                continue
+            fraction = used / limit
+            if self.on_usage is not None:
+                self.on_usage(tenant, cap, fraction)
+            for level in WARN_AT:
+                key = (tenant, cap, level, period)
+                if fraction < level:
+                    self._warned.discard(key)
+                    continue
+                if key in self._warned:
+                    continue
+                self._warned.add(key)
+                self.store.add_event("", "budget_warning", f"tenant {tenant} has used {fraction:.0%} of "
+                                     f"{cap} = {limit / MICROS:g}; at 100 % new spend is refused and running "
+                                     f"jobs {self.on_exhausted.replace('_', ' ')}", now,
+                                     data={"tenant": tenant, "cap": cap, "level": level, "used": round(fraction, 4)})
+
+
+#: ``[budgets] on_exhausted``: what a tenant's running jobs do once its budget is spent (new spend
+#: is refused either way). ``finish_running``: they finish (its idle leases are released);
+#: ``checkpoint_and_stop``: they are requeued from their checkpoint and their leases released.
+ON_EXHAUSTED = ("finish_running", "checkpoint_and_stop")
+
+
+def budget_policy(data: dict) -> None:
+    """``[budgets]`` holds tenants' tables and the one policy key ``on_exhausted``: move the key
+    to where the schema reads it (``budget_policy``), checked here so the error names it as typed."""
+    budgets = data.get("budgets")
+    if not isinstance(budgets, dict) or "on_exhausted" not in budgets:
+        return
+    from broker.errors import ConfigError
+
+    value = budgets.pop("on_exhausted")
+    if value not in ON_EXHAUSTED:
+        raise ConfigError(f"config: budgets.on_exhausted must be {' or '.join(ON_EXHAUSTED)}, got {str(value)[:64]!r}",
+                          field="budgets.on_exhausted")
+    data["budget_policy"] = {"on_exhausted": value}

@@ -143,6 +143,11 @@ class BrokerClient:
         req = pb.HandoffRequest(lease_id=lease_id, job=convert.job_to_pb(job))
         return convert.lease_from_pb(self._call(self.stub.Handoff, req, 30).lease)
 
+    def report_job(self, request: pb.ReportJobRequest) -> tuple[dict[str, Any], str]:
+        """(the lease after the report, what the node does next: continue | checkpoint | stop)."""
+        r = self._call(self.stub.ReportJob, request, 30)
+        return convert.lease_from_pb(r.lease), pb.JobAction.Name(r.action).removeprefix("JOB_ACTION_").lower()
+
     def decisions(self, limit: int = 0) -> list[dict[str, Any]]:
         r = self._call(self.stub.ListDecisions, pb.ListDecisionsRequest(limit=limit), 30)
         return [convert.decision_from_pb(d) for d in r.decisions]

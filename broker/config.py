@@ -32,7 +32,10 @@ from typing import Annotated, Any, Literal, Mapping, Union
 import msgspec
 from msgspec import Meta, field
 
+from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
+from broker.job_classes import JobClassTable, ClassName
+from broker.market import CatalogSettings, MarketSettings
 from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
@@ -112,18 +115,25 @@ class ServerSettings(Table):
     #: Serve beyond loopback without TLS and bearer tokens (a trusted network, or TLS ending in
     #: a proxy in front). Without it such a listen address is refused at start-up.
     insecure: bool = False
+    #: The nodes' HTTP endpoint for job reports (broker.callback; port 0 = any free one, logged;
+    #: "" = none), and the base URL nodes reach it at (default ``http://<its address>``).
+    callback_listen: str = "127.0.0.1:0"
+    callback_url: str = ""
 
     def __post_init__(self) -> None:
-        try:
-            split_host_port(self.listen)
-        except ValueError as e:
-            raise bad("listen", str(e)) from None
+        for key in ("listen", "callback_listen"):
+            try:
+                _ = split_host_port(getattr(self, key)) if key == "listen" or self.callback_listen else None
+            except ValueError as e:
+                raise bad(key, str(e)) from None
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             given, missing = (("tls_cert_file", "tls_key_file") if self.tls_cert_file
                               else ("tls_key_file", "tls_cert_file"))
             raise bad(missing, f"is required when server.{given} is set (TLS needs both)")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise bad("tls_client_ca_file", "needs server.tls_cert_file and server.tls_key_file")
+        if self.callback_url and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", self.callback_url):
+            raise bad("callback_url", f"must be an http(s) URL with no query, got {self.callback_url[:64]!r}")
         if self.processes > 1 and split_host_port(self.listen)[1] == 0:
             raise bad("processes", f"is {self.processes}, but serving processes share one fixed port "
                                    f"and server.listen {self.listen} asks for any free port")
@@ -150,14 +160,6 @@ class StoreSettings(Table):
 class QuoteSettings(Table):
     ttl_s: Annotated[int, Meta(ge=1, le=NUMBER_LIMIT)] = 900
     onprem_egress_usd_per_gb: Usd = 0.0
-
-
-class CatalogSettings(Table):
-    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
-
-    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
-    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
-    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
 
 
 class ReservationSettings(Table):
@@ -204,6 +206,10 @@ class LifecycleSettings(Table):
     # Every lease's lifetime unless its launch asks for another (0 = unlimited): a safety net
     # against capacity nobody remembers.
     max_lifetime_s: NonNegative = 7 * 86400.0
+    max_restarts: Annotated[int, Meta(ge=0, le=1000)] = 3  # requeues of a job before it is failed
+    # At max_lifetime_s a running job is requeued (or its lease extended); idle capacity released.
+    lifetime_with_job: Literal["requeue", "extend"] = "requeue"
+    lifetime_warning_s: NonNegative = 1800.0  # the job is warned (lifetime_warning) this long before
 
 
 def _table_of(cls: type, exclude: tuple[str, ...] = ()) -> type[Table]:
@@ -228,7 +234,7 @@ def _policy_tables() -> tuple[type[Table], type[Table], type[Table]]:
     from policies.selection import SelectionConfig
     from policies.triggers import TriggerConfig
 
-    return (_table_of(TriggerConfig, exclude=("selection",)), _table_of(DiagnoseConfig),
+    return (_table_of(TriggerConfig, exclude=("selection", "classes")), _table_of(DiagnoseConfig),
             _table_of(SelectionConfig))
 
 
@@ -248,7 +254,7 @@ def _as(cls: type, table: Table, key: str):
 
 
 class AutoscalerSettings(Table):
-    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` tables."""
+    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` / ``classes`` tables."""
 
     enabled: bool = False
     interval_s: Seconds = 30.0
@@ -262,6 +268,7 @@ class AutoscalerSettings(Table):
     trigger: TriggerTable = field(default_factory=TriggerTable)  # type: ignore[valid-type]
     diagnose: DiagnoseTable = field(default_factory=DiagnoseTable)  # type: ignore[valid-type]
     selection: SelectionTable = field(default_factory=SelectionTable)  # type: ignore[valid-type]
+    classes: Annotated[dict[ClassName, JobClassTable], Meta(max_length=64)] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.trigger_config(), self.diagnose_config()  # the policies' own cross-checks
@@ -271,9 +278,17 @@ class AutoscalerSettings(Table):
         from policies.selection import SelectionConfig
         from policies.triggers import TriggerConfig
 
+        from policies.classes import merge_classes
+
         selection = _as(SelectionConfig, self.selection, "selection")
         trig = _as(TriggerConfig, self.trigger, "trigger")
-        return dataclasses.replace(trig, selection=selection)
+        classes = {}
+        for name, t in self.classes.items():
+            try:
+                classes[name] = t.job_class(name)
+            except ValueError as e:
+                raise bad(f"classes.{name}", f"is not valid: {e}") from None
+        return dataclasses.replace(trig, selection=selection, classes=merge_classes(classes))
 
     def diagnose_config(self):
         from policies.diagnose import DiagnoseConfig
@@ -284,6 +299,10 @@ class AutoscalerSettings(Table):
 class BudgetSettings(Table):
     usd_per_hour: Union[Usd, None] = None
     usd_per_month: Union[Usd, None] = None
+
+
+class BudgetPolicy(Table):  # [budgets] on_exhausted: what running jobs do once a budget is spent
+    on_exhausted: Literal["finish_running", "checkpoint_and_stop"] = "finish_running"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,87 +384,6 @@ class TelemetrySettings(Table):
                       "provider; set telemetry.metrics_public = true to serve it there")
 
 
-_Scalar = Union[str, int, float, bool, list[str]]
-
-
-class SlurmBootSettings(Table):
-    conf_server: str = ""
-    munge_key: str = ""
-    munge_key_path: str = ""
-    slurmd_args: list[str] = []
-
-
-class KubernetesBootSettings(Table):
-    api_server: str = ""
-    token: str = ""
-    ca_cert_hash: str = ""
-    node_labels: dict[str, str] = {}
-    kubelet_defaults_path: str = ""
-
-
-class ContainerBootSettings(Table):
-    image: str = ""
-    command: Union[str, list[str]] = ""
-    callback_url: str = ""
-    marker_path: str = ""
-    workdir: str = ""
-
-
-_BOOT_TABLES = {"slurm": SlurmBootSettings, "kubernetes": KubernetesBootSettings,
-                "container": ContainerBootSettings}
-_BOOT_KEYS = {k for t in _BOOT_TABLES.values() for k in t.__struct_fields__}
-
-
-class BootstrapSettings(Table):
-    """``[bootstrap]``: settings of the boot templates. Flat keys apply to every template, a
-    table named like a built-in template wins for it; ``vars`` holds the variables of operator
-    templates (``$name`` in a file from ``templates``)."""
-
-    secret_keys: list[str] = []
-    templates: dict[str, str] = {}
-    vars: dict[str, _Scalar] = {}
-    slurm: Union[SlurmBootSettings, None] = None
-    kubernetes: Union[KubernetesBootSettings, None] = None
-    container: Union[ContainerBootSettings, None] = None
-    # the built-in templates' keys, flat
-    conf_server: Union[str, None] = None
-    munge_key: Union[str, None] = None
-    munge_key_path: Union[str, None] = None
-    slurmd_args: Union[list[str], None] = None
-    api_server: Union[str, None] = None
-    token: Union[str, None] = None
-    ca_cert_hash: Union[str, None] = None
-    node_labels: Union[dict[str, str], None] = None
-    kubelet_defaults_path: Union[str, None] = None
-    image: Union[str, None] = None
-    command: Union[str, list[str], None] = None
-    callback_url: Union[str, None] = None
-    marker_path: Union[str, None] = None
-    workdir: Union[str, None] = None
-
-    def __post_init__(self) -> None:
-        overlap = sorted(set(self.vars) & (set(self.__struct_fields__) | _BOOT_KEYS))
-        if overlap:
-            raise bad(f"vars.{overlap[0]}", "is a built-in setting: set it in [bootstrap] itself")
-
-    @property
-    def configured(self) -> bool:
-        return self != BootstrapSettings()
-
-    def template_settings(self) -> dict[str, Any]:
-        """The flat mapping :func:`providers.bootstrap.render` reads: set keys and ``vars`` flat,
-        each built-in template's table nested under its name (its set keys only)."""
-        out: dict[str, Any] = {}
-        for k in self.__struct_fields__:
-            v = getattr(self, k)
-            if k in ("templates", "vars") or v is None:
-                continue
-            out[k] = {n: x for n, x in msgspec.structs.asdict(v).items() if x not in ("", [], {})} \
-                if isinstance(v, Table) else v
-        out.update(self.vars)
-        return out
-
-
 # ---------------------------------------------------------------------------------------------
 # the whole file
 
@@ -458,6 +396,7 @@ class Config(Table):
     store: StoreSettings = field(default_factory=StoreSettings)
     quote: QuoteSettings = field(default_factory=QuoteSettings)
     catalog: CatalogSettings = field(default_factory=CatalogSettings)
+    market: MarketSettings = field(default_factory=MarketSettings)
     reservations: list[ReservationSettings] = []
     providers: ProvidersSettings = field(default_factory=ProvidersSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
@@ -467,6 +406,7 @@ class Config(Table):
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
+    budget_policy: BudgetPolicy = field(default_factory=BudgetPolicy)  # [budgets] on_exhausted
     auth: Union[AuthSettings, None] = None
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
@@ -578,7 +518,11 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
             for p in parents:
                 node = node.setdefault(p, {})
             node[key] = v
+    if isinstance(data.get("budgets"), dict) and "on_exhausted" in data["budgets"]:
+        from broker.budget import budget_policy  # [budgets] on_exhausted, beside the tenants' tables
+        budget_policy(data)
     try:
         return convert(data, Config, "", sources)
     except SettingsError as e:
         raise ConfigError(f"config: {e}", field=e.key) from None
+

@@ -31,7 +31,16 @@ EVENT_TO_PB = {
     "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,
     "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
     "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
+    "job": pb.LEASE_EVENT_KIND_JOB, "lifetime_warning": pb.LEASE_EVENT_KIND_LIFETIME_WARNING,
+    "lifetime_extended": pb.LEASE_EVENT_KIND_LIFETIME_EXTENDED,
+    "budget_warning": pb.LEASE_EVENT_KIND_BUDGET_WARNING,
+    "interruption_notice": pb.LEASE_EVENT_KIND_INTERRUPTION_NOTICE,
 }
+JOB_STATE_TO_PB = {"running": pb.JOB_STATE_RUNNING, "succeeded": pb.JOB_STATE_SUCCEEDED,
+                   "failed": pb.JOB_STATE_FAILED, "cancelled": pb.JOB_STATE_CANCELLED}
+JOB_STATE_FROM_PB = {v: k for k, v in JOB_STATE_TO_PB.items()}
+ACTION_TO_PB = {"continue": pb.JOB_ACTION_CONTINUE, "checkpoint": pb.JOB_ACTION_CHECKPOINT,
+                "stop": pb.JOB_ACTION_STOP}
 EXCLUSION_TO_PB = {k: pb.ExclusionKind.Value(f"EXCLUSION_KIND_{k.name}") for k in ExclusionKind}
 EXCLUSION_FROM_PB = {v: k.value for k, v in EXCLUSION_TO_PB.items()}
 VERDICT_TO_PB = {v: pb.Verdict.Value(f"VERDICT_{v.name}") for v in Verdict}
@@ -115,7 +124,8 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
     each line rounded half to even to the ten-thousandth, the total the sum of the rounded lines."""
     from broker.views import market_fields
 
-    m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand), prices_only=q.prices_only)
+    m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand), spot_model=q.spot_model,
+                 prices_only=q.prices_only)
     add_offer, add_excluded = m.offers.add, m.excluded.add
     for r in q.offers:
         p, o, it, c = r.priced, r.priced.offering, r.priced.offering.instance, r.priced.cost
@@ -160,12 +170,12 @@ def quote_response_bytes(q: "Quote", body: bytes) -> bytes:
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
     """The same dict `broker quote --format json` prints in-process."""
-    from broker.views import demand_to_dict, iso
+    from broker.views import as_of, demand_to_dict, iso
 
     return {
         "quote_id": q.quote_id,
         "valid_until": iso(from_ts(q.valid_until)),
-        "catalog_as_of": q.catalog_as_of,
+        "catalog_as_of": as_of(q.catalog_as_of),
         "demand": demand_to_dict(demand_from_pb(q.demand)),
         "offers": [
             {
@@ -178,7 +188,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
                     "storage": float(o.cost.storage_usd), "data_transfer": float(o.cost.data_transfer_usd),
                     "sla_risk": float(o.cost.sla_risk_usd), "total": float(o.cost.total_usd),
                 },
-                "price_as_of": o.price_as_of, "price_source": o.price_source, "stale": o.stale,
+                "price_as_of": as_of(o.price_as_of), "price_source": o.price_source, "stale": o.stale,
                 "zones": list(o.zones), "interruptions_per_hour": o.interruptions_per_hour,
                 "interruption_source": o.interruption_source,
             }
@@ -189,6 +199,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
              "market": MARKET_FROM_PB[e.market], "kind": EXCLUSION_FROM_PB.get(e.kind, "unspecified"), "reason": e.reason}
             for e in q.excluded
         ],
+        "spot_model": q.spot_model,
         "prices_only": q.prices_only,
     }
 
@@ -197,7 +208,24 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
 def job_to_pb(job: dict) -> pb.Job:
     return pb.Job(job_id=job.get("job_id", ""), owner=job.get("owner", ""), queue=job.get("queue", ""),
                   checkpoint_uri=job.get("checkpoint_uri", ""), dataset_uri=job.get("dataset_uri", ""),
-                  env=dict(job.get("env", {})))
+                  env=dict(job.get("env", {})), state=JOB_STATE_TO_PB.get(job.get("state", ""), 0),
+                  restarts=int(job.get("restarts") or 0), max_restarts=int(job.get("max_restarts") or 0))
+
+
+def job_view_from_pb(j: pb.Job) -> dict:
+    """A lease's job as shown (what a client sends in a Job is :func:`job_from_pb`)."""
+    out = job_from_pb(j)
+    if j.state:
+        out.update(state=JOB_STATE_FROM_PB.get(j.state, ""), restarts=j.restarts, max_restarts=j.max_restarts)
+    return out
+
+
+def report_from_pb(m: pb.ReportJobRequest) -> "JobReport":
+    from broker.jobs import JobReport
+
+    return JobReport(m.lease_id, m.job_id, JOB_STATE_FROM_PB.get(m.state, "unspecified"),
+                     m.exit_code if m.HasField("exit_code") else None, m.checkpoint_uri,
+                     m.progress if m.HasField("progress") else None)
 
 
 def job_from_pb(j: pb.Job) -> dict:
@@ -221,6 +249,7 @@ def launch_from_pb(m: pb.LaunchRequest, tenant: str) -> "LaunchOrder":
         rank=m.quote_offer.rank if which == "quote_offer" else 0, offer=offer,
         job=job_from_pb(m.job) if m.HasField("job") else {}, node_names=tuple(m.node_names),
         bootstrap=m.bootstrap, max_lifetime_s=m.max_lifetime_s,
+        max_restarts=m.max_restarts if m.HasField("max_restarts") else None,
     )
 
 
@@ -252,7 +281,7 @@ def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
         "idempotency_key": m.idempotency_key, "quote_id": m.quote_id,
         "instances": [{"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
                        "private_ip": i.private_ip, "state": i.state} for i in m.instances],
-        "job": job_from_pb(m.job) if m.job.job_id else {},
+        "job": job_view_from_pb(m.job) if m.job.job_id else {},
         "created_at": iso(from_ts(m.created_at)), "updated_at": iso(from_ts(m.updated_at)),
     }
 

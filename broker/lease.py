@@ -142,6 +142,7 @@ class Lease:
     max_lifetime_s: int = 0
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
+    job_state: str = ""  # the attached job's (broker.jobs.JobState), "" without one
 
     def __post_init__(self) -> None:
         self.state = LeaseState(self.state)

@@ -23,6 +23,7 @@ import structlog
 
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from broker.jobs import JobState, job_state_of
 from broker.lease import BILLED, ENDED, LAUNCHING, Lease, LeaseState, cost_so_far
 from broker.quote import QuoteEngine, Target, new_id, usd
 from broker.store import StaleLease, Store
@@ -165,6 +166,7 @@ class Lifecycle:
             if demand is not None else {},
             created_at=now, updated_at=now, state_since=now,
             max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
+            job_state=job_state_of(job or {}),
         )
         return self.store.create_lease(record, admit=admit, counted_since=counted_since)
 
@@ -420,12 +422,12 @@ class Lifecycle:
         return self._write(lease, state=LeaseState.REQUESTED, message=message, attempt=lease.attempt - 1)
 
     def drain(self, lease: Lease, reason: str, *, event_kind: str = "", event_data: dict | None = None,
-              events: Sequence[tuple[str, str, dict]] = ()) -> Lease:
+              events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> Lease:
         """→ draining: accrue what it cost so far, then record why it is being torn down (and, in the
-        same write, ``event_kind``/``events``: an interruption and the requeue of its job)."""
+        same write, ``event_kind``/``events`` and ``fields``: an interruption, the requeue of its job)."""
         lease = self._accrue(lease)
         return self._write(lease, state=LeaseState.DRAINING, message=reason, event_kind=event_kind,
-                           event_data=event_data, events=events)
+                           event_data=event_data, events=events, **fields)
 
     def mark_released(self, lease: Lease) -> Lease:
         """draining → released: nothing of it is left in the cloud."""
@@ -458,8 +460,10 @@ class Lifecycle:
         if not job.get("job_id"):
             raise InvalidArgument("job.job_id is required.")
         merged = {**lease.job, **{k: v for k, v in job.items() if v}}
+        if merged.get("job_id") != lease.job.get("job_id"):  # a new job: its own record starts now
+            merged.update(attached_at=self.clock(), state=JobState.RUNNING.value)
         return self._write(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
-                           job=merged, idle_since=0.0, retry_stale=True)
+                           job=merged, job_state=job_state_of(merged), idle_since=0.0, retry_stale=True)
 
     def release(self, lease_id: str, reason: str = "released by request", event_kind: str = "") -> Lease:
         """Drain and terminate. Safe to repeat and to race with the reconciler or a launch: a

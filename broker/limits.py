@@ -103,6 +103,9 @@ FIELDS: dict[str, Rule] = {
     "RunningJob.job_id": ID, "RunningJob.user": NAME, "RunningJob.queue": NAME, "RunningJob.gpus": Rule(0, 100_000),
     "RunningJob.runtime_s": SECONDS,
     "QueueSnapshot.source": NAME,
+    "LaunchRequest.max_restarts": Rule(0, 1000), "Job.restarts": Rule(0, 1_000_000),
+    "Job.max_restarts": Rule(0, 1000), "ReportJobRequest.lease_id": ID, "ReportJobRequest.job_id": ID,
+    "ReportJobRequest.checkpoint_uri": Rule(chars=2048), "ReportJobRequest.progress": Rule(0, 1),
 }
 class Bounds:
     """Checks requests against :class:`Limits` and :data:`FIELDS`."""

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable
+
+from msgspec import Meta
 
 from broker.errors import ConfigError
 from providers.base import ProviderError
-from providers.settings import PROVIDER_SETTINGS
+from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
+
+NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
 
 
@@ -55,6 +59,27 @@ class Outcome:
 
         kept = f"kept the data of {iso(self.kept_from)}" if self.kept_from else "no earlier data: the bundled catalog stays"
         return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
+
+
+class CatalogSettings(Table):
+    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
+
+    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
+    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
+    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
+
+
+class MarketSettings(Table):
+    """``[market]``: what spot offers are judged by (:mod:`policies.spot_choice`)."""
+
+    # Observed spot lifetimes: a CSV of cloud, observed_lifetime_s, ended_by (the shape of
+    # spot_instance_lifetimes_aws_gcp_2020.csv). "" = none: the interruptions this broker's own
+    # spot leases met are still used, else the catalog's interruption rates.
+    spot_lifetimes: str = ""
+    # A spot offer is quoted only if the job finishes on it by its deadline with this confidence.
+    spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
+    # The deadline of a demand that names none: start-up + runtime x (1 + this).
+    spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
 
 
 def enabled_providers(config: Any) -> list[str]:
@@ -122,7 +147,74 @@ def quote_engine(config: Any, db: Any, now: float | None = None, *, log_refused:
     catalog, warnings = live_catalog(config, db, now)
     for w in warnings if log_refused else ():
         _log().warning("market.price_refused", detail=w)
-    return engine_for(config, catalog=catalog, bulk=bulk)
+    return engine_for(config, catalog=catalog, bulk=bulk,
+                      spot=spot_model(config, db, time.time() if now is None else now))
+
+
+MIN_OWN_PREEMPTIONS = 5
+_LIFETIMES: dict[tuple[str, float], Any] = {}  # (path, mtime) -> policies.lifetimes.Lifetimes
+
+
+def read_lifetimes(path: str) -> Any:
+    """The ``[market] spot_lifetimes`` file, parsed once per version of it (ConfigError naming
+    the setting when it cannot be read)."""
+    import csv
+    import os
+
+    from policies.lifetimes import LifetimesError, lifetimes_from_rows
+
+    p = os.path.expanduser(path)
+    try:
+        key = (p, os.stat(p).st_mtime)
+        hit = _LIFETIMES.get(key)
+        if hit is not None:
+            return hit
+        with open(p, newline="", encoding="utf-8") as f:
+            r = csv.DictReader(f)
+            lives = lifetimes_from_rows(r, r.fieldnames, os.path.basename(p))
+    except OSError as e:
+        raise ConfigError(f"config: market.spot_lifetimes {path!r} cannot be read: {e.strerror or e}",
+                          field="market.spot_lifetimes") from None
+    except (LifetimesError, csv.Error, UnicodeDecodeError) as e:
+        raise ConfigError(f"config: market.spot_lifetimes: {e}", field="market.spot_lifetimes") from None
+    _LIFETIMES.clear()
+    _LIFETIMES[key] = lives
+    return lives
+
+
+def spot_model(config: Any, db: Any, now: float) -> Any:
+    """What quotes judge spot by (:class:`policies.spot_choice.SpotModel`): the lifetimes of
+    ``[market] spot_lifetimes`` and of this broker's own spot leases (a cloud needs at least
+    one preemption seen to have a distribution), else each offer's interruption rate (observed
+    by this broker, or the catalog's). A cloud the file does not cover is judged by its own
+    leases' lifetimes once it has seen :data:`MIN_OWN_PREEMPTIONS` preemptions."""
+    from broker import market_store
+    from policies.lifetimes import Lifetimes
+    from policies.spot_choice import SpotModel
+
+    m = config.market
+    lives = read_lifetimes(m.spot_lifetimes) if m.spot_lifetimes else Lifetimes({})
+    own = market_store.spot_lives(db, now) if db is not None else {}
+    # A cloud the file does not cover needs a few preemptions of its own before they stand for it.
+    own = {c: obs for c, obs in own.items()
+           if c in lives.by_cloud or sum(1 for _, censored in obs if not censored) >= MIN_OWN_PREEMPTIONS}
+    dists = lives.with_observations(own).distributions()
+    parts = []
+    for cloud, dist in dists.items():
+        mine = sum(1 for _, c in own.get(cloud, ()) if not c)
+        parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
+    enabled = sorted(config.providers.enabled()) or ["aws", "azure", "gcp"]
+    rest = [p for p in enabled if p not in dists]
+    source = ""
+    if parts:
+        source = "observed lifetimes: " + ", ".join(parts)
+        if m.spot_lifetimes:
+            import os
+
+            source += f" ({os.path.basename(m.spot_lifetimes)})"
+    if rest:
+        source += ("; " if source else "") + "interruption rates: " + ", ".join(rest)
+    return SpotModel(dists, m.spot_confidence, m.spot_deadline_slack, source)
 
 
 class Refresher:

@@ -110,6 +110,20 @@ def observed_spot(db: Any, now: float) -> dict[tuple[str, str, str], tuple[int, 
     return {k: (int(v[0]), v[1]) for k, v in out.items()}
 
 
+def spot_lives(db: Any, now: float) -> dict[str, list[tuple[float, bool]]]:
+    """Provider -> (seconds, censored) per node of this broker's spot leases that ran: how long
+    each lived before it was interrupted, or has lived so far (censored) when it was not."""
+    rows = _rows(db, "SELECT l.provider, l.nodes, l.started_at, l.ended_at, "
+                     "(SELECT COUNT(*) FROM lease_events e WHERE e.lease_id = l.lease_id AND e.kind = 'interrupted') "
+                     "FROM leases l WHERE l.market = 'spot' AND l.started_at > 0") or []
+    out: dict[str, list[tuple[float, bool]]] = {}
+    for provider, nodes, started, ended, interrupted in rows:
+        life = (ended or now) - started
+        if life > 0:
+            out.setdefault(provider, []).extend([(life, not interrupted)] * max(1, min(int(nodes), 64)))
+    return out
+
+
 def held(db: Any, since: dict[str, float]) -> dict[str, int]:
     """Nodes each reservation in ``since`` has in live leases created at or after its time
     (earlier ones are already in the cloud's own count of what the reservation runs)."""

@@ -23,6 +23,7 @@ from broker.errors import InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer
 from policies.demand import Demand, DemandError
+from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
 
@@ -88,6 +89,7 @@ class Quote:
     demand: Demand
     offers: tuple[RankedOffer, ...]
     excluded: tuple[Exclusion, ...]
+    spot_model: str = ""  # what spot was judged by: observed lifetimes (and whose), or rates
     prices_only: bool = False  # no provider is enabled: nothing here can be launched
 
     def targets(self, limit: int = LAUNCHABLE_OFFERS) -> tuple[Target, ...]:
@@ -180,6 +182,7 @@ class QuoteEngine:
         bulk: bool = True,
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
+        spot: SpotModel | None = None,
         max_nodes: int = 1024,
     ) -> None:
         """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
@@ -190,9 +193,12 @@ class QuoteEngine:
         same figures to the micro-dollar), for a process that quotes once and would spend more
         importing numpy (~0.1 s) than the arrays save.
         ``cache_entries``/``cache_bytes``: the result cache's bounds (0 entries: no cache).
+        ``spot``: what spot offers are priced and chosen by (:mod:`policies.spot_choice`): observed
+        lifetimes where it has them, else each offer's interruption rate.
         ``max_nodes``: the most nodes one demand may take (``[limits] max_nodes``): with the
         catalog's largest node, it bounds the GPUs a demand may ask for."""
         self.bulk, self.max_nodes = bulk, max_nodes
+        self.spot = spot or SpotModel()
         extra = []
         live = {o.reservation for o in catalog.offerings if o.market is Market.RESERVED}
         for r in reservations:
@@ -263,7 +269,17 @@ class QuoteEngine:
 
     def _price(self, d: Demand, ctx: Context, top: int) -> tuple[list[PricedOffer], list[Exclusion]]:
         """The candidates of ``d`` priced, in rank order (see :func:`_rank_key`; the first ``top``,
-        0 = all), and the excluded ones in candidate order."""
+        0 = all), and the excluded ones in candidate order; with observed spot lifetimes, a spot
+        offer the job would not finish on in time is excluded (:func:`policies.spot_choice.late_on_spot`)."""
+        if self.spot.observed and d.interruptible:
+            ok, out = self._price_all(d, ctx, 0)
+            deadline_h = (d.deadline - ctx.now) / 3600.0 if d.deadline is not None else None
+            startup = {p: t.startup_s / 3600.0 for p, t in self.catalog.terms.items()}
+            ok, late = late_on_spot(ok, self.spot, startup, d.checkpoint_hours, deadline_h)
+            return (ok[:top] if top else ok), out + late
+        return self._price_all(d, ctx, top)
+
+    def _price_all(self, d: Demand, ctx: Context, top: int) -> tuple[list[PricedOffer], list[Exclusion]]:
         if self.bulk:
             return self.table(d).price(d, ctx, top)
         price_one, ok, out = pricer(d, ctx), [], []
@@ -327,7 +343,7 @@ class QuoteEngine:
             offers, excluded = hit
         else:
             ctx = Context(self.catalog.terms, self.catalog.regions, self.catalog.gpu_perf, now,
-                          self.onprem_egress_micros, blocked, held)
+                          self.onprem_egress_micros, blocked, held, dict(self.spot.lifetimes) or None)
             if self.regions:  # rank every offer, set aside what cannot launch here, then cut
                 ok, out = self._price(d, ctx, 0)  # in rank order (see _rank_key)
                 ok = self._launchable(ok, out)
@@ -342,6 +358,7 @@ class QuoteEngine:
         return Quote(
             quote_id=new_id("q"), created_at=now, valid_until=now + self.ttl_s,
             catalog_as_of=self.catalog.as_of, demand=d, offers=offers, excluded=excluded,
+            spot_model=self.spot.source,
             prices_only=self.enabled is None,
         )
 
@@ -399,7 +416,8 @@ class DerivedCache:
         return value
 
 
-def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True) -> QuoteEngine:
+def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True,
+               spot: SpotModel | None = None) -> QuoteEngine:
     """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
     ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`);
     ``bulk`` as for :class:`QuoteEngine`."""
@@ -418,7 +436,8 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True) -> 
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
                            config.quote.ttl_s, regions=regions, bulk=bulk,
                            cache_entries=config.limits.quote_cache_entries,
-                           cache_bytes=config.limits.quote_cache_bytes, max_nodes=config.limits.max_nodes)
+                           cache_bytes=config.limits.quote_cache_bytes, spot=spot,
+                           max_nodes=config.limits.max_nodes)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 

@@ -4,13 +4,16 @@ Each pass has two phases (DESIGN.md):
 
 * sync — passive transitions that only reflect what the clouds report: a lease that was
   mid-launch when the broker died and whose instances are all up is adopted; a lease whose
-  instances were interrupted or vanished is marked (an interruption also requeues the lease's
-  job, blocks the offering, and records a replacement lease when the demand is known); a
-  draining lease with nothing left in the cloud is released.
+  instances were interrupted, terminated from outside, failed or vanished is drained, its running
+  job requeued from its last checkpoint onto a replacement quoted for the work left (or failed
+  past max_restarts; broker.requeue), a spot interruption's offering blocked; a draining lease
+  with nothing left in the cloud is released.
 * step — active transitions whose side effects reach the clouds: terminate orphans (tagged
   instances of no live lease, or of a running lease that does not list them, after a grace
   period), finish teardowns, launch replacements, resume or fail over launches stuck in
-  requested/provisioning, release leases that expired, sat idle or ran out of budget.
+  requested/provisioning, release leases whose job ended, that sat idle, expired or ran out of
+  budget — a running job is warned before its lease's lifetime ends and then requeued (or the
+  lifetime extended), and follows ``[budgets] on_exhausted``, never killed without a requeue.
 
 A provider whose listing fails is skipped for the pass (nothing is concluded from silence), and
 a running lease missing instances in a listing is confirmed with ``describe`` before anything is
@@ -34,16 +37,18 @@ import structlog
 
 from broker.lease import LAUNCHING, LIVE, Lease, LeaseState
 from broker.leader import NotLeader
-from broker.lifecycle import LeaseError, Lifecycle, Target, alive, node_names
+from broker.jobs import ENDED_JOB, running
+from broker.lifecycle import LeaseError, Lifecycle, alive, node_names
+from broker.requeue import Loss, handle_loss
 from broker.store import StaleLease
-from providers.base import Instance, Market, ProviderError, StopReason, offering_key
+from providers.base import Instance, Market, ProviderError, StopReason
 
 log = structlog.get_logger("broker.reconciler")
 
 #: What a pass reads of every live lease: enough to tell a steady lease (the many) from one to act
 #: on (read in full). See :meth:`broker.store.Store.lease_rows`.
 PASS_COLUMNS = ("lease_id", "state", "provider", "tenant", "instances", "created_at", "started_at",
-                "max_lifetime_s", "idle_since")
+                "max_lifetime_s", "idle_since", "job_state")
 
 
 @dataclass
@@ -51,6 +56,7 @@ class PassReport:
     adopted: int = 0
     released: int = 0
     interrupted: int = 0
+    lost: int = 0  # leases with a running job lost otherwise than to a spot interruption (requeued)
     replaced: int = 0
     orphans_terminated: int = 0
     resumed: int = 0
@@ -197,66 +203,25 @@ class Reconciler:
         vanished = len(stopped) < len(gone)
         if interrupted or (vanished and lease.market == Market.SPOT.value):
             # A reclaimed spot VM with termination action "delete" simply vanishes (GCP, Azure).
-            return self._interrupted(lease, interrupted, report)
+            report.interrupted += 1
+            detail = interrupted[0].stop_detail if interrupted else "spot instance vanished"
+            return self._lost(lease, Loss("spot interruption", detail, block=True), report)
         detail = ", ".join(f"{i.instance_id}: {i.stop_reason or i.state} {i.stop_detail}".strip()
                            for i in stopped) or "instances vanished"
+        if running(lease):  # a job the broker keeps alive: requeued, whatever took its nodes
+            report.lost += 1
+            return self._lost(lease, Loss(loss_cause(stopped, vanished), detail), report)
         report.failed += 1
         return self.lc.drain(lease, f"instances lost: {detail}"), None
 
-    def _interrupted(self, lease: Lease, interrupted: list[Instance],
-                     report: PassReport) -> tuple[Lease, Lease | None]:
-        """Block the offering, record a replacement, then — in one write — move the lease to
-        draining with its ``interrupted`` and ``requeue`` events. A crash anywhere in between
-        repeats the whole step on the next pass (the replacement's key makes it idempotent)."""
-        report.interrupted += 1
-        now = self.clock()
-        job = lease.job
-        detail = interrupted[0].stop_detail if interrupted else "spot instance vanished"
-        key = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
-        self.store.block(key, now + self.lc.settings.interruption_block_s, f"spot interruption on {key}")
-        replacement, why_none = self._replace(lease, now)
+    def _lost(self, lease: Lease, loss: Loss, report: PassReport) -> tuple[Lease, Lease | None]:
+        """Requeue the job (or fail it past max_restarts), record a replacement, then — in one
+        write — move the lease to draining with its events (broker.requeue). A crash anywhere in
+        between repeats the whole step on the next pass (the replacement's key makes it idempotent)."""
+        lease, replacement = handle_loss(self.lc, lease, loss, self.clock())
         if replacement is not None:
             report.replaced += 1
-            outcome = f"replacement lease {replacement.lease_id} requested"
-        else:
-            outcome = f"no replacement: {why_none}"
-        data = {"detail": detail, "blocked": key,
-                "replacement": replacement.lease_id if replacement is not None else ""}
-        events = []
-        if job.get("job_id"):
-            events.append(("requeue", f"job {job['job_id']} requeued from checkpoint "
-                                      f"{job.get('checkpoint_uri') or '(none)'}; {outcome}", {**data, "job": job}))
-        lease = self.lc.drain(lease, f"spot interruption: {detail}; {outcome}", event_kind="interrupted",
-                              event_data=data, events=events)
-        log.warning("interrupted", lease=lease.lease_id, provider=lease.provider, detail=detail,
-                    replacement=data["replacement"])
         return lease, replacement
-
-    def _replace(self, lease: Lease, now: float) -> tuple[Lease | None, str]:
-        """A replacement lease (state requested) for an interrupted lease whose demand is known,
-        quoted afresh without the blocked offering; or None and why not."""
-        from broker.views import demand_from_dict
-
-        d = lease.demand
-        if not d.get("gpus"):
-            return None, "launched without a demand (explicit offering)"
-        demand = demand_from_dict(d)
-        q = self.lc.engine.quote(demand, now=now, blocked=self.store.active_blocks(now))
-        if not q.offers:
-            return None, "every offer is excluded now"
-        targets = [Target(r.offering.provider, r.offering.region, r.priced.zone, r.offering.instance.name,
-                          r.offering.market, r.priced.nodes, r.offering.hourly_micros, r.offering.reservation)
-                   for r in q.offers[: self.lc.settings.max_failover]]
-        try:
-            new, _ = self.lc.create(
-                idempotency_key=f"replace-{lease.lease_id}", target=targets[0], tenant=lease.tenant,
-                demand=demand, alternatives=targets[1:], quote_id=q.quote_id, offer_rank=1,
-                job=lease.job, bootstrap=lease.bootstrap, max_lifetime_s=lease.max_lifetime_s,
-                replaces=lease.lease_id,
-            )
-        except LeaseError as e:
-            return None, str(e)
-        return new, ""
 
     # -- step: act on the clouds ----------------------------------------------------------------
     def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Any],
@@ -340,22 +305,69 @@ class Reconciler:
             report.released += 1
             return
         if lease.state is LeaseState.RUNNING:
-            expiry = self._expiry(lease, now, budget_reason)
-            if expiry is not None:
-                report.expired += 1
-                self.lc.release(lease.lease_id, expiry[0], event_kind=expiry[1])
+            self._step_running(lease, report, now, budget_reason)
+
+    def _step_running(self, lease: Lease, report: PassReport, now: float, budget_reason: str | None) -> None:
+        """Release a running lease that expired; a running job is never killed without a requeue:
+        warned before its lease's lifetime ends, then requeued (or the lifetime extended)."""
+        expiry = self._expiry(lease, now, budget_reason)
+        if expiry is None:
+            return
+        why, kind = expiry
+        if kind == "lifetime_warning":
+            job = {**lease.job, "lifetime_warned": True, "checkpoint_requested": True}
+            self.store.update_lease(lease, now=now, message=why, event_kind="lifetime_warning",
+                                    event_data={"job_id": job.get("job_id", "")}, job=job)
+            return
+        if kind == "lifetime" and self.lc.settings.lifetime_with_job == "extend":
+            more = int(self.lc.settings.max_lifetime_s or lease.max_lifetime_s)
+            job = {k: v for k, v in lease.job.items() if k not in ("lifetime_warned", "checkpoint_requested")}
+            self.store.update_lease(lease, now=now, event_kind="lifetime_extended",
+                                    message=f"{why}: extended by {more} s", job=job,
+                                    max_lifetime_s=lease.max_lifetime_s + more)
+            return
+        report.expired += 1
+        if kind in ("lifetime", "budget") and running(lease):
+            loss = (Loss("maximum lifetime", why) if kind == "lifetime"
+                    else Loss("budget exhausted", why, replace=False))
+            lease, _ = self._lost(lease, loss, report)
+            self.lc.finish_drain(lease)
+            return
+        self.lc.release(lease.lease_id, why, event_kind="budget" if kind == "budget" else "")
 
     def _expiry(self, lease: Any, now: float, budget_reason: str | None) -> tuple[str, str] | None:
-        """(why, event kind) when a running lease must be released now: it reached its maximum
-        lifetime, sat idle too long, or its tenant is over budget. ``lease`` may be a pass row."""
-        idle_timeout = self.lc.settings.idle_timeout_s
-        if lease.max_lifetime_s and now - (lease.started_at or lease.created_at) >= lease.max_lifetime_s:
-            return f"maximum lifetime of {lease.max_lifetime_s} s reached", ""
-        if idle_timeout and lease.idle_since and now - lease.idle_since >= idle_timeout:
-            return f"idle for {idle_timeout:.0f} s with no job", ""
+        """(why, kind) when a running lease needs action now: its job ended ("job"), it reached
+        its maximum lifetime ("lifetime" with a running job, else "") or nears it with one
+        ("lifetime_warning"), it sat idle too long (""), or its tenant is over budget ("budget").
+        ``lease`` may be a pass row (which has no ``job``: the full lease is read to act)."""
+        s = self.lc.settings
+        job = lease.job if isinstance(lease, Lease) else {}  # a row has none (and a miss on one is dear)
+        if lease.job_state in ENDED_JOB:
+            code = f" (exit code {job['exit_code']})" if job.get("exit_code") is not None else ""
+            return f"job {job.get('job_id', '')} {lease.job_state}{code}", "job"
+        life, age = lease.max_lifetime_s, now - (lease.started_at or lease.created_at)
+        if life and age >= life:
+            if running(lease):
+                return f"maximum lifetime of {life} s reached with job {job.get('job_id', '')} running", "lifetime"
+            return f"maximum lifetime of {life} s reached", ""
+        if life and running(lease) and age >= life - s.lifetime_warning_s and not job.get("lifetime_warned"):
+            return (f"job {job.get('job_id', '')}: the lease reaches its maximum lifetime of {life} s in "
+                    f"{max(0, life - age):.0f} s; checkpoint now", "lifetime_warning")
+        if s.idle_timeout_s and lease.idle_since and now - lease.idle_since >= s.idle_timeout_s:
+            return f"idle for {s.idle_timeout_s:.0f} s with no job", ""
         if budget_reason:
             return budget_reason, "budget"
         return None
+
+
+def loss_cause(stopped: list[Instance], vanished: bool) -> str:
+    """A lost lease's cause in a few words, from why the cloud says its instances stopped."""
+    reasons = {i.stop_reason for i in stopped}
+    if StopReason.USER in reasons:
+        return "outside termination"  # e.g. EC2 Client.UserInitiatedShutdown, a console delete
+    if reasons & {StopReason.ERROR, StopReason.CAPACITY}:
+        return "host failure"
+    return "lost instance"
 
 
 def _attempt_of(i: Instance, lease: Lease) -> bool:

@@ -133,6 +133,19 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         lease = self.svc.handoff(request.lease_id, convert.job_from_pb(request.job))
         return pb.HandoffResponse(lease=self._lease_pb(lease))
 
+    def ReportJob(self, request: pb.ReportJobRequest, context) -> pb.ReportJobResponse:
+        from broker.auth import Role
+
+        caller = self.auth.principal(context)
+        report = convert.report_from_pb(request).checked()
+        if caller.role is Role.LEASE:  # a node: its own lease only, and that lease is not looked up to say so
+            if caller.lease != report.lease_id:
+                raise PermissionDenied("lease_id: this credential reports for its own lease only.", field="lease_id")
+        else:
+            self._own_lease(context, report.lease_id)
+        lease, action = self.svc.report_job(report)
+        return pb.ReportJobResponse(lease=self._lease_pb(lease), action=convert.ACTION_TO_PB[action.value])
+
     def ReportQueue(self, request: pb.ReportQueueRequest, context) -> pb.ReportQueueResponse:
         from broker.queue_api import report_queue
 

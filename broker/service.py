@@ -43,6 +43,7 @@ class LaunchOrder:
     node_names: Sequence[str] = ()
     bootstrap: str = ""
     max_lifetime_s: int = 0
+    max_restarts: int | None = None  # None: [lifecycle] max_restarts
 
 
 class WatchedEvent(NamedTuple):
@@ -83,7 +84,11 @@ class Service:
             self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
         except ValueError as e:  # the providers' settings or the credentials they name
             raise ConfigError(f"config: {e}") from None
-        self.budgets = Budgets(self.store, config.budgets)
+        self.budgets = Budgets(self.store, config.budgets, config.budget_policy.on_exhausted)
+        from broker.jobs import LeaseCredentials
+
+        self.credentials = LeaseCredentials(self.store, clock)  # the nodes' job-report credentials
+        self.auth.lease_credential = self.credentials.lease_of
         self.lifecycle = Lifecycle(
             self.store, self.providers, self.engine, owner=config.owner,
             settings=config.lifecycle, budgets=self.budgets,
@@ -93,14 +98,19 @@ class Service:
             self.lifecycle.on_quota_error = self._quota_error
         self.reconciler = Reconciler(self.lifecycle, orphan_grace_s=config.reconciler.orphan_grace_s,
                                      clock=clock, on_error=self._reconcile_error)
+        from broker.notices import Notices
         from broker.telemetry import Metrics
 
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog)
+        self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
+                               count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
+        self.budgets.on_usage = lambda tenant, cap, used: self.metrics.budget_used.labels(tenant, cap).set(used)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
         self._stop = threading.Event()
+        self.callback_address = ""  # host:port the callback endpoint was bound to (broker.callback)
         self._threads: list[threading.Thread] = []
         self.dead_loops: list[str] = []  # background loops that ended without being stopped
         self._on_loop_death: list[Callable[[str], None]] = []
@@ -131,7 +141,7 @@ class Service:
             # The same slice object for the same result, so the layers above can cache by it.
             sliced = self._derived.get((q.offers,), lambda: q.offers[:top], extra=("top", top))
             q = Quote(q.quote_id, q.created_at, q.valid_until, q.catalog_as_of, q.demand, sliced, q.excluded,
-                      q.prices_only)
+                      q.spot_model, q.prices_only)
         return q
 
     def quote_tenant(self, quote_id: str) -> str:
@@ -162,6 +172,11 @@ class Service:
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
             job["node_names"] = names
+        if order.max_restarts is not None:
+            if not 0 <= order.max_restarts <= 1000:
+                raise InvalidArgument(f"max_restarts must be from 0 to 1000, got {order.max_restarts}.",
+                                      field="max_restarts")
+            job["max_restarts"] = order.max_restarts
         if order.max_lifetime_s < 0:
             raise InvalidArgument(f"max_lifetime_s must be zero or more, got {order.max_lifetime_s}.",
                                   field="max_lifetime_s")
@@ -273,7 +288,7 @@ class Service:
         from providers.bootstrap import BootContext, render, resolve
 
         job = lease.job
-        settings = self.config.bootstrap.template_settings()
+        settings = self._callback_settings(lease, self.config.bootstrap.template_settings())
         templates = self.config.bootstrap.templates
         ctx = BootContext(
             lease_id=lease.lease_id, node_name=node_names[0], node_names=tuple(node_names),
@@ -282,6 +297,44 @@ class Service:
             dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
         )
         return render(resolve(lease.bootstrap, templates), ctx)
+
+    def _callback_settings(self, lease, settings: dict) -> dict:
+        """``settings`` with this lease's callback: its URL on the broker's endpoint and a credential
+        minted now (only its digest is stored; each rendered script gets its own)."""
+        nested = settings.get("container") if isinstance(settings.get("container"), dict) else {}
+        listen = self.callback_address or self.config.server.callback_listen
+        base = (nested.get("callback_url") or settings.get("callback_url") or self.config.server.callback_url
+                or (f"http://{listen}" if listen else ""))
+        if not base:
+            return settings
+        from urllib.parse import quote
+
+        url = f"{base.rstrip('/')}/v1/leases/{quote(lease.lease_id, safe='')}/job"
+        token = self.credentials.mint(lease.lease_id)
+        out = {**settings, "callback_url": url, "callback_token": token}
+        if nested:
+            out["container"] = {**nested, "callback_url": url, "callback_token": token}
+        return out
+
+    def provision_soon(self, lease) -> None:
+        """Launch a requested lease (a replacement made at a notice) on a thread of its own: the
+        caller answers at once; the reconciler takes it up if this process dies meanwhile."""
+        def run() -> None:
+            try:
+                self.lifecycle.provision(lease)
+            except Exception as e:  # noqa: BLE001 - the lease records its own failure
+                log.warning("replacement_launch_failed", lease=lease.lease_id, error=str(e)[:300])
+
+        threading.Thread(target=run, name=f"provision-{lease.lease_id}", daemon=True).start()
+
+    # -- job reports -----------------------------------------------------------------------------
+    def report_job(self, report):
+        """Record a node's report about its lease's job (``broker.jobs.JobReport``, checked here;
+        the caller has checked who may report on the lease). Returns (lease, what the node does next)."""
+        from broker.jobs import apply_report
+
+        report = report.checked()
+        return apply_report(self.store, self.lifecycle.get(report.lease_id), report, self.clock())
 
     # -- background loops ------------------------------------------------------------------------
     def start_background(self, lead: bool = True) -> None:
@@ -301,6 +354,7 @@ class Service:
             if self.autoscaler is not None:
                 loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                         self._leading(self.autoscaler.tick)))
+            loops.extend(self._notice_loops())
         from broker.market import Refresher
 
         # The leader refreshes the live market; every replica re-prices when it changes.
@@ -309,6 +363,23 @@ class Service:
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)
+
+    def _notice_loops(self) -> list[threading.Thread]:
+        """One loop per interruption-notice source (the leader's: an SQS queue is long-polled, GCP's
+        preemption operations listed every ``preemption_poll_s``)."""
+        from broker.notices import notice_sources
+
+        loops = []
+        for src in notice_sources(self.providers):
+            poll = (lambda s: lambda: self.notices.poll(s))(src)
+            loops.append(self._loop(f"notices-{src.provider}", getattr(src, "poll_s", 1.0), self._leading(poll)))
+        return loops
+
+    def _scontrol(self):
+        from broker.slurm.commands import Scontrol
+
+        s = self.config.slurm
+        return Scontrol(s.scontrol, s.env, s.command_timeout_s)
 
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and

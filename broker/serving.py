@@ -180,6 +180,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         raise
     gate.open(service)
     service.start_background(lead=process == 0)
+    callback = _start_callback(config, service, server) if process == 0 else None
     metrics_listen = config.telemetry.metrics_listen
     if metrics_listen and process == 0:
         try:
@@ -206,5 +207,34 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     stop.wait()
     server._broker_health.enter_graceful_shutdown()  # type: ignore[attr-defined]
     server.stop(grace=10).wait()
+    if callback is not None:
+        callback.stop()
     service.stop()
     log.info("stopped", process=process)
+
+
+def start_callback(config, service):
+    """The nodes' HTTP endpoint on ``[server] callback_listen`` (None when it is ""), started;
+    the service learns the address it is bound to (boot scripts point at it)."""
+    listen = config.server.callback_listen
+    if not listen:
+        return None
+    from broker.callback import CallbackServer
+
+    callback = CallbackServer(service, listen).start()
+    host = listen.rsplit(":", 1)[0]
+    service.callback_address = f"{host}:{callback.port}"
+    log.info("callback", listen=listen, port=callback.port)
+    return callback
+
+
+def _start_callback(config, service, server):
+    try:
+        return start_callback(config, service)
+    except OSError as e:
+        server.stop(grace=None)
+        service.stop()
+        from broker.errors import ConfigError
+
+        raise ConfigError(f"config: server.callback_listen {config.server.callback_listen} cannot be served: "
+                          f"{e.strerror or e}", field="server.callback_listen") from None

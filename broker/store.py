@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
-from broker.lease import LIVE, Lease, LeaseState, check_transition, encode
+from broker.lease import LIVE, TRANSITIONS, Lease, LeaseState, check_transition, encode
 
 
 #: Money (micro-dollars) and counters are 64-bit on every store: a 32-bit column of micro-dollars
@@ -82,6 +82,17 @@ class LeaseRecord(SQLModel, table=True):
     max_lifetime_s: int = int64()
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
+    job_state: str = ""  # the attached job's: "" none, running, succeeded, failed, cancelled
+
+
+class LeaseCredentialRecord(SQLModel, table=True):
+    """A lease's callback credential (broker.jobs): only its SHA-256 digest. Minted for each boot
+    script rendered, valid for that lease's job reports only, revoked when the lease ends."""
+    __tablename__ = "lease_credentials"
+    digest: str = Field(primary_key=True)  # hex SHA-256 of the credential
+    lease_id: str = Field(index=True)
+    created_at: float
+    revoked_at: float | None = None
 
 
 class LeaseEventRecord(SQLModel, table=True):
@@ -419,6 +430,10 @@ class Store:
                                .values(**values))
             if res.rowcount != 1:
                 raise StaleLease(f"lease {lease.lease_id} changed since version {lease.version}")
+            if to is not frm and not TRANSITIONS[to]:  # ended: its nodes' credentials go with it
+                cred = LeaseCredentialRecord.__table__
+                conn.execute(update(cred).where(cred.c.lease_id == lease.lease_id, cred.c.revoked_at.is_(None))
+                             .values(revoked_at=now))
             if rows:
                 conn.execute(insert(ev), [
                     {"lease_id": lease.lease_id, "at": now, "kind": kind, "from_state": frm.value,

@@ -133,9 +133,17 @@ class Metrics:
         self.reconcile_errors = Counter(
             "broker_reconcile_errors", "Leases, tenants or providers a reconciler pass could not handle "
             "(each is logged; the pass goes on without it)", ["phase", "provider"], registry=self.registry)
+        self.notices = Counter(
+            "broker_interruption_notices", "Interruption notices read, by provider, kind (preemption, "
+            "maintenance, stopping, rebalance) and outcome (acted, recorded, repeated, no_lease, malformed, "
+            "error)", ["provider", "kind", "outcome"], registry=self.registry)
         self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
                                 "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
                                 multiprocess_mode="min")
+        self.budget_used = Gauge("broker_budget_used_ratio", "Fraction of a tenant's budget cap in use "
+                                 "(usd_per_hour: the live rate; usd_per_month: this month's spend); events "
+                                 "warn at 0.8 and 1.0", ["tenant", "cap"], registry=self.registry,
+                                 multiprocess_mode="max")
         self.store_collector = StoreCollector(store, catalog)
         self.registry.register(self.store_collector)
         self._server = None

@@ -462,10 +462,41 @@ class FakeGcpCompute(GcpMarketMixin):
         """Instance inserts that reached the API (de-duplicated retries included)."""
         return len([c for c in self.calls_to("POST", "/instances")])
 
-    def interrupt(self, name: str, zone: str | None = None, *, keep: bool = False) -> dict:
+    def interrupt(self, name: str, zone: str | None = None, *, keep: bool = False, stopping: bool = False) -> dict:
         """Preempt a spot VM like the cloud does: TERMINATED with lastStopTimestamp, a DONE
         ``compute.instances.preempted`` operation, then deleted when its termination action
-        is DELETE (unless ``keep``). Returns the operation."""
+        is DELETE (unless ``keep``). Returns the operation.
+
+        ``stopping``: only the start of it, as the guest's ~30 s of ACPI soft-off: the operation
+        is recorded and the VM is STOPPING; :meth:`finish_preemption` ends it."""
+        with self._lock:
+            if stopping:
+                self._tick_all()
+                key = next((k for k in self._instances if k[1] == name and (zone is None or k[0] == zone)), None)
+                if key is None:
+                    raise KeyError(f"no instance {name!r}")
+                inst = self._instances[key]
+                inst["status"] = "STOPPING"
+                op = self._new_op(key[0], "compute.instances.preempted", name, inst["id"])
+                op.status, op.end_time = "DONE", _now()
+                op.status_message = "Instance was preempted."
+                op.user = "system"
+                return op.json()
+            return self._preempt(name, zone, keep)
+
+    def finish_preemption(self, name: str, zone: str | None = None, *, keep: bool = False) -> None:
+        """The end of a preemption started with ``interrupt(stopping=True)``."""
+        with self._lock:
+            key = next((k for k in self._instances if k[1] == name and (zone is None or k[0] == zone)), None)
+            if key is None:
+                raise KeyError(f"no instance {name!r}")
+            inst = self._instances[key]
+            inst["status"] = "TERMINATED"
+            inst["lastStopTimestamp"] = _now()
+            if inst.get("scheduling", {}).get("instanceTerminationAction") == "DELETE" and not keep:
+                del self._instances[key]
+
+    def _preempt(self, name: str, zone: str | None, keep: bool) -> dict:
         with self._lock:
             self._tick_all()
             key = next((k for k in self._instances if k[1] == name and (zone is None or k[0] == zone)), None)

@@ -11,12 +11,15 @@ truncates to whole micro-dollars the same way, so the figures are identical to t
 """
 from __future__ import annotations
 
+import math
 from itertools import repeat
 
 import numpy as np
 
 from policies.cost import (
+    late_reason,
     HOURS_PER_MONTH,
+    SHORT_LIVED,
     Context,
     CostLines,
     Exclusion,
@@ -28,6 +31,7 @@ from policies.cost import (
     runtime_hours,
 )
 from policies.demand import Demand
+from policies.spot import overhead_h as spot_overhead_h
 from providers.base import InstanceType, Market, Offering
 
 _MARKET = {Market.ON_DEMAND: 0, Market.SPOT: 1, Market.RESERVED: 2}
@@ -94,9 +98,12 @@ class Table:
         spot = self.market == 1
         expected = self.rate * nodes * run_h
         rework_h = d.checkpoint_hours / 2.0 + startup_h
-        interruption = np.where(spot, np.trunc(expected * rework_h * gang), 0.0)
-        wall_h = run_h + startup_h + np.where(spot, expected * rework_h, 0.0)
+        lost_h = np.where(spot, expected * rework_h, 0.0)
+        short = self._by_lifetimes(lost_h, d, ctx, fits & spot, nodes, run_h, startup_h)
+        interruption = np.where(spot & ~short, np.trunc(lost_h * gang), 0.0)
+        wall_h = run_h + startup_h + np.where(short, 0.0, lost_h)
         late = (ctx.now + wall_h * 3600.0 > d.deadline) if d.deadline is not None else np.zeros(n, dtype=bool)
+        late &= ~short
         data_gb = d.data_in_gb + d.data_out_gb
         storage = np.trunc(data_gb * self.storage[self.provider] * wall_h / HOURS_PER_MONTH) if data_gb \
             else np.zeros(n)
@@ -107,7 +114,7 @@ class Table:
 
         # The offers, made in rank order (reserved first, then total, hourly price, provider,
         # region, instance type; ties keep the set order, as a stable sort does): only ``top``.
-        valid = fits & ~bad & ~late
+        valid = fits & ~bad & ~late & ~short
         idx = np.flatnonzero(valid)
         lines = np.stack([compute, interruption, storage, (t_in + t_out).astype(np.float64), sla_risk])[:, idx]
         lines = lines.astype(np.int64)
@@ -130,6 +137,7 @@ class Table:
         dropped = np.flatnonzero(fits & ~valid)
         cut = np.searchsorted(dropped, self.starts).tolist() + [len(dropped)]
         dropped_l, late_l, bad_l = dropped.tolist(), late[dropped].tolist(), bad[dropped].tolist()
+        short_l = short[dropped].tolist()
         wall_l, nodes_l = wall_h[dropped].tolist(), nodes[dropped].tolist()
         for gi, reason in enumerate(shape_reasons):
             if reason is not None:  # the shape cannot serve the demand anywhere
@@ -137,13 +145,39 @@ class Table:
                 continue
             for k in range(cut[gi], cut[gi + 1]):
                 o = offs[dropped_l[k]]
-                if late_l[k] and not bad_l[k]:
-                    out.append(Exclusion(o, f"finishes after the deadline: needs {wall_l[k]:.1f} h from now",
-                                         ExclusionKind.DEADLINE))
+                if short_l[k] and not bad_l[k]:
+                    out.append(Exclusion(o, SHORT_LIVED, ExclusionKind.MARKET))
+                elif late_l[k] and not bad_l[k]:
+                    out.append(Exclusion(o, late_reason(o, wall_l[k], ctx), ExclusionKind.DEADLINE))
                 else:
                     r = offering_reason(d, o, nodes_l[k], ctx)
                     out.append(Exclusion(o, r.text, r.kind))
         return ok, out
+
+    def _by_lifetimes(self, lost_h: np.ndarray, d: Demand, ctx: Context, spot: np.ndarray, nodes: np.ndarray,
+                      run_h: np.ndarray, startup_h: np.ndarray) -> np.ndarray:
+        """Where the context has observed lifetimes for an offer's cloud, its spot loss (in
+        ``lost_h``, in place) by them, as :func:`policies.spot.overhead_h` gives it, once per
+        (cloud, nodes, runtime); returns where spot nodes die before a first checkpoint."""
+        short = np.zeros(len(lost_h), dtype=bool)
+        if not ctx.spot_lifetimes or not d.interruptible:
+            return short
+        seen: dict[tuple, float] = {}
+        for i in np.flatnonzero(spot).tolist():
+            provider = self.providers[self.provider[i]]
+            dist = ctx.spot_lifetimes.get(provider)
+            if dist is None:
+                continue
+            key = (provider, int(nodes[i]), float(run_h[i]))
+            h = seen.get(key)
+            if h is None:
+                h = seen[key] = spot_overhead_h(key[2], key[1], d.checkpoint_hours, float(startup_h[i]),
+                                                float(self.rate[i]), dist)
+            if h == math.inf:
+                short[i] = True
+            else:
+                lost_h[i] = h
+        return short
 
     def _shape_exclusions(self, gi: int, reason) -> list[Exclusion]:
         """The exclusions of a whole shape for one reason (made once, then reused)."""

@@ -37,6 +37,14 @@ FULL_SPEED_GBPS_PER_GPU = 400.0
 # Worst-case slowdown of a communication-bound job on the weakest accepted interconnect.
 MAX_INTERCONNECT_STRETCH = 0.30
 REFERENCE_GPU = "A100"  # memory-matched demands give hours on an A100
+SHORT_LIVED = "spot nodes here do not live long enough to reach a checkpoint"
+
+
+def late_reason(o: Offering, wall_h: float, ctx: "Context") -> str:
+    """Why an offer misses the deadline; a spot offer whose loss came from observed lifetimes says so."""
+    lived = o.market is Market.SPOT and bool(ctx.spot_lifetimes) and o.instance.provider in ctx.spot_lifetimes
+    return f"finishes after the deadline: needs {wall_h:.1f} h from now" + (
+        " on spot (observed lifetimes)" if lived else "")
 
 
 # The three results below are NamedTuples: immutable like frozen dataclasses, and several times
@@ -243,14 +251,12 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
             lives = ctx.spot_lifetimes.get(provider) if ctx.spot_lifetimes else None
             lost_h = spot_overhead_h(run_h, nodes, checkpoint_h, startup_h, rate, lives)
             if lost_h == math.inf:
-                return Exclusion(o, "spot nodes here do not live long enough to reach a checkpoint",
-                                 ExclusionKind.MARKET)
+                return Exclusion(o, SHORT_LIVED, ExclusionKind.MARKET)
             interruption = int(lost_h * gang_hourly)
             wall_h += lost_h
 
         if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
-            return Exclusion(o, f"finishes after the deadline: needs {wall_h:.1f} h from now",
-                             ExclusionKind.DEADLINE)
+            return Exclusion(o, late_reason(o, wall_h, ctx), ExclusionKind.DEADLINE)
 
         storage = int(data_gb * terms.storage_micros_per_gb_month * wall_h / HOURS_PER_MONTH) if data_gb else 0
         key = (provider, o.region)

@@ -62,9 +62,10 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 DEFAULTS: dict[str, dict[str, Any]] = {
     "slurm": {"munge_key_path": "/etc/munge/munge.key", "slurmd_args": []},
     "kubernetes": {"node_labels": {}, "kubelet_defaults_path": "/etc/default/kubelet"},
-    "container": {"callback_url": "", "marker_path": "/var/lib/broker/job-done", "workdir": ""},
+    "container": {"callback_url": "", "callback_token": "", "marker_path": "/var/lib/broker/job-done",
+                  "workdir": ""},
 }
-SECRET_KEYS = ("munge_key", "token")
+SECRET_KEYS = ("munge_key", "token", "callback_token")
 _CONTEXT_FIELDS = ("lease_id", "node_name", "provider", "region", "job_id", "checkpoint_uri", "dataset_uri")
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -260,6 +261,8 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
         values["command_args"] = shlex.join(argv)
     head = json.dumps({"lease_id": ctx.lease_id, "node_name": ctx.node_name, "job_id": ctx.job_id})
     values["callback_body_prefix"] = shlex.quote(head[:-1] + ', "exit_code": ')
+    values["callback_job_json"] = shlex.quote(json.dumps(ctx.job_id))
+    values["notice_watch"] = _notice_watch(ctx.provider, settings)
     if builtin == "kubernetes" or "node_labels" in settings:
         values["k8s_node_labels"] = _quote(_node_labels(ctx, settings.get("node_labels") or {}))
     return values
@@ -283,6 +286,63 @@ _WHOAMI = {
     "azure": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata: true" '
               '"http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text")'),
 }
+
+
+# Interruption notices the node hears itself, reported through the lease's callback (the
+# ``notice`` endpoint beside the ``job`` one): GCP's metadata server says ``instance/preempted``
+# TRUE when the ~30 s soft-off starts; Azure's Scheduled Events list a ``Preempt`` (or a
+# ``Terminate``/``Redeploy``) naming this VM. ``notice_metadata_url`` points elsewhere (a test's
+# stand-in); the defaults are the clouds' own.
+_METADATA = {"gcp": "http://metadata.google.internal", "azure": "http://169.254.169.254"}
+_NOTICE_REPORT = r"""broker_notice() {  # broker_notice KIND SOURCE: tell the broker; its answer is "checkpoint"
+    [ -n "${BROKER_CALLBACK_URL:-}" ] || return 0
+    local node body
+    node=$(printf '%s' "$BROKER_NODE_NAME" | sed 's/[\\"]/\\&/g')
+    body="{\"node_name\": \"$node\", \"kind\": \"$1\", \"source\": \"$2\", \"not_before\": 0}"
+    printf 'header = "Authorization: Bearer %s"\n' "$BROKER_CALLBACK_TOKEN" |
+        curl -fsS --retry 5 --retry-connrefused --max-time 30 --config - \
+            -H 'Content-Type: application/json' --data "$body" "${BROKER_CALLBACK_URL%/job}/notice" >/dev/null \
+        && echo "broker: $1 notice ($2) reported: checkpoint now" >&2
+}"""
+_NOTICE_WATCH = {
+    "gcp": r"""broker_watch_notices() {
+    local v
+    while :; do
+        v=$(curl -sf -H 'Metadata-Flavor: Google' "$notice_md/computeMetadata/v1/instance/preempted") \
+            || { sleep 2; continue; }
+        if [ "$v" = TRUE ]; then broker_notice preemption "gcp: metadata instance/preempted"; return; fi
+        curl -sf -o /dev/null -H 'Metadata-Flavor: Google' \
+            "$notice_md/computeMetadata/v1/instance/preempted?wait_for_change=true&timeout_sec=60" || sleep 1
+    done
+}""",
+    "azure": r"""broker_watch_notices() {
+    local doc
+    while :; do
+        doc=$(curl -sf -H 'Metadata: true' "$notice_md/metadata/scheduledevents?api-version=2020-07-01") \
+            || { sleep 5; continue; }
+        case "$doc" in *"\"$BROKER_NODE_NAME\""*)
+            case "$doc" in
+                *'"Preempt"'*) broker_notice preemption "azure: scheduled event Preempt"; return ;;
+                *'"Terminate"'*|*'"Redeploy"'*) broker_notice maintenance "azure: scheduled event"; return ;;
+            esac ;;
+        esac
+        sleep 1
+    done
+}""",
+}
+
+
+def _notice_watch(provider: str, settings: Mapping[str, Any]) -> str:
+    """Shell that watches the node's own interruption notices in the background (``notice_pid``
+    its process; ``:`` work for a cloud whose notices the broker reads itself)."""
+    watch = _NOTICE_WATCH.get(provider)
+    if watch is None:
+        return 'notice_pid=""  # this cloud\'s notices reach the broker directly'
+    md = str(settings.get("notice_metadata_url") or _METADATA[provider])
+    if not re.match(r"https?://[^\s/]+/?\Z", md):
+        raise BootstrapError(f"setting 'notice_metadata_url' must be an http(s) URL with no path, not {md!r}")
+    return "\n".join([f"notice_md={shlex.quote(md.rstrip('/'))}", _NOTICE_REPORT, watch,
+                      "broker_watch_notices &", "notice_pid=$!"])
 
 
 def _resolve_node_name(ctx: BootContext) -> str:

@@ -246,8 +246,15 @@ class AwsSettings(Table):
     connect_timeout_s: AwsTimeout = 5.0
     read_timeout_s: AwsTimeout = 30.0
     terminate_timeout_s: AwsTimeout = 600.0
+    # SQS queue that EventBridge routes interruption notices into ("" = none; see deploy/aws).
+    interruption_queue_url: str = ""
+    interruption_wait_s: Annotated[float, msgspec.Meta(ge=0, le=20)] = 10.0  # SQS long poll
 
     def __post_init__(self) -> None:
+        if self.interruption_queue_url and not re.match(r"https?://[^/\s]+/\d{12}/[\w-]{1,80}(\.fifo)?\Z",
+                                                        self.interruption_queue_url):
+            raise bad("interruption_queue_url", "must be an SQS queue URL like "
+                      "\"https://sqs.us-east-1.amazonaws.com/123456789012/broker-interruptions\"")
         if not all(_REGION_RE.match(r) for r in self.regions):
             raise bad("regions", "must be a list of region names like \"us-east-1\"")
         if len(set(self.regions)) != len(self.regions):
@@ -335,6 +342,8 @@ class GcpSettings(Table):
     timeout_s: Seconds = 60.0
     operation_timeout_s: Seconds = 900.0
     billing_api_endpoint: str = ""  # Cloud Billing Catalog (live prices); empty = Google's
+    # How often the leader lists compute.instances.preempted operations (0 = never).
+    preemption_poll_s: Annotated[float, msgspec.Meta(ge=0, le=NUMBER_LIMIT)] = 10.0
 
     def __post_init__(self) -> None:
         self.project, self.api_endpoint = self.project.strip(), self.api_endpoint.strip()

@@ -22,6 +22,7 @@ UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 MISSING = grpc.StatusCode.NOT_FOUND
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+CONFLICT = grpc.StatusCode.FAILED_PRECONDITION
 
 TOKENS = {"tok-a": "team-a", "tok-b": "team-b", "tok-sched-a": "scheduler:team-a",
           "sha256:" + "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8": "*"}  # "password"
@@ -31,9 +32,13 @@ STORE_TOKENS = {"store-tenant-a": ("tenant", "team-a", None, None),
                 "store-operator": ("operator", "*", None, None),
                 "store-revoked": ("operator", "*", None, 1.0),
                 "store-expired": ("tenant", "team-a", 1.0, None)}
+#: Lease callback credentials (broker.jobs), as launches mint them: caller → (lease, revoked at).
+#: A lease's ends when it is released, so the one of a released lease is refused.
+LEASE_CREDENTIALS = {"lease-a": ("l-a", None), "lease-b": ("l-b", None), "lease-a-old": ("l-a-old", 5.0)}
 CALLERS = {"none": None, "bad": "nope", "tenant-a": "tok-a", "tenant-b": "tok-b",
            "scheduler-a": "tok-sched-a", "operator": "password",
-           **{caller: f"brk_{caller}-token" for caller in STORE_TOKENS}}
+           **{caller: f"brk_{caller}-token" for caller in STORE_TOKENS},
+           **{caller: f"brl_{caller}-credential" for caller in LEASE_CREDENTIALS}}
 SECRET = {"a": "SECRET_OF_A_17", "b": "SECRET_OF_B_42"}
 
 
@@ -54,6 +59,7 @@ def world(tmp_path_factory, mini_catalog_dir):
     with running_server(tmp, config={"catalog.path": str(mini_catalog_dir), "auth.tokens": TOKENS}) as (addr, svc):
         store = svc.store
         _issue(store.engine)
+        _mint(store.engine)
         store.add_event("", "state_changed", "the watch starts after this", 1.0)
         start = store.last_event_id()
         for tenant in ("team-a", "team-b"):
@@ -85,6 +91,20 @@ def _issue(engine) -> None:
         for caller, (role, tenants, expires_at, revoked_at) in STORE_TOKENS.items():
             s.add(TokenRecord(id=f"tok-{caller}", role=role, tenants=tenants, digest=digest_hex(CALLERS[caller]),
                               created_at=0.5, expires_at=expires_at, revoked_at=revoked_at))
+        s.commit()
+
+
+def _mint(engine) -> None:
+    """The lease credentials of :data:`LEASE_CREDENTIALS`, kept as a launch keeps them (digest only)."""
+    from sqlmodel import Session
+
+    from broker.store import LeaseCredentialRecord
+    from broker.tokens import digest_hex
+
+    with Session(engine) as s:
+        for caller, (lease_id, revoked_at) in LEASE_CREDENTIALS.items():
+            s.add(LeaseCredentialRecord(digest=digest_hex(CALLERS[caller]), lease_id=lease_id, created_at=0.5,
+                                        revoked_at=revoked_at))
         s.commit()
 
 
@@ -132,8 +152,8 @@ def _requests(quotes, own: str, other: str):
         ("Release", "own", pb.ReleaseRequest(lease_id=f"l-{own}-old")),
         ("Release", "other", pb.ReleaseRequest(lease_id=f"l-{other}-old")),
         ("Release", "missing", pb.ReleaseRequest(lease_id="l-missing")),
-        ("Handoff", "own", pb.HandoffRequest(lease_id=f"l-{own}", job=job)),
-        ("Handoff", "other", pb.HandoffRequest(lease_id=f"l-{other}", job=job)),
+        ("Handoff", "own", pb.HandoffRequest(lease_id=f"l-{own}", job=pb.Job(job_id=f"j-{own}"))),
+        ("Handoff", "other", pb.HandoffRequest(lease_id=f"l-{other}", job=pb.Job(job_id=f"j-{other}"))),
         ("Handoff", "missing", pb.HandoffRequest(lease_id="l-missing", job=job)),
         ("ReportQueue", "own", pb.ReportQueueRequest(snapshot=_snapshot(f"team-{own}"))),
         ("ReportQueue", "other", pb.ReportQueueRequest(snapshot=_snapshot(f"team-{other}"))),
@@ -141,6 +161,12 @@ def _requests(quotes, own: str, other: str):
         ("Diagnose", "other", pb.DiagnoseRequest(snapshot=_snapshot(f"team-{other}"))),
         ("Diagnose", "latest", pb.DiagnoseRequest()),
         ("ListDecisions", "own", pb.ListDecisionsRequest()),
+        ("ReportJob", "own", pb.ReportJobRequest(lease_id=f"l-{own}", job_id=f"j-{own}", state=pb.JOB_STATE_RUNNING)),
+        ("ReportJob", "other", pb.ReportJobRequest(lease_id=f"l-{other}", job_id=f"j-{other}",
+                                                   state=pb.JOB_STATE_RUNNING)),
+        ("ReportJob", "missing", pb.ReportJobRequest(lease_id="l-missing", job_id="j", state=pb.JOB_STATE_RUNNING)),
+        # past every wall: the lease runs another job
+        ("ReportJob", "wrong-job", pb.ReportJobRequest(lease_id=f"l-{own}", job_id="j-new", state=pb.JOB_STATE_RUNNING)),
     ]
 
 
@@ -149,15 +175,20 @@ TENANT = {("Quote", "other"): DENIED, ("Launch", "own"): INVALID, ("Launch", "ot
           ("Launch", "other-tenant"): DENIED, ("Launch", "missing"): MISSING,
           ("GetLease", "other"): MISSING, ("GetLease", "missing"): MISSING, ("ListLeases", "other"): DENIED,
           ("Release", "other"): MISSING, ("Release", "missing"): MISSING,
-          ("Handoff", "other"): MISSING, ("Handoff", "missing"): MISSING}
+          ("Handoff", "other"): MISSING, ("Handoff", "missing"): MISSING,
+          ("ReportJob", "other"): MISSING, ("ReportJob", "missing"): MISSING, ("ReportJob", "wrong-job"): CONFLICT}
 SCHEDULER = {("ReportQueue", "other"): DENIED, ("Diagnose", "other"): DENIED, ("Diagnose", "latest"): DENIED}
 OPERATOR = {("Launch", "own"): INVALID, ("Launch", "other"): INVALID, ("Launch", "other-tenant"): INVALID,
             ("Launch", "missing"): MISSING, ("GetLease", "missing"): MISSING, ("Release", "missing"): MISSING,
-            ("Handoff", "missing"): MISSING}
+            ("Handoff", "missing"): MISSING, ("ReportJob", "missing"): MISSING, ("ReportJob", "wrong-job"): CONFLICT}
+#: A lease's credential: ReportJob on its own lease only; another lease (or none) is refused
+#: without being looked up.
+LEASE = {("ReportJob", "other"): DENIED, ("ReportJob", "missing"): DENIED, ("ReportJob", "wrong-job"): CONFLICT}
 ROLE_OF = {"none": Role.NONE, "bad": Role.NONE, "tenant-a": Role.TENANT, "tenant-b": Role.TENANT,
            "scheduler-a": Role.SCHEDULER, "operator": Role.OPERATOR,
            "store-tenant-a": Role.TENANT, "store-scheduler-a": Role.SCHEDULER, "store-operator": Role.OPERATOR,
-           "store-revoked": Role.NONE, "store-expired": Role.NONE}
+           "store-revoked": Role.NONE, "store-expired": Role.NONE,
+           "lease-a": Role.LEASE, "lease-b": Role.LEASE, "lease-a-old": Role.NONE}
 
 
 def expected(caller: str, rpc: str, case: str):
@@ -166,7 +197,8 @@ def expected(caller: str, rpc: str, case: str):
         return UNAUTH  # before any lookup: a missing id and an existing one look the same
     if role not in TABLE[rpc]:
         return DENIED
-    return {Role.TENANT: TENANT, Role.SCHEDULER: SCHEDULER, Role.OPERATOR: OPERATOR}[role].get((rpc, case), OK)
+    table = {Role.TENANT: TENANT, Role.SCHEDULER: SCHEDULER, Role.OPERATOR: OPERATOR, Role.LEASE: LEASE}[role]
+    return table.get((rpc, case), OK)
 
 
 def test_the_table_names_every_rpc_of_the_service():
@@ -177,7 +209,7 @@ def test_the_table_names_every_rpc_of_the_service():
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_every_unary_rpc_for_every_role_and_object(world, caller):
     stub, quotes, _ = world
-    own, other = ("b", "a") if caller == "tenant-b" else ("a", "b")
+    own, other = ("b", "a") if caller in ("tenant-b", "lease-b") else ("a", "b")
     got, want = {}, {}
     for rpc, case, request in _requests(quotes, own, other):
         got[rpc, case] = _call(stub, rpc, request, CALLERS[caller])
@@ -327,3 +359,18 @@ def test_a_scheduler_reports_only_under_its_own_sources(tmp_path, mini_catalog_d
     assert queues("team-a/kueue:team-b") == ["team-a"]
     assert Principal(Role.SCHEDULER, frozenset({"team-c", "team-a"})).source("") == "team-a,team-c/default"
     assert parse_spec("*").source("slurm:main") == "slurm:main"
+
+
+@pytest.mark.parametrize("caller", ["lease-a", "lease-b"])
+def test_a_lease_credential_streams_nothing(world, caller):
+    """A node's credential reports its own job and nothing else: no events, not even its lease's."""
+    stub, _, start = world
+    for lid in ("", "l-a", "l-b"):
+        with pytest.raises(grpc.RpcError) as e:
+            _watch(stub, CALLERS[caller], start, lease_id=lid)
+        assert e.value.code() == DENIED
+
+
+def test_a_lease_role_cannot_be_issued_as_a_token():
+    with pytest.raises(ValueError, match="minted"):
+        principal_for("lease", ["team-a"])

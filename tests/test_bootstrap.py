@@ -114,9 +114,11 @@ def test_container_shell_command_string_is_one_sh_c_argument(tmp_path):
 
 def test_container_reports_completion_to_the_callback(tmp_path):
     bodies: list[dict] = []
+    headers: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
+            headers.append(self.headers.get("Authorization", ""))
             bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()
@@ -128,15 +130,25 @@ def test_container_reports_completion_to_the_callback(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}/v1/leases/lease-7/done"
-        script = render("container", ctx(lease_id='lease-"7"', settings={
-            **SETTINGS, "callback_url": url, "marker_path": str(tmp_path / "done")}))
+        job = 'j "7" \\ $(touch pwned-job)'
+        script = render("container", ctx(lease_id='lease-"7"', job_id=job, settings={
+            **SETTINGS, "callback_url": url, "callback_token": "brl_secret-of-lease-7",
+            "marker_path": str(tmp_path / "done")}))
         result = run(script, tmp_path, {"docker": RECORD + "exit 0\n"})
     finally:
         server.shutdown()
         server.server_close()
     assert result.returncode == 0, result.stderr
-    assert bodies == [{"lease_id": 'lease-"7"', "node_name": "burst-1", "job_id": "1234", "exit_code": 0}]
+    # "running" before the container starts, then its end; the lease's credential on each
+    assert bodies == [{"job_id": job, "node_name": "burst-1", "state": "running"},
+                      {"job_id": job, "node_name": "burst-1", "state": "succeeded", "exit_code": 0}]
+    assert headers == ["Bearer brl_secret-of-lease-7"] * 2
     assert (tmp_path / "done").read_text() == "0\n"
+    assert not list(tmp_path.glob("pwned*"))
+    # the credential is a secret: redacted with the others, and handed to the job to report with
+    assert "brl_secret-of-lease-7" not in redact(script, ctx(settings={"callback_token": "brl_secret-of-lease-7"}).secrets())
+    _, env = recorded(tmp_path, "docker")
+    assert env["BROKER_CALLBACK_TOKEN"] == "brl_secret-of-lease-7" and env["BROKER_CALLBACK_URL"] == url
 
 
 def test_slurm_writes_the_munge_key_and_starts_slurmd_configless(tmp_path):

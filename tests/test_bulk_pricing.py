@@ -57,10 +57,20 @@ DEMANDS = [
 ]
 
 
+def lifetimes():
+    """Observed spot lifetimes: short on AWS (some gangs never reach a checkpoint), long on GCP,
+    none for Azure (priced by its rate)."""
+    from policies.spot import LifetimeDist
+
+    return {"aws": LifetimeDist.from_observations([(s, False) for s in (600, 1800, 3600, 7200, 14400)]),
+            "gcp": LifetimeDist.from_observations([(3600 * h, h > 30) for h in (2, 8, 20, 40, 80)])}
+
+
 @pytest.mark.parametrize("d", DEMANDS, ids=lambda d: f"{d.gpu_model or 'any'}x{d.gpus}")
 @pytest.mark.parametrize("blocked", [None, {"aws/us-east-1": "capacity", "gcp": "auth",
                                             "azure/eastus/Standard_NC24ads_A100_v4/on_demand": "x"}])
-def test_bulk_equals_scalar(d, blocked):
+@pytest.mark.parametrize("lives", [False, True], ids=["rates", "lifetimes"])
+def test_bulk_equals_scalar(d, blocked, lives):
     from broker.quote import QuoteEngine
 
     cat = varied_catalog()
@@ -68,7 +78,8 @@ def test_bulk_equals_scalar(d, blocked):
     d = engine.validate(d, NOW)
     groups = engine.shapes(d)
     held = {"r-0": 1, "r-37": 2}
-    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, 20_000, blocked, held)
+    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, 20_000, blocked, held,
+                  lifetimes() if lives else None)
     ok_b, out_b = Table(groups, cat.terms).price(d, ctx)
     ok_s, out_s = scalar(groups, d, ctx)
     ok_s.sort(key=_rank_key)
@@ -105,3 +116,26 @@ def test_a_table_is_reused_and_stays_right_across_demands():
     qa2 = engine.quote(a, now=time.time())
     assert engine.table(a) is engine.table(b)
     assert [r.priced for r in qa1.offers] == [r.priced for r in qa2.offers]
+
+
+def test_lifetimes_change_the_spot_lines_and_rule_out_short_lived_spot_in_both_paths():
+    """The lifetimes case above is not vacuous: spot is priced by them and a gang that dies
+    before its first checkpoint is excluded, by the same sentence in both paths."""
+    from broker.quote import QuoteEngine
+    from policies.cost import SHORT_LIVED
+
+    cat = varied_catalog()
+    engine = QuoteEngine(cat)
+    d = engine.validate(Demand(gpus=16, nodes=2, hours=12, gpu_model="A100", interruptible=True,
+                               checkpoint_minutes=300), NOW)
+    groups = engine.shapes(d)
+    by_rate = Context(cat.terms, cat.regions, cat.gpu_perf, NOW)
+    by_life = dataclasses.replace(by_rate, spot_lifetimes=lifetimes())
+    for price in (lambda c: Table(groups, cat.terms).price(d, c), lambda c: scalar(groups, d, c)):
+        ok_r, _ = price(by_rate)
+        ok_l, out_l = price(by_life)
+        short = [e for e in out_l if e.reason == SHORT_LIVED]
+        assert short and {e.offering.instance.provider for e in short} == {"aws"}
+        gcp = {p.offering: p.cost.interruption for p in ok_l
+               if p.offering.market is Market.SPOT and p.offering.instance.provider == "gcp"}
+        assert gcp and any(p.cost.interruption != gcp[p.offering] for p in ok_r if p.offering in gcp)

@@ -35,6 +35,27 @@ def test_the_example_file_is_valid_and_documents_the_defaults():
     assert cfg.providers.enabled() == {}  # listed, not enabled
     assert cfg.auth is None  # the file ships with auth commented out, so nothing half-configured
     assert cfg.bootstrap.template_settings()["slurm"]["conf_server"] == "slurmctld.example.internal:6817"
+    assert cfg.budget_policy == cfgmod.BudgetPolicy() and "on_exhausted" not in cfg.budgets
+
+
+@pytest.mark.parametrize("toml, words", [
+    ("[budgets]\non_exhausted = \"kill\"\n", "config: budgets.on_exhausted must be finish_running or "
+                                               "checkpoint_and_stop, got 'kill'"),
+    ("[budgets]\non_exhausted = 3\n", "config: budgets.on_exhausted must be finish_running or"),
+    ("[lifecycle]\nlifetime_with_job = \"kill\"\n", "lifecycle.lifetime_with_job"),
+    ("[lifecycle]\nmax_restarts = -1\n", "lifecycle.max_restarts"),
+    ("[server]\ncallback_listen = \"nowhere\"\n", "server.callback_listen must be HOST:PORT"),
+    ("[server]\ncallback_url = \"ftp://x\"\n", "server.callback_url must be an http(s) URL"),
+])
+def test_job_settings_are_checked_naming_the_key(tmp_path, toml, words):
+    with pytest.raises(ConfigError) as e:
+        load(toml, tmp_path)
+    assert words in str(e.value)
+
+
+def test_budgets_hold_the_policy_beside_the_tenants(tmp_path):
+    cfg = load("[budgets]\non_exhausted = \"checkpoint_and_stop\"\n[budgets.team-a]\nusd_per_hour = 5\n", tmp_path)
+    assert cfg.budget_policy.on_exhausted == "checkpoint_and_stop" and list(cfg.budgets) == ["team-a"]
 
 
 @pytest.mark.parametrize("toml, key, meant", [
@@ -310,6 +331,7 @@ def test_every_setting_of_the_schema_is_in_the_example_file():
         return len(path) == 2 and path[0] == "bootstrap" and any(
             len(d) == 3 and d[0] == "bootstrap" and d[2] == path[1] for d in docs)
 
-    missing = sorted(".".join(p) for p in _schema_keys(cfgmod.Config) if not shown(p))
+    written = {("budget_policy", "on_exhausted"): ("budgets", "on_exhausted")}  # [budgets] on_exhausted
+    missing = sorted(".".join(p) for p in _schema_keys(cfgmod.Config) if not shown(written.get(p, p)))
     assert not missing, f"settings missing from {EXAMPLE.name}: {', '.join(missing)}"
     assert ("autoscaler", "selection", "startup_s") in _schema_keys(cfgmod.Config)  # the walk reaches nested tables

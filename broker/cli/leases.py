@@ -88,6 +88,7 @@ def launch(
     bootstrap: str = typer.Option("", "--bootstrap", help="Boot template: slurm, kubernetes, container or a configured name."),
     job_id: str = typer.Option("", "--job-id", help="Job to hand off right away."),
     max_lifetime: int = typer.Option(0, "--max-lifetime-s", help="Release after this many seconds (0 = configured default)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Requeues of the job after a loss before it is failed (default [lifecycle] max_restarts)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
@@ -100,6 +101,10 @@ def launch(
                            bootstrap=bootstrap, max_lifetime_s=max_lifetime)
     if job_id:
         req.job.job_id = job_id
+    if max_restarts is not None:
+        if not 0 <= max_restarts <= 1000:
+            exit_usage(f"--max-restarts must be from 0 to 1000, got {max_restarts}.")
+        req.max_restarts = max_restarts
     if quote_id:
         if provider or region or instance_type:
             exit_usage("give either --quote-id or --provider/--region/--instance-type, not both.")
@@ -225,3 +230,62 @@ def watch(
                 print(json.dumps(event_from_pb(ev)), flush=True)
     except ClientError as e:
         _fail(e)
+
+
+REPORT_HELP = """Report what a lease's job did: running, a checkpoint, or its end.
+
+\b
+  broker report-job l-mx6-1a2b --job-id train-1 --state succeeded --exit-code 0
+  broker report-job l-mx6-1a2b --job-id train-1 --state running \\
+      --checkpoint-uri s3://ckpt/train-1/step-9000 --progress 0.45
+
+A node reports with its lease's own callback credential (BROKER_TOKEN, as its
+boot script has it in BROKER_CALLBACK_TOKEN), good for this lease's reports
+only; a tenant or operator token works too. A lease whose job ended is
+released within one reconciler pass; a job requeued after a loss resumes from
+its last checkpoint, on a replacement quoted for the work left. Prints what
+the node does next: continue, checkpoint (the lease ends soon) or stop.
+Exit codes: 2 bad input, 4 no such lease, 5 not allowed, 6 the job already
+ended otherwise, or the lease runs another job.
+"""
+
+
+@app.command("report-job", help=REPORT_HELP)
+def report_job(
+    lease_id: str = typer.Argument(..., help="The lease the job runs on."),
+    job_id: str = typer.Option(..., "--job-id", help="The job (the lease's, or attached by this report)."),
+    state: str = typer.Option(..., "--state", help="running, succeeded, failed or cancelled."),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The job's exit status."),
+    checkpoint_uri: str = typer.Option("", "--checkpoint-uri", help="Where its latest checkpoint is."),
+    progress: Optional[float] = typer.Option(None, "--progress", help="Fraction done at that checkpoint, 0 to 1."),
+    fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
+    server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
+) -> None:
+    import math
+
+    from broker.client import ClientError
+    from broker.convert import JOB_STATE_TO_PB
+    from broker.v1 import broker_pb2 as pb
+
+    check_format(fmt)
+    state = state.strip().lower()
+    if state not in JOB_STATE_TO_PB:
+        exit_usage(f"--state must be running, succeeded, failed or cancelled, got {state[:32]!r}.")
+    if not job_id.strip():
+        exit_usage("--job-id must not be empty.")
+    if progress is not None and not (math.isfinite(progress) and 0 <= progress <= 1):
+        exit_usage(f"--progress must be a fraction from 0 to 1, got {progress}.")
+    if exit_code is not None and not -2**31 <= exit_code < 2**31:
+        exit_usage(f"--exit-code must be a process exit status, got {exit_code}.")
+    req = pb.ReportJobRequest(lease_id=lease_id, job_id=job_id, state=JOB_STATE_TO_PB[state],
+                              checkpoint_uri=checkpoint_uri, exit_code=exit_code, progress=progress)
+    try:
+        with _client(server) as c:
+            out, action = c.report_job(req)
+    except ClientError as e:
+        _fail(e)
+    if fmt == "json":
+        print_json({"lease": out, "action": action})
+        return
+    _print_leases([out], "table")
+    print(f"job {job_id}: {state}; next: {action}")

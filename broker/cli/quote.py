@@ -106,6 +106,8 @@ def _table(doc: dict) -> None:
     elif stale:  # the $/h column (and its marks) did not fit
         console.print(f"* stale: {stale} of these offers use a price older than [catalog] max_age_h "
                       f"(--format json marks which; broker catalog refresh)", highlight=False, markup=False)
+    if doc.get("spot_model") and (d.get("interruptible") or any(o["market"] == "spot" for o in offers)):
+        console.print(f"spot judged by {doc['spot_model']}", highlight=False, markup=False)
     _excluded(console, doc["excluded"])
 
 

@@ -14,11 +14,11 @@ from typing import Sequence
 
 from policies.cost import Context, Exclusion, PricedOffer, pricer
 from policies.demand import Demand
-from policies.spot import LifetimeDist, outlook
+from policies.lifetimes import Lifetimes
+from policies.spot_choice import SpotModel, first_choice
 from providers.base import MICROS, Market, Offering
 from providers.catalog import Catalog
 
-from broker.simulate.lifetimes import Lifetimes
 from broker.simulate.model import Policy, SimConfig
 from broker.simulate.trace import TraceJob
 
@@ -69,8 +69,10 @@ class Chooser:
         self.cache: dict[tuple, Choice] = {}
         self.terms = dict(catalog.terms)
         # The full-cost policy knows the observed lifetime distribution and prices spot by it.
-        self.lives = {p: LifetimeDist.from_observations(o) for p, o in lifetimes.by_cloud.items()} \
-            if lifetimes is not None and policy.market == "full-cost" else None
+        self.lives = lifetimes.distributions() if lifetimes is not None and policy.market == "full-cost" else None
+        # The quote's spot rule (policies.spot_choice), with the policy's confidence and slack.
+        self.spot = SpotModel(self.lives or {}, policy.spot_confidence, policy.deadline_slack)
+        self.startup_h = {p: t.startup_s / 3600.0 for p, t in self.terms.items()}
         self.ctx = Context(self.terms, catalog.regions, catalog.gpu_perf, 0.0,
                            int(cfg.onprem_egress_usd_per_gb * MICROS), spot_lifetimes=self.lives)
         # Learned spot interruption rates: provider -> [node-hours seen, interruptions seen].
@@ -162,10 +164,11 @@ class Chooser:
             first = min(sp, key=hourly) if sp else od_cheap
             fb = od_cheap
         else:
-            first = min(priced, key=lambda p: p.cost.total)
+            # The quote's choice: the lowest full cost among the offers the job may start on (a
+            # spot offer only if it finishes in time on spot, by the observed lifetimes).
+            first = first_choice(priced, self.spot, self.startup_h, ckpt / 60.0) \
+                or min(priced, key=lambda p: p.cost.total)
             fb = best_od_full
-            if first.offering.market is Market.SPOT and fb is not None and not self.spot_in_time(first, ckpt):
-                first = fb
         best_sp = min(sp, key=lambda p: p.cost.total) if sp else None
         f, b = (pick(first) if first else None), (pick(fb) if fb else None)
         ratio = 1.0
@@ -175,14 +178,3 @@ class Chooser:
                 ratio = min(1.0, f.offering.hourly_micros * f.nodes * f.stretch / den)
         return Choice(f, b, lb_rate, lb_extra, pick(best_od_full) if best_od_full else None,
                       pick(best_sp) if best_sp else None, ratio, f.startup_s if f else math.inf)
-
-    def spot_in_time(self, p: PricedOffer, checkpoint_minutes: int) -> bool:
-        """Whether the job, run on spot to the end, meets its deadline (start-up + runtime x
-        (1 + slack)) with the policy's confidence, by the observed lifetimes."""
-        dist = self.lives.get(p.offering.provider) if self.lives else None
-        if dist is None:
-            return True
-        startup_h = self.terms[p.offering.provider].startup_s / 3600.0
-        o = outlook(dist, p.runtime_hours, (checkpoint_minutes or 60) / 60.0, startup_h, p.nodes)
-        deadline_h = startup_h + p.runtime_hours * (1.0 + self.policy.deadline_slack)
-        return o.finish_by_h(self.policy.spot_confidence) <= deadline_h

@@ -108,6 +108,22 @@ class Scontrol:
         self.run("update", f"nodename={hostlist.collect_hostlist(list(nodes))}", "state=down",
                  f"reason={reason}")
 
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        """No new jobs on ``nodes`` (the running ones go on until they end or are requeued)."""
+        self.run("update", f"nodename={hostlist.collect_hostlist(list(nodes))}", "state=drain",
+                 f"reason={reason}")
+
+    def running_on(self, nodes: Sequence[str]) -> list[str]:
+        """The ids of the jobs running (or starting) on any of ``nodes``."""
+        names = set(nodes)
+        return [j.job_id for j in parse_scontrol_job(self.run("show", "job", "-o"))
+                if j.state in ("RUNNING", "CONFIGURING") and names & set(j.nodes)]
+
+    def requeue(self, job_ids: Sequence[str]) -> None:
+        """Requeue running jobs: each goes back to pending (to restart from its checkpoint)."""
+        if job_ids:
+            self.run("requeue", ",".join(job_ids))
+
     def node_states(self, nodes: Sequence[str]) -> dict[str, set[str]]:
         """{node: {base state and flags}} from ``scontrol show node -o`` (unknown nodes left out)."""
         try:

@@ -32,6 +32,21 @@ class ExclusionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSION_KIND_QUOTA: _ClassVar[ExclusionKind]
     EXCLUSION_KIND_NOT_LAUNCHABLE: _ClassVar[ExclusionKind]
 
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class JobAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_ACTION_UNSPECIFIED: _ClassVar[JobAction]
+    JOB_ACTION_CONTINUE: _ClassVar[JobAction]
+    JOB_ACTION_CHECKPOINT: _ClassVar[JobAction]
+    JOB_ACTION_STOP: _ClassVar[JobAction]
+
 class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LEASE_STATE_UNSPECIFIED: _ClassVar[LeaseState]
@@ -51,6 +66,11 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_BUDGET: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_DECISION: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_HANDOFF: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_JOB: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_LIFETIME_WARNING: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_LIFETIME_EXTENDED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_BUDGET_WARNING: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_INTERRUPTION_NOTICE: _ClassVar[LeaseEventKind]
 
 class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -75,6 +95,15 @@ EXCLUSION_KIND_DEADLINE: ExclusionKind
 EXCLUSION_KIND_BLOCKED: ExclusionKind
 EXCLUSION_KIND_QUOTA: ExclusionKind
 EXCLUSION_KIND_NOT_LAUNCHABLE: ExclusionKind
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+JOB_ACTION_UNSPECIFIED: JobAction
+JOB_ACTION_CONTINUE: JobAction
+JOB_ACTION_CHECKPOINT: JobAction
+JOB_ACTION_STOP: JobAction
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_REQUESTED: LeaseState
 LEASE_STATE_PROVISIONING: LeaseState
@@ -89,6 +118,11 @@ LEASE_EVENT_KIND_REQUEUE: LeaseEventKind
 LEASE_EVENT_KIND_BUDGET: LeaseEventKind
 LEASE_EVENT_KIND_DECISION: LeaseEventKind
 LEASE_EVENT_KIND_HANDOFF: LeaseEventKind
+LEASE_EVENT_KIND_JOB: LeaseEventKind
+LEASE_EVENT_KIND_LIFETIME_WARNING: LeaseEventKind
+LEASE_EVENT_KIND_LIFETIME_EXTENDED: LeaseEventKind
+LEASE_EVENT_KIND_BUDGET_WARNING: LeaseEventKind
+LEASE_EVENT_KIND_INTERRUPTION_NOTICE: LeaseEventKind
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_HEALTHY: Verdict
 VERDICT_RESOURCE_BOUND: Verdict
@@ -212,13 +246,14 @@ class ExcludedOffer(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[ExclusionKind, str]] = ...) -> None: ...
 
 class Quote(_message.Message):
-    __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "prices_only")
+    __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "spot_model", "prices_only")
     QUOTE_ID_FIELD_NUMBER: _ClassVar[int]
     VALID_UNTIL_FIELD_NUMBER: _ClassVar[int]
     CATALOG_AS_OF_FIELD_NUMBER: _ClassVar[int]
     DEMAND_FIELD_NUMBER: _ClassVar[int]
     OFFERS_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_FIELD_NUMBER: _ClassVar[int]
+    SPOT_MODEL_FIELD_NUMBER: _ClassVar[int]
     PRICES_ONLY_FIELD_NUMBER: _ClassVar[int]
     quote_id: str
     valid_until: _timestamp_pb2.Timestamp
@@ -226,8 +261,9 @@ class Quote(_message.Message):
     demand: Demand
     offers: _containers.RepeatedCompositeFieldContainer[Offer]
     excluded: _containers.RepeatedCompositeFieldContainer[ExcludedOffer]
+    spot_model: str
     prices_only: bool
-    def __init__(self, quote_id: _Optional[str] = ..., valid_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., catalog_as_of: _Optional[str] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ..., offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ..., excluded: _Optional[_Iterable[_Union[ExcludedOffer, _Mapping]]] = ..., prices_only: _Optional[bool] = ...) -> None: ...
+    def __init__(self, quote_id: _Optional[str] = ..., valid_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., catalog_as_of: _Optional[str] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ..., offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ..., excluded: _Optional[_Iterable[_Union[ExcludedOffer, _Mapping]]] = ..., spot_model: _Optional[str] = ..., prices_only: _Optional[bool] = ...) -> None: ...
 
 class QuoteRequest(_message.Message):
     __slots__ = ("demand", "top")
@@ -268,7 +304,7 @@ class Offering(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "owner", "queue", "checkpoint_uri", "dataset_uri", "env")
+    __slots__ = ("job_id", "owner", "queue", "checkpoint_uri", "dataset_uri", "env", "state", "restarts", "max_restarts")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -282,16 +318,46 @@ class Job(_message.Message):
     CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     DATASET_URI_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     owner: str
     queue: str
     checkpoint_uri: str
     dataset_uri: str
     env: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., owner: _Optional[str] = ..., queue: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., dataset_uri: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    state: JobState
+    restarts: int
+    max_restarts: int
+    def __init__(self, job_id: _Optional[str] = ..., owner: _Optional[str] = ..., queue: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., dataset_uri: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ...) -> None: ...
+
+class ReportJobRequest(_message.Message):
+    __slots__ = ("lease_id", "job_id", "state", "exit_code", "checkpoint_uri", "progress")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    job_id: str
+    state: JobState
+    exit_code: int
+    checkpoint_uri: str
+    progress: float
+    def __init__(self, lease_id: _Optional[str] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., progress: _Optional[float] = ...) -> None: ...
+
+class ReportJobResponse(_message.Message):
+    __slots__ = ("lease", "action")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    action: JobAction
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., action: _Optional[_Union[JobAction, str]] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("idempotency_key", "quote_offer", "offering", "tenant", "bootstrap", "job", "max_lifetime_s", "node_names")
+    __slots__ = ("idempotency_key", "quote_offer", "offering", "tenant", "bootstrap", "job", "max_lifetime_s", "node_names", "max_restarts")
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     QUOTE_OFFER_FIELD_NUMBER: _ClassVar[int]
     OFFERING_FIELD_NUMBER: _ClassVar[int]
@@ -300,6 +366,7 @@ class LaunchRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     MAX_LIFETIME_S_FIELD_NUMBER: _ClassVar[int]
     NODE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     idempotency_key: str
     quote_offer: QuoteOffer
     offering: Offering
@@ -308,7 +375,8 @@ class LaunchRequest(_message.Message):
     job: Job
     max_lifetime_s: int
     node_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, idempotency_key: _Optional[str] = ..., quote_offer: _Optional[_Union[QuoteOffer, _Mapping]] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., tenant: _Optional[str] = ..., bootstrap: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., max_lifetime_s: _Optional[int] = ..., node_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_restarts: int
+    def __init__(self, idempotency_key: _Optional[str] = ..., quote_offer: _Optional[_Union[QuoteOffer, _Mapping]] = ..., offering: _Optional[_Union[Offering, _Mapping]] = ..., tenant: _Optional[str] = ..., bootstrap: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., max_lifetime_s: _Optional[int] = ..., node_names: _Optional[_Iterable[str]] = ..., max_restarts: _Optional[int] = ...) -> None: ...
 
 class LaunchResponse(_message.Message):
     __slots__ = ("lease",)
@@ -483,7 +551,7 @@ class HandoffResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class PendingJob(_message.Message):
-    __slots__ = ("job_id", "user", "queue", "gpus", "gpu_model", "min_gpu_memory_gb", "nodes", "time_limit_s", "est_runtime_s", "waited_s", "pending_reason", "interruptible", "checkpoint_minutes", "data_gb", "kind", "exclusive")
+    __slots__ = ("job_id", "user", "queue", "gpus", "gpu_model", "min_gpu_memory_gb", "nodes", "time_limit_s", "est_runtime_s", "waited_s", "pending_reason", "interruptible", "checkpoint_minutes", "data_gb", "kind", "exclusive", "job_class", "priority", "qos")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -500,6 +568,9 @@ class PendingJob(_message.Message):
     DATA_GB_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    JOB_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     queue: str
@@ -516,7 +587,10 @@ class PendingJob(_message.Message):
     data_gb: float
     kind: str
     exclusive: bool
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., min_gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ..., waited_s: _Optional[int] = ..., pending_reason: _Optional[str] = ..., interruptible: _Optional[bool] = ..., checkpoint_minutes: _Optional[int] = ..., data_gb: _Optional[float] = ..., kind: _Optional[str] = ..., exclusive: _Optional[bool] = ...) -> None: ...
+    job_class: str
+    priority: int
+    qos: str
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., min_gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ..., waited_s: _Optional[int] = ..., pending_reason: _Optional[str] = ..., interruptible: _Optional[bool] = ..., checkpoint_minutes: _Optional[int] = ..., data_gb: _Optional[float] = ..., kind: _Optional[str] = ..., exclusive: _Optional[bool] = ..., job_class: _Optional[str] = ..., priority: _Optional[int] = ..., qos: _Optional[str] = ...) -> None: ...
 
 class ClusterNode(_message.Message):
     __slots__ = ("name", "state", "gpus_total", "gpus_allocated", "gpu_model", "partitions", "reason")

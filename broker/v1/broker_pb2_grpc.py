@@ -86,6 +86,11 @@ class BrokerStub:
                 request_serializer=broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.SerializeToString,
                 response_deserializer=broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.FromString,
                 _registered_method=True)
+        self.ReportJob = channel.unary_unary(
+                '/broker.v1.Broker/ReportJob',
+                request_serializer=broker_dot_v1_dot_broker__pb2.ReportJobRequest.SerializeToString,
+                response_deserializer=broker_dot_v1_dot_broker__pb2.ReportJobResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -166,6 +171,15 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportJob(self, request, context):
+        """ReportJob records what a lease's job did: running, a checkpoint (its URI and progress), or
+        its end. A node reports with its lease's own callback credential (valid for this RPC on its
+        lease only). A lease whose job ended is released within one reconciler pass.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +232,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListDecisions,
                     request_deserializer=broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.FromString,
                     response_serializer=broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.SerializeToString,
+            ),
+            'ReportJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportJob,
+                    request_deserializer=broker_dot_v1_dot_broker__pb2.ReportJobRequest.FromString,
+                    response_serializer=broker_dot_v1_dot_broker__pb2.ReportJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -492,6 +511,33 @@ class Broker:
             '/broker.v1.Broker/ListDecisions',
             broker_dot_v1_dot_broker__pb2.ListDecisionsRequest.SerializeToString,
             broker_dot_v1_dot_broker__pb2.ListDecisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/broker.v1.Broker/ReportJob',
+            broker_dot_v1_dot_broker__pb2.ReportJobRequest.SerializeToString,
+            broker_dot_v1_dot_broker__pb2.ReportJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,15 @@ class AwsProvider(Ec2Inventory):
         """From the typed ``[providers.aws]`` settings (or a raw table, checked by the schema)."""
         return cls(provider_settings(PROVIDER, settings), owner)
 
+    def notice_source(self) -> Any:
+        """The interruption queue (:class:`providers.aws.interruptions.SqsNotices`) when
+        ``interruption_queue_url`` is set, else None."""
+        if not self.settings.interruption_queue_url:
+            return None
+        from providers.aws.interruptions import SqsNotices
+
+        return SqsNotices(self, self.settings.interruption_queue_url, self.settings.interruption_wait_s)
+
     # -- launching ----------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> list[Instance]:

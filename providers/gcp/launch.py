@@ -47,6 +47,15 @@ class GcpProvider(ComputeInventory):
         parsed = provider_settings(NAME, settings)
         return cls(parsed, owner, load_credentials(parsed))
 
+    def notice_source(self) -> Any:
+        """The zones' preemption operations (:class:`providers.gcp.preemptions.PreemptionOps`),
+        unless ``preemption_poll_s`` is 0."""
+        if not self.settings.preemption_poll_s:
+            return None
+        from providers.gcp.preemptions import PreemptionOps
+
+        return PreemptionOps(self, self.settings.preemption_poll_s)
+
     # -- launch --------------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> list[Instance]:
