@@ -400,14 +400,15 @@ def candidates_from_snapshot(
     """
     jobs = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
     jobs.sort(key=lambda j: -j.waited_s)
-    free = snap.gpus_total - snap.gpus_allocated
+    total = snap.gpus_total  # a sum over the nodes: once, not per job
+    free = total - snap.gpus_allocated
     out: list[Candidate] = []
     ahead = 0.0
     for j in jobs:
         if predicted_wait_s is not None and j.job_id in predicted_wait_s:
             pred = predicted_wait_s[j.job_id]
         else:
-            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, snap.gpus_total)
+            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, total)
         out.append(Candidate(j, pred))
         ahead += j.gpus * max(0, j.runtime_s)
     return out
