@@ -100,14 +100,14 @@ class Autoscaler:
 
     def on_snapshot(self, snap: QueueSnapshot) -> tuple[Diagnosis, Decision]:
         """Diagnose a snapshot, decide, act, and record the decision."""
-        from broker.watchers.snapshot_json import snapshot_to_dict
+        from broker.watchers.snapshot_json import encode
 
         now = self.clock()
         source = snap.source or "default"
         with self._lock:
             st = self.sources.setdefault(source, SourceState())
             st.last_taken_at = max(st.last_taken_at, snap.taken_at)
-            self.svc.store.save_snapshot(source, snap.taken_at, snapshot_to_dict(snap))
+            self.svc.store.save_snapshot(source, snap.taken_at, encode(snap))
             diag = self.diagnose(snap, st, now)
             if snap.gpus_total:
                 st.history.append((now, snap.gpus_allocated / snap.gpus_total))

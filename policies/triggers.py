@@ -27,11 +27,14 @@ Pure: time is the ``now`` argument, the state is an immutable value returned ane
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Collection, Mapping, Sequence
 
 from policies.causes import Verdict
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
+
+_HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan of the tuple
 
 BURST, HOLD, SCALE_IN = "burst", "hold", "scale_in"
 
@@ -364,7 +367,7 @@ def signals_from_snapshot(
     idle_cloud_nodes: Mapping[str, float] | None = None,
 ) -> Signals:
     """Signals from a snapshot; pending jobs held for non-capacity reasons do not count."""
-    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS)
+    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in _HELD)
     return Signals(
         pending_gpus=pending,
         gpus_total=snap.gpus_total,
@@ -398,8 +401,8 @@ def candidates_from_snapshot(
     the cluster's GPUs as capacity. Jobs held for non-capacity reasons (dependencies, holds,
     limits) are never candidates: the cloud cannot release them either.
     """
-    jobs = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
-    jobs.sort(key=lambda j: -j.waited_s)
+    jobs = [j for j in snap.pending if j.pending_reason not in _HELD]
+    jobs.sort(key=attrgetter("waited_s"), reverse=True)  # stable, as a sort by -waited_s
     total = snap.gpus_total  # a sum over the nodes: once, not per job
     free = total - snap.gpus_allocated
     out: list[Candidate] = []
