@@ -111,10 +111,13 @@ class Autoscaler:
             diag = self.diagnose(snap, st, now)
             if snap.gpus_total:
                 st.history.append((now, snap.gpus_allocated / snap.gpus_total))
-            st.burst_jobs.intersection_update({j.job_id for j in snap.pending} | {r.job_id for r in snap.running})
+            snap_for_trigger = snap
+            if st.burst_jobs:  # jobs already sent out don't count (none: nothing to filter)
+                st.burst_jobs.intersection_update({j.job_id for j in snap.pending}
+                                                  | {r.job_id for r in snap.running})
+                fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs]
+                snap_for_trigger = replace(snap, pending=tuple(fresh))
             in_flight, idle = self._cloud_state(source, now)
-            fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs]
-            snap_for_trigger = replace(snap, pending=tuple(fresh))  # jobs already sent out don't count
             signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
             cands = candidates_from_snapshot(snap_for_trigger)
             decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict,
