@@ -231,7 +231,7 @@ class Service:
 
         Every replica accepts a report; only the leader decides. A replica that does not lead
         stores it for the leader, which decides on it from the store ("deferred")."""
-        from broker.watchers.snapshot_json import snapshot_to_dict
+        from broker.watchers.snapshot_json import encode
         from policies.diagnose import diagnose
         from policies.triggers import Decision
 
@@ -242,7 +242,7 @@ class Service:
                 return self.autoscaler.on_snapshot(snap)
             except NotLeader:  # leadership lapsed under the decision: the new leader takes it up
                 pass
-        self.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
+        self.store.save_snapshot(snap.source or "default", snap.taken_at, encode(snap))
         if self.autoscaler is None:
             return diagnose(snap, now=self.clock()), None
         return self.autoscaler.diagnose(snap), Decision("deferred", reason=(

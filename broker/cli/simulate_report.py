@@ -22,8 +22,18 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
     """Every policy on one pool size, with a progress bar on a terminal for long traces."""
     from broker.simulate import run_policies
 
-    if not (sys.stderr.isatty() and len(jobs) >= 20_000):
+    if len(jobs) < 20_000:
         return run_policies(jobs, catalog, names, cfg, lifetimes)
+    if not sys.stderr.isatty():  # a log, not a terminal: a line every tenth of the trace
+        said: dict[str, int] = {}
+
+        def line(name: str, done: int) -> None:
+            tenth = done * 10 // len(jobs)
+            if tenth > said.get(name, 0):
+                said[name] = tenth
+                sys.stderr.write(f"broker: {name}: {done:,} of {len(jobs):,} jobs replayed\n")
+                sys.stderr.flush()
+        return run_policies(jobs, catalog, names, cfg, lifetimes, line)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
