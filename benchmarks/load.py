@@ -206,15 +206,20 @@ class ServerTimings:
         self.url, self.pid, self.window = metrics_url, pid, window
         self.samples: list[tuple[float, dict, float, float, float]] = []  # (t, buckets, threads, load, cpu s)
         self.max_threads = 0.0
+        self.failed, self.first_failure = 0, ""  # scrapes of /metrics that failed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self, t0: float) -> "ServerTimings":
         self.t0 = t0
         deadline = time.monotonic() + 30
-        while not self.samples and time.monotonic() < deadline:  # /metrics opens just after SERVING
-            self._take()
-            time.sleep(0.2) if not self.samples else None
+        while time.monotonic() < deadline:  # /metrics opens just after SERVING
+            try:
+                self._histogram()
+                break
+            except OSError:
+                time.sleep(0.2)
+        self._take()
         self._thread.start()
         return self
 
@@ -232,8 +237,10 @@ class ServerTimings:
     def _take(self) -> None:
         try:
             buckets = self._histogram()
-        except OSError:
-            return
+        except OSError as e:  # an HTTP error too: the window is shown without the server's timings
+            buckets = None
+            self.failed += 1
+            self.first_failure = self.first_failure or str(e)[:200]
         self.samples.append((time.monotonic() - self.t0, buckets, proc_status(self.pid, "Threads"), load_average(),
                              cpu_s(self.pid)))
 
@@ -261,7 +268,10 @@ class ServerTimings:
         the server's CPU seconds in it)."""
         rows = []
         for (t_a, a, _, _, cpu_a), (t_b, b, threads, load, cpu_b) in zip(self.samples, self.samples[1:]):
-            per = {}
+            per: dict[str, tuple[int, float]] = {}
+            if a is None or b is None:
+                rows.append((t_a, t_b, per, threads, load, cpu_b - cpu_a))
+                continue
             for method in SERVER_RPCS + tuple(f"{m} refused" for m in SERVER_RPCS):
                 delta = {le: b.get(method, {}).get(le, 0) - a.get(method, {}).get(le, 0)
                          for le in b.get(method, {})}
@@ -428,11 +438,19 @@ def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]
         q = pct(load.lat("Quote", t_a, t_b), 99) * 1e3
         per_s.append(n / (t_b - t_a))
         quote_p99.append(q)
-        cells = " ".join(f"{c:6d} {p * 1e3:8.1f}" for c, p in (per[m] for m in SERVER_RPCS))
-        busy = sum(per[f"{m} refused"][0] for m in SERVER_RPCS)
-        served = sum(per[m][0] for m in SERVER_RPCS) + busy
+        if per:
+            cells = " ".join(f"{c:6d} {p * 1e3:8.1f}" for c, p in (per[m] for m in SERVER_RPCS))
+            busy = sum(per[f"{m} refused"][0] for m in SERVER_RPCS)
+            served = sum(per[m][0] for m in SERVER_RPCS) + busy
+        else:  # /metrics did not answer: the clients' count of answered calls and refusals instead
+            cells = " ".join(f"{'-':>15}" for _ in SERVER_RPCS)
+            busy, served = -1, n
         ms = cpu / served * 1e3 if served else float("nan")
-        print(f"{t_a:5.0f}-{t_b:<5.0f} {per_s[-1]:7.1f} {q:9.1f} {cells} {busy:5d} {ms:8.2f} {threads:7.0f} {la:5.1f}")
+        print(f"{t_a:5.0f}-{t_b:<5.0f} {per_s[-1]:7.1f} {q:9.1f} {cells} {busy if busy >= 0 else '-':>5} {ms:8.2f} "
+              f"{threads:7.0f} {la:5.1f}")
+    if timings.failed:
+        print(f"  {timings.failed} reads of the server's /metrics failed (rows without its timings show '-', "
+              f"their CPU per call is per answered call); the first: {timings.first_failure}")
     worst_tp, tp_ok = flat(per_s)
     worst_q, q_ok = flat(quote_p99)
     print(f"throughput per window: {min(per_s, default=0):.1f}–{max(per_s, default=0):.1f} calls/s, "
