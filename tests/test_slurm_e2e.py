@@ -202,8 +202,10 @@ def test_resource_bound_job_bursts_to_a_cloud_node_and_is_suspended_after(broker
     burst = wait_for("a burst decision for the job", lambda: [
         d for d in b.decisions() if d.action == "burst" and job in d.job_ids], 30,
         why=lambda: str([(d.action, d.reason) for d in b.decisions()]))
+    # the verdict that drove the decision is in its reason; the live diagnosis is not asserted here:
+    # once the job is offered the burst partition the queue is short again and the next tick may
+    # already say healthy (a loaded machine showed exactly that)
     assert "resource-bound" in burst[0].reason, burst[0].reason
-    assert b.diagnosis().verdict in (pb.VERDICT_RESOURCE_BOUND,)
 
     # Slurm ran ResumeProgram = `broker slurm resume`: an instance named after the node
     nodes = wait_for("a cloud instance for a burst node", b.cloud_nodes, 45,
