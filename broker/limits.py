@@ -17,6 +17,15 @@ A violation is INVALID_ARGUMENT naming the field as the request spells it
 (``snapshot.pending[3].queue``). The message size itself is capped by gRPC
 (``max_message_bytes``, both ways), and long-lived streams hold at most ``max_streams`` worker
 threads: one more is RESOURCE_EXHAUSTED at once, so streams never starve unary calls or health.
+
+Calls that wait on a cloud's API (:func:`cloud_rpcs`: Launch and Release, and ReportQueue when the
+autoscaler may launch from it) hold at most ``max_cloud_calls`` worker threads: one more is
+answered UNAVAILABLE at once, marked :data:`BUSY` (the client backs off and asks again, the same
+idempotency key launching nothing twice). A slow or hanging cloud then slows only the calls that
+need it; a Quote, a lease listing and health always find a free worker. Without the bound, 32
+launches waiting on a cloud that answers in 30 s took every worker, and Quote (which calls no
+cloud) waited behind them until its deadline.
+
 All of these are ``[limits]`` keys.
 """
 from __future__ import annotations
@@ -46,18 +55,34 @@ class Limits:
     max_list_items: int = 100_000              # any list or map (a demand's filters are tighter)
     max_nodes: int = 1024                      # nodes of one lease or demand
     max_streams: int = 0                       # open WatchLeases streams; 0 = half the workers
+    max_cloud_calls: int = 0                   # calls waiting on a cloud at once; 0 = a quarter of the workers
 
     @classmethod
     def from_settings(cls, settings: Any, workers: int = 32) -> "Limits":
         """From the ``[limits]`` table (ranges checked by the config schema); resolves
-        ``max_streams = 0`` to half the workers and refuses one that could take them all."""
+        ``max_streams = 0`` to half the workers and ``max_cloud_calls = 0`` to a quarter, and
+        refuses either when it could take every worker."""
         values = {f.name: getattr(settings, f.name) for f in fields(cls)}
-        if not values["max_streams"]:
-            values["max_streams"] = max(1, workers // 2)
-        elif values["max_streams"] >= workers:
-            raise ConfigError(f"config: limits.max_streams ({values['max_streams']}) must be below server.workers "
-                              f"({workers}), or streams can take every worker", field="limits.max_streams")
+        for key, share, what in (("max_streams", 2, "streams"), ("max_cloud_calls", 4, "calls waiting on a cloud")):
+            if not values[key]:
+                values[key] = max(1, workers // share)
+            elif values[key] >= workers:
+                raise ConfigError(f"config: limits.{key} ({values[key]}) must be below server.workers "
+                                  f"({workers}), or {what} can take every worker", field=f"limits.{key}")
         return cls(**values)
+
+
+#: RPCs that wait on a cloud's API (launch and failover; terminate and its wait).
+CLOUD_RPCS = frozenset({"Launch", "Release"})
+#: Trailing metadata of a call refused because this server is busy with as many calls of its
+#: kind as it takes (its value: seconds after which to ask again); only the refusal carries it.
+BUSY = "broker-busy"
+
+
+def cloud_rpcs(autoscaling: bool) -> frozenset[str]:
+    """The RPCs bounded by ``max_cloud_calls``: :data:`CLOUD_RPCS`, and ReportQueue when an
+    autoscaler decides on reported snapshots (it launches and releases before it answers)."""
+    return CLOUD_RPCS | {"ReportQueue"} if autoscaling else CLOUD_RPCS
 
 
 @dataclass(frozen=True)
@@ -185,18 +210,41 @@ def _short(key: str) -> str:
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):
-    """Bounds every Broker request before its handler runs, and caps open streams."""
+    """Bounds every Broker request before its handler runs, caps open streams, and caps the
+    calls of ``cloud_methods`` (see :func:`cloud_rpcs`) that run at once."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, cloud_methods: frozenset[str] = CLOUD_RPCS) -> None:
         self.bounds = Bounds(limits)
         self.max_streams = limits.max_streams
         self._streams = threading.BoundedSemaphore(limits.max_streams)
+        self.max_cloud_calls = limits.max_cloud_calls
+        self._cloud = threading.BoundedSemaphore(limits.max_cloud_calls)
+        self.cloud_methods = cloud_methods
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         if handler is None or not details.method.startswith(SERVICE_PREFIX):
             return handler
         bounds = self.bounds
+        if handler.unary_unary and details.method[len(SERVICE_PREFIX):] in self.cloud_methods:
+            inner_cloud, cloud, most = handler.unary_unary, self._cloud, self.max_cloud_calls
+
+            def cloud_bound(request, context):
+                _checked(bounds, request, context)
+                if not cloud.acquire(blocking=False):
+                    from broker.convert import ANSWERED
+
+                    context.set_trailing_metadata(((ANSWERED, "1"), (BUSY, "1")))
+                    context.abort(grpc.StatusCode.UNAVAILABLE,
+                                  f"this server is running {most} calls that wait on a cloud already "
+                                  "(limits.max_cloud_calls); retry in a moment.")
+                try:
+                    return inner_cloud(request, context)
+                finally:
+                    cloud.release()
+
+            return grpc.unary_unary_rpc_method_handler(cloud_bound, handler.request_deserializer,
+                                                       handler.response_serializer)
         if handler.unary_unary:
             inner = handler.unary_unary
 
