@@ -24,6 +24,7 @@ from policies.cost import (
     PricedOffer,
     _transfer_in,
     instance_reason,
+    lease_down_share,
     offering_reason,
     runtime_hours,
 )
@@ -103,7 +104,12 @@ class Table:
         t_in = np.array([_transfer_in(d, self.place_offering[k], ctx, terms[k[0]]) for k in self.places],
                         dtype=np.int64)[self.place]
         t_out = np.array([terms[p].egress_micros(d.data_out_gb) for p in self.providers], dtype=np.int64)[self.provider]
-        sla_risk = np.where(self.sla > 0, np.trunc((compute * nodes) * (100.0 - self.sla) / 100.0), 0.0)
+        # The scalar model's share, per distinct (SLA, nodes) pair: the same floats, so the same cents.
+        sla_risk = np.zeros(n)
+        if n:
+            pairs, back = np.unique(np.stack([self.sla, nodes.astype(np.float64)]), axis=1, return_inverse=True)
+            share = np.array([lease_down_share(float(a), int(k)) for a, k in pairs.T], dtype=np.float64)
+            sla_risk = np.where(self.sla > 0, np.trunc(compute * share[back.reshape(-1)]), 0.0)
 
         # The offers, made in rank order (reserved first, then total, hourly price, provider,
         # region, instance type; ties keep the set order, as a stable sort does): only ``top``.
