@@ -97,7 +97,7 @@ class Service:
 
         self.leadership = None  # set by start_background: replicas elect one leader
 
-        self.metrics = Metrics(self.store, self.engine.catalog)
+        self.metrics = Metrics(self.store, self.engine.catalog, self.budgets)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
         self._stop = threading.Event()
@@ -292,6 +292,7 @@ class Service:
 
         self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
                                      on_change=self.metrics.set_leader, contend=lead).start()
+        self.metrics.leader.leading = self.leadership.is_leader  # read at scrape time
         self.reconciler.fence = self.fence  # checked before each of its side-effecting steps
         loops = []
         if lead:
@@ -304,7 +305,8 @@ class Service:
 
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
-                              clock=self.clock)
+                              clock=self.clock, on_source_error=lambda provider, source:
+                              self.metrics.market_source_errors.labels(provider, source).inc())
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)

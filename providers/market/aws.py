@@ -194,11 +194,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     snap.needs = needs_of(catalog)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> list:
-        try:
-            return fn(*args)
-        except (bce.BotoCoreError, bce.ClientError, ProviderError) as e:
-            snap.fail(kind, region, map_error(e, region=region))
-            return []
+        return snap.part(kind, region, fn, map_error, *args)
 
     snap.prices += part("prices", "", on_demand_prices, client("pricing", PRICING_REGION), names,
                         set(settings.regions))
@@ -213,7 +209,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
         snap.reservations += part("reservations", region, reservations_of, ec2, region)
     snap.spot += part("spot", "", placement_scores, client("ec2", settings.regions[0]), names,
                       list(settings.regions))
-    if not snap.prices and snap.failed:
+    if snap.all_failed():
         raise ProviderError(f"every AWS market call failed; first: {snap.errors[0]}", provider="aws",
                             code="MarketUnavailable")
     return snap
