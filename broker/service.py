@@ -160,6 +160,12 @@ class Service:
             if len(names) != target.nodes or len(set(names)) != len(names):
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
+            from providers.names import node_name_problem
+
+            for i, name in enumerate(names):
+                problem = node_name_problem(target.provider, name)
+                if problem:
+                    raise InvalidArgument(f"node_names[{i}] {problem}.", field=f"node_names[{i}]")
             job["node_names"] = names
         if order.max_lifetime_s < 0:
             raise InvalidArgument(f"max_lifetime_s must be zero or more, got {order.max_lifetime_s}.",

@@ -30,6 +30,7 @@ import botocore.exceptions as bce
 from botocore.config import Config
 
 from providers.aws import _session, map_error
+from providers.aws.errors import AWS_ERRORS
 from providers.base import MICROS, ProviderError
 from providers.settings import AwsSettings, provider_settings
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones, instance_types, rfc3339
@@ -225,5 +226,5 @@ def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quot
     vcpus = {n: it.vcpus for n, it in instance_types(catalog, "aws").items()}
     try:
         return quotas_of(client("service-quotas", region), client("ec2", region), region, vcpus)
-    except (bce.BotoCoreError, bce.ClientError) as e:
+    except AWS_ERRORS as e:
         raise map_error(e, region=region) from e
