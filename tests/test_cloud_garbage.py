@@ -96,3 +96,12 @@ def test_a_page_instead_of_a_listing_skips_the_provider_for_one_pass_only(clouds
         assert report.skipped_providers == [] and report.errors == 0
         samples = svc.metrics.registry
         assert samples.get_sample_value("broker_provider_errors_total", {"provider": "aws", "code": "HTTP502"}) >= 1
+
+
+def test_a_retryable_cloud_error_that_reaches_a_caller_is_unavailable_exit_7():
+    from broker.errors import outcome
+    from providers.base import InvalidRequestError, TransientError
+
+    got = outcome(TransientError("AWS answered HTTP 502", provider="aws", code="HTTP502"))
+    assert (got.status_name, got.exit_code) == ("UNAVAILABLE", 7)
+    assert outcome(InvalidRequestError("x", provider="gcp")).status_name == "FAILED_PRECONDITION"
