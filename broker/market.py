@@ -50,6 +50,14 @@ class Outcome:
         return [f"{self.provider} {source} not refreshed (its last good data stays): {why}"
                 for source, why in sorted(self.failed_sources.items())]
 
+    def headline(self) -> str:
+        """What the refresh did, in one line; the sources that failed are :meth:`warnings`."""
+        if self.ok and self.failed_sources:
+            return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
+                    f"{self.reservations} reservations; {len(self.failed_sources)} of its sources failed "
+                    "and keep their last good data")
+        return self.sentence()
+
     def sentence(self) -> str:
         if self.ok and not self.errors:
             return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
