@@ -240,17 +240,7 @@ class Lifecycle:
                 delay *= 2
             lease = self._begin_attempt(lease, t, attempts)
             try:
-                try:
-                    instances = self._launch(lease, t)
-                except ProviderError:
-                    raise
-                except (BootScriptError, StaleLease, LeaseError):
-                    raise
-                except Exception as e:  # an SDK's untyped error: a failed attempt, never a stuck lease
-                    log.exception("launch_unexpected_error", lease=lease.lease_id, provider=t.provider)
-                    raise TransientError(f"{t.provider} launch failed: {type(e).__name__}: {str(e)[:200]}",
-                                         provider=t.provider, code=type(e).__name__, region=t.region,
-                                         zone=t.zone) from e
+                instances = self._launch(lease, t)
             except ProviderError as e:
                 attempts.append(_attempt(t, e))
                 log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
