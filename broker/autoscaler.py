@@ -48,6 +48,7 @@ class SourceState:
     last_failure: str = ""
     last_taken_at: float = 0.0  # the newest snapshot decided on
     burst_jobs: set[str] = field(default_factory=set)
+    offloaded: set[str] = field(default_factory=set)  # moved off the training queue (policies.offload)
 
 
 class Autoscaler:
@@ -113,10 +114,12 @@ class Autoscaler:
                 st.history.append((now, snap.gpus_allocated / snap.gpus_total))
             st.burst_jobs.intersection_update({j.job_id for j in snap.pending} | {r.job_id for r in snap.running})
             in_flight, idle = self._cloud_state(source, now)
-            fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs]
+            st.offloaded.intersection_update({j.job_id for j in snap.pending})
+            self._offload(source, snap, diag, st, now)
+            fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs and j.job_id not in st.offloaded]
             snap_for_trigger = replace(snap, pending=tuple(fresh))  # jobs already sent out don't count
             signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
-            cands = candidates_from_snapshot(snap_for_trigger)
+            cands = candidates_from_snapshot(snap_for_trigger, classes=self.trigger_cfg.classes)
             decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict,
                                             capacity_jobs=diag.capacity_jobs,
                                             scheduling_causes=diag.scheduling_causes())
@@ -155,6 +158,38 @@ class Autoscaler:
         return gpus, idle
 
     # -- acting ----------------------------------------------------------------------------------
+    def _offload(self, source: str, snap: QueueSnapshot, diag: Diagnosis, st: SourceState, now: float) -> None:
+        """Move the tuning/eval/inference jobs that block training before anything bursts: a
+        Slurm source into its offload partition, a pushed one by an ``offload`` decision naming
+        the jobs for its scheduler to move. Either way the trigger stops counting them."""
+        from policies.offload import plan
+
+        target = self.targets.get(source)
+        partition = getattr(target, "offload_partition", "") if target is not None else ""
+        if target is not None and not partition:
+            return  # a Slurm source with no offload partition: the diagnosis names them only
+        p = plan(snap, diag, partition, frozenset(st.offloaded))
+        if p is None:
+            return
+        self.svc.fence()
+        if target is not None:
+            try:
+                moved = target.offload(list(p.job_ids))
+            except Exception as e:
+                why = f"{p.reason}; the move failed: {e}"
+                if why != st.last_failure:
+                    st.last_failure = why
+                    self.svc.store.record_decision(new_id("d"), now, "offload_failed", why, list(p.job_ids),
+                                                   data={"source": source})
+                return
+            st.offloaded.update(moved)
+            reason = p.reason.replace("offload ", "moved ", 1)
+        else:
+            st.offloaded.update(p.job_ids)
+            reason = p.reason
+        self.svc.store.record_decision(new_id("d"), now, "offload", reason, list(p.job_ids),
+                                       data={"source": source, "partition": partition})
+
     def _act(self, source: str, d: Decision, st: SourceState, now: float) -> None:
         """Carry out a decision. Only the leader acts: ``svc.fence()`` before every step raises
         NotLeader on a replica that does not (or no longer) lead."""

@@ -33,6 +33,7 @@ import msgspec
 from msgspec import Meta, field
 
 from broker.errors import ConfigError
+from broker.job_classes import JobClassTable, ClassName
 from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
@@ -224,7 +225,7 @@ def _policy_tables() -> tuple[type[Table], type[Table], type[Table]]:
     from policies.selection import SelectionConfig
     from policies.triggers import TriggerConfig
 
-    return (_table_of(TriggerConfig, exclude=("selection",)), _table_of(DiagnoseConfig),
+    return (_table_of(TriggerConfig, exclude=("selection", "classes")), _table_of(DiagnoseConfig),
             _table_of(SelectionConfig))
 
 
@@ -244,7 +245,7 @@ def _as(cls: type, table: Table, key: str):
 
 
 class AutoscalerSettings(Table):
-    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` tables."""
+    """``[autoscaler]`` and its ``trigger`` / ``diagnose`` / ``selection`` / ``classes`` tables."""
 
     enabled: bool = False
     interval_s: Seconds = 30.0
@@ -258,6 +259,7 @@ class AutoscalerSettings(Table):
     trigger: TriggerTable = field(default_factory=TriggerTable)  # type: ignore[valid-type]
     diagnose: DiagnoseTable = field(default_factory=DiagnoseTable)  # type: ignore[valid-type]
     selection: SelectionTable = field(default_factory=SelectionTable)  # type: ignore[valid-type]
+    classes: Annotated[dict[ClassName, JobClassTable], Meta(max_length=64)] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.trigger_config(), self.diagnose_config()  # the policies' own cross-checks
@@ -267,9 +269,17 @@ class AutoscalerSettings(Table):
         from policies.selection import SelectionConfig
         from policies.triggers import TriggerConfig
 
+        from policies.classes import merge_classes
+
         selection = _as(SelectionConfig, self.selection, "selection")
         trig = _as(TriggerConfig, self.trigger, "trigger")
-        return dataclasses.replace(trig, selection=selection)
+        classes = {}
+        for name, t in self.classes.items():
+            try:
+                classes[name] = t.job_class(name)
+            except ValueError as e:
+                raise bad(f"classes.{name}", f"is not valid: {e}") from None
+        return dataclasses.replace(trig, selection=selection, classes=merge_classes(classes))
 
     def diagnose_config(self):
         from policies.diagnose import DiagnoseConfig

@@ -160,12 +160,12 @@ def quote_response_bytes(q: "Quote", body: bytes) -> bytes:
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
     """The same dict `broker quote --format json` prints in-process."""
-    from broker.views import demand_to_dict, iso
+    from broker.views import as_of, demand_to_dict, iso
 
     return {
         "quote_id": q.quote_id,
         "valid_until": iso(from_ts(q.valid_until)),
-        "catalog_as_of": q.catalog_as_of,
+        "catalog_as_of": as_of(q.catalog_as_of),
         "demand": demand_to_dict(demand_from_pb(q.demand)),
         "offers": [
             {
@@ -178,7 +178,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
                     "storage": float(o.cost.storage_usd), "data_transfer": float(o.cost.data_transfer_usd),
                     "sla_risk": float(o.cost.sla_risk_usd), "total": float(o.cost.total_usd),
                 },
-                "price_as_of": o.price_as_of, "price_source": o.price_source, "stale": o.stale,
+                "price_as_of": as_of(o.price_as_of), "price_source": o.price_source, "stale": o.stale,
                 "zones": list(o.zones), "interruptions_per_hour": o.interruptions_per_hour,
                 "interruption_source": o.interruption_source,
             }

@@ -11,7 +11,7 @@ from policies.diagnose import Diagnosis
 from policies.queue import QueueSnapshot
 
 
-INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s")
+INT64_FIELDS = ("time_limit_s", "est_runtime_s", "waited_s", "runtime_s", "priority")
 # fields whose proto3 default ("") means "not sent": each record needs them
 _NAMED = {"pending": "job_id", "running": "job_id", "nodes": "name", "gpu_samples": "node"}
 
@@ -51,7 +51,7 @@ def snapshot_from_pb(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
 
 def diagnosis_to_pb(d: Diagnosis) -> pb.Diagnosis:
     out = pb.Diagnosis(verdict=convert.VERDICT_TO_PB[d.verdict], allocation_rate=d.allocation_rate,
-                       utilization=-1.0 if d.utilization is None else d.utilization,
+                       utilization=-1.0 if d.utilization is None else d.utilization / 100.0,
                        pending_gpus=d.pending_gpus, actions=list(d.actions))
     for c in d.causes:
         out.causes.add(kind=c.kind, summary=c.summary, jobs=list(c.jobs), nodes=list(c.nodes), action=c.action)

@@ -15,6 +15,21 @@ def iso(ts: float | None) -> str | None:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def as_of(text: str) -> str:
+    """A catalog or price date as RFC 3339 in UTC, like every other timestamp in the JSON
+    ("2025-06-01" -> "2025-06-01T00:00:00Z"); empty stays empty, anything unreadable as it is."""
+    t = (text or "").strip()
+    if not t:
+        return ""
+    try:
+        d = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        return t
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.timezone.utc)
+    return d.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def parse_iso(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -73,7 +88,7 @@ def market_fields(o) -> dict[str, Any]:
     stale, the zones that sell it and, for spot, the interruption rate priced in and its signal
     (the same keys in JSON and in the protobuf Offer)."""
     spot = o.market.value == "spot"
-    return {"price_as_of": o.as_of, "price_source": o.price_source or f"bundled:{o.as_of}", "stale": o.stale,
+    return {"price_as_of": as_of(o.as_of), "price_source": o.price_source or f"bundled:{o.as_of}", "stale": o.stale,
             "zones": list(o.zones), "interruptions_per_hour": max(0.0, o.spot_rate) if spot else 0.0,
             "interruption_source": o.spot_rate_source if spot else ""}
 
@@ -82,7 +97,7 @@ def quote_to_dict(q: Quote) -> dict[str, Any]:
     return {
         "quote_id": q.quote_id,
         "valid_until": iso(q.valid_until),
-        "catalog_as_of": q.catalog_as_of,
+        "catalog_as_of": as_of(q.catalog_as_of),
         "demand": demand_to_dict(q.demand),
         "offers": [offer_to_dict(r.rank, r.priced) for r in q.offers],
         "excluded": [

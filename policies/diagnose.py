@@ -121,7 +121,8 @@ class Diagnosis:
         return {
             "verdict": self.verdict,
             "allocation_rate": round(self.allocation_rate, 4),
-            "utilization": None if self.utilization is None else round(self.utilization, 2),
+            # a fraction 0..1, as allocation_rate and every other utilisation in the JSON
+            "utilization": None if self.utilization is None else round(self.utilization / 100.0, 4),
             "pending_gpus": self.pending_gpus,
             "pending_jobs": self.pending_jobs,
             "gpus_total": self.gpus_total,

@@ -35,6 +35,9 @@ class PendingJob:
     data_gb: float = 0.0
     kind: str = "training"
     exclusive: bool = False  # whole-node request
+    job_class: str = ""  # the scheduler's or submitter's class label (policies.classes)
+    qos: str = ""
+    priority: int = 0  # the scheduler's numeric priority (0: it says none)
 
     @property
     def runtime_s(self) -> int:

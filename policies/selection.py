@@ -13,9 +13,11 @@ Pure: plain values in, plain values out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from policies.classes import JobClass
 from policies.queue import PendingJob
 
 # Lower ranks go first.
@@ -57,6 +59,8 @@ class Candidate:
     price_ratio: float = 1.0
     # Start-up of the offer it would take (None: ``SelectionConfig.startup_s``).
     startup_s: float | None = None
+    # Its class (policies.classes; None: not classified yet, the trigger classifies it).
+    job_class: JobClass | None = None
 
     @property
     def wait_s(self) -> float:
@@ -67,7 +71,12 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
     """Why ``c`` should not go to the cloud, or None when it may."""
     j = c.job
     runtime = j.runtime_s
+    target = c.job_class.max_wait_s if c.job_class is not None else math.inf
+    if c.job_class is not None and not c.job_class.burst:
+        return f"job {j.job_id} is of class {c.job_class.name}, which never bursts"
     if runtime <= 0:
+        if c.wait_s >= target:  # nothing known but its class's wait target, and it is past it
+            return None
         return f"job {j.job_id} has no runtime estimate"
     startup = cfg.startup_s if c.startup_s is None else c.startup_s
     if runtime < cfg.min_runtime_startups * startup:
@@ -76,18 +85,18 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
     if cfg.max_data_gb and j.data_gb > cfg.max_data_gb:
         return f"job {j.job_id} reads {j.data_gb:g} GB, over the {cfg.max_data_gb:g} GB limit"
     share = cfg.min_wait_share * min(1.0, max(0.0, c.price_ratio))
-    if c.wait_s < share * runtime:
+    if c.wait_s < min(share * runtime, target):
         return (f"job {j.job_id} is predicted to wait {c.wait_s:.0f} s on-prem, under "
                 f"{share:.2g} of its {runtime:.0f} s runtime")
     return None
 
 
 def rank_key(j: PendingJob) -> tuple:
-    """Sort key: interruptible, then kind, then short, then data-light, then oldest."""
+    """Sort key: interruptible, then kind, then short (unknown last), then data-light, then oldest."""
     return (
         0 if j.interruptible else 1,
         KIND_RANK.get(j.kind, 3),
-        j.runtime_s,
+        j.runtime_s or math.inf,  # an unknown runtime is not a short one
         j.data_gb,
         -j.waited_s,
         j.job_id,

@@ -9,8 +9,9 @@ decisions for the same inputs:
   ``stabilization_s``, and the diagnosis says the queue is *resource-bound* (more GPUs fix it),
   and ``cooldown_s`` since the last threshold burst. It sends enough jobs to bring the pending
   GPUs back to the threshold.
-- **wait** ("stop the bleeding"): a job whose wait, or predicted wait, exceeds
-  ``wait_runtime_ratio`` of its runtime goes out.
+- **wait** ("stop the bleeding"): a job whose wait, or predicted wait, exceeds its target goes
+  out: ``min(wait_runtime_ratio x runtime, its class's max_wait_s)`` (:mod:`policies.classes`;
+  no runtime: the time limit, else the class target alone). Classes that may not burst stay.
 
 Schedule first, then scale: when the diagnosis is *scheduling-bound* (GPUs free or wasted while
 jobs wait), neither trigger bursts by default, and the decision says "did not burst, because
@@ -26,10 +27,12 @@ Pure: time is the ``now`` argument, the state is an immutable value returned ane
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Collection, Mapping, Sequence
 
 from policies.causes import Verdict
+from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
 
@@ -62,6 +65,8 @@ class TriggerConfig:
       :func:`policies.selection.eligibility` allows; "fifo" sends the longest-waiting first
       with no eligibility check (the naive autoscaler).
     - ``selection``: thresholds for eligibility (start-up, minimum runtime, data).
+    - ``classes``: the job classes and their wait targets (:data:`policies.classes.DEFAULT_CLASSES`
+      with ``[autoscaler.classes.NAME]`` merged in).
     """
 
     pending_gpus_threshold: int = 8
@@ -77,6 +82,7 @@ class TriggerConfig:
     burst_verdicts: tuple[Verdict, ...] = (Verdict.RESOURCE_BOUND,)
     order: str = "ranked"
     selection: SelectionConfig = field(default_factory=SelectionConfig)
+    classes: tuple[JobClass, ...] = DEFAULT_CLASSES
 
     def __post_init__(self) -> None:
         for name in ("stabilization_s", "cooldown_s", "scale_in_idle_s", "wait_runtime_ratio"):
@@ -190,9 +196,9 @@ class _Pass:
                              min(c.job.gpus for c in pool))
 
     def overdue(self) -> list[Candidate]:
-        """The eligible jobs whose wait exceeds the wait rule's share of their runtime."""
+        """The eligible jobs whose wait exceeds their wait target (:func:`target_s`)."""
         cfg = self.cfg
-        overdue = [c for c in self.allowed if c.wait_s > cfg.wait_runtime_ratio * c.job.runtime_s]
+        overdue = [c for c in self.allowed if c.wait_s > target_s(cfg, c)]
         if cfg.order == "fifo":
             overdue = [c for c in overdue if c.job.runtime_s > 0]
         return overdue
@@ -246,12 +252,32 @@ class _Pass:
         return False
 
 
+def target_s(cfg: TriggerConfig, c: Candidate) -> float:
+    """The wait after which the wait rule sends ``c`` out (see :mod:`policies.classes`)."""
+    cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
+    return wait_target_s(c.job.est_runtime_s, c.job.time_limit_s, cls, cfg.wait_runtime_ratio)
+
+
+def classed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates with their class set (a class with ``spot = false`` takes no spot)."""
+    out = []
+    for c in candidates:
+        if c.job_class is None:
+            j = c.job
+            cls = classify(cfg.classes, j.job_class, j.qos, j.queue, j.priority or None)
+            if cls.spot is False and j.interruptible:
+                c = replace(c, job=replace(j, interruptible=False))
+            c = replace(c, job_class=cls)
+        out.append(c)
+    return out
+
+
 def _allowed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates that may go at all, in the order they go."""
     if cfg.order == "fifo":
         return list(candidates)
     allowed = [c for c in candidates if eligibility(c, cfg.selection) is None]
-    allowed.sort(key=lambda c: rank_key(c.job))
+    allowed.sort(key=lambda c: (-(c.job_class.priority if c.job_class else 0), rank_key(c.job)))
     return allowed
 
 
@@ -283,6 +309,7 @@ def evaluate(
     above = pending_gpus > cfg.pending_gpus_threshold
     above_since = (state.above_since if state.above_since is not None else now) if above else None
 
+    candidates = classed(cfg, candidates) if cfg.order != "fifo" else candidates
     allowed = _allowed(cfg, candidates)
     p = _Pass(cfg, state, now, signals, candidates, allowed)
 
@@ -299,8 +326,8 @@ def evaluate(
         p.wait_trigger()
     elif cfg.wait_trigger and (overdue := p.overdue()):
         p.why_not.append(f"{_plural(len(overdue), 'job')} ({_plural(sum(c.job.gpus for c in overdue), 'GPU')}) "
-                         f"{'waits' if len(overdue) == 1 else 'wait'} past {cfg.wait_runtime_ratio:g} "
-                         "of the runtime: burst_overdue_when_scheduling_bound = true would send "
+                         f"{'waits' if len(overdue) == 1 else 'wait'} past {_targets(cfg, overdue)}: "
+                         "burst_overdue_when_scheduling_bound = true would send "
                          f"{'it' if len(overdue) == 1 else 'them'} anyway")
     n_wait = len(p.chosen)
     threshold_fired = False
@@ -324,7 +351,8 @@ def evaluate(
     wake = _soonest(*p.wake)
     if p.chosen:
         reason = (f"burst {len(p.chosen)} job(s), {spent} GPUs, because "
-                  + " and ".join(_fired_reason(t, cfg, pending_gpus, verdict) for t in p.fired))
+                  + " and ".join(_fired_reason(t, cfg, pending_gpus, verdict, p.chosen[:n_wait])
+                                 for t in p.fired))
         return Decision(BURST, tuple(p.chosen), scale_in, reason, "+".join(p.fired), wake,
                         n_wait), new_state
     reason = "did not burst, because " + ("; ".join(dict.fromkeys(p.why_not)) if p.why_not
@@ -335,9 +363,23 @@ def evaluate(
     return Decision(HOLD, (), (), reason, "", wake), new_state
 
 
-def _fired_reason(t: str, cfg: TriggerConfig, pending_gpus: int, verdict: Verdict) -> str:
+def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:
+    """``the wait target (class production 30 min; the lesser of the class target and 0.5 x
+    runtime)``, with a count per class when several jobs go."""
+    by: Counter = Counter()
+    for c in jobs:
+        cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
+        by[(cls.name, cls.max_wait_s)] += 1
+    parts = "; ".join(f"class {n} {fmt_wait(w)}" + (f": {_plural(k, 'job')}" if len(jobs) > 1 else "")
+                      for (n, w), k in by.items())
+    return (f"the wait target ({parts}; the lesser of the class target and {cfg.wait_runtime_ratio:g} x "
+            "runtime)")
+
+
+def _fired_reason(t: str, cfg: TriggerConfig, pending_gpus: int, verdict: Verdict,
+                  waiting: Sequence[Candidate] = ()) -> str:
     if t == "wait":
-        return f"their wait exceeds {cfg.wait_runtime_ratio:g} of their runtime"
+        return f"the wait exceeds {_targets(cfg, waiting)}"
     return (f"{pending_gpus} GPUs pending stayed over the threshold of {cfg.pending_gpus_threshold} "
             f"for {cfg.stabilization_s:.0f} s on a {verdict} queue")
 
@@ -391,11 +433,12 @@ def fluid_wait_s(gpus: int, work_ahead_gpu_s: float, free_gpus: int, capacity_gp
 def candidates_from_snapshot(
     snap: QueueSnapshot,
     predicted_wait_s: Mapping[str, float] | None = None,
+    classes: Sequence[JobClass] | None = None,
 ) -> list[Candidate]:
     """Pending jobs as candidates, oldest first, with a predicted total wait each.
 
     Without predictions, a fluid estimate over the queue in order (longest waiting first) with
-    the cluster's GPUs as capacity. Jobs held for non-capacity reasons (dependencies, holds,
+    the cluster's GPUs as capacity. With ``classes``, each is classified (else the trigger does). Jobs held for non-capacity reasons (dependencies, holds,
     limits) are never candidates: the cloud cannot release them either.
     """
     jobs = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
@@ -410,7 +453,7 @@ def candidates_from_snapshot(
             pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, snap.gpus_total)
         out.append(Candidate(j, pred))
         ahead += j.gpus * max(0, j.runtime_s)
-    return out
+    return out if classes is None else classed(TriggerConfig(classes=tuple(classes)), out)
 
 
 def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw) -> PendingJob:

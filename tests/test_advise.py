@@ -115,3 +115,59 @@ def test_bad_files_exit_2_naming_the_problem(cat, tmp_path):
     assert r.exit_code == 2 and "is not JSON" in r.output
     r = adv(cat, "--from-simulate", tmp_path / "missing.json")
     assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def _sweep(cat, tmp_path, model="A100"):
+    trace = write_trace(tmp_path / "t.csv", [(f"j{k}", k * 300, 8, 6000) for k in range(60)])
+    sim = runner.invoke(app, ["simulate", "--trace", str(trace), "--onprem-gpus", "8,16", "--catalog", str(cat),
+                              "--gpu-model", model, "--jobs", "1", "--spot-lifetimes", "catalog", "--format", "json"])
+    assert sim.exit_code == 0, sim.output
+    path = tmp_path / "sweep.json"
+    path.write_text(sim.stdout)
+    return path
+
+
+def test_advise_simulation_prices_the_simulated_model_and_refuses_another(cat, tmp_path):
+    path = _sweep(cat, tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["gpu_model"] == "A100" and doc["gpu_prices"]["on_demand"]["usd_per_gpu_hour"] > 0
+    assert doc["catalog_as_of"].endswith("T00:00:00Z")
+    base = ["advise", "--simulation", str(path), "--catalog", str(cat), "--format", "json"]
+    plain = runner.invoke(app, base)
+    same = runner.invoke(app, [*base, "--gpu-model", "a100"])
+    assert plain.exit_code == 0 and same.exit_code == 0, (plain.output, same.output)
+    a, b = json.loads(plain.stdout), json.loads(same.stdout)
+    assert a == b and a["gpu_model"] == "A100" and a["owning"]["server_capex_usd"] == 199000
+    assert a["cloud_prices"]["on_demand"]["usd_per_gpu_hour"] == doc["gpu_prices"]["on_demand"]["usd_per_gpu_hour"]
+    other = runner.invoke(app, [*base, "--gpu-model", "V100"])
+    assert other.exit_code == 2 and "contradicts sweep.json" in other.stderr and "A100" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+
+
+def test_owning_costs_what_the_model_costs(cat):
+    a = json.loads(runner.invoke(app, ["advise", "--catalog", str(cat), "--gpu-model", "A100", "--gpus", "64",
+                                       "--utilization", "0.5", "--format", "json"]).stdout)
+    v = json.loads(runner.invoke(app, ["advise", "--catalog", str(cat), "--gpu-model", "V100", "--gpus", "64",
+                                       "--utilization", "0.5", "--format", "json"]).stdout)
+    assert a["owning"]["server_capex_usd"] == 199000 and v["owning"]["server_capex_usd"] == 149000
+    assert a["owning"]["source"].startswith("NVIDIA DGX A100") and a["owning"]["as_of"] == "2020-05-14T00:00:00Z"
+    assert a["onprem_per_year_usd"] > v["onprem_per_year_usd"]
+
+
+def test_a_model_with_no_server_price_needs_one(cat):
+    (cat / "capex.csv").write_text("gpu_model,gpus_per_server,server_capex_usd,kw_per_server,as_of,source\n"
+                                   "V100,8,149000,3.5,2017-05-10,test\n")
+    r = runner.invoke(app, ["advise", "--catalog", str(cat), "--gpu-model", "A100", "--gpus", "64",
+                            "--utilization", "0.5"])
+    assert r.exit_code == 2 and "no server price for A100" in r.stderr and "--server-capex" in r.stderr
+    r = runner.invoke(app, ["advise", "--catalog", str(cat), "--gpu-model", "A100", "--gpus", "64",
+                            "--utilization", "0.5", "--server-capex", "150000", "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["owning"]["source"] == "--server-capex"
+
+
+def test_advise_simulation_plot_is_written(cat, tmp_path):
+    path = _sweep(cat, tmp_path)
+    png = tmp_path / "sizes.png"
+    r = runner.invoke(app, ["advise", "--simulation", str(path), "--catalog", str(cat), "--plot", str(png)])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:4] == b"\x89PNG"

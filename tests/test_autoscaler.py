@@ -146,3 +146,29 @@ def test_diagnose_rpc_on_the_latest_snapshot(broker):
     stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot([job(1, gpus=8)], full)))
     d = stub.Diagnose(pb.DiagnoseRequest()).diagnosis
     assert d.verdict == pb.VERDICT_RESOURCE_BOUND and d.allocation_rate == 1.0
+
+
+def test_a_pushed_queue_gets_an_offload_decision_before_training_bursts_and_classes_count(broker):
+    """The gRPC scheduler is told to move its eval/inference jobs (an ``offload`` decision with
+    their ids); the burst that follows is for training only, and a pushed job's class sets its
+    wait target (a production job waiting past 30 min goes although its runtime is a week)."""
+    stub, svc, clouds = broker
+    full = [node(f"gpu-{i}", "alloc", 8, 8) for i in range(2)]
+    pend = [job("e1", kind="eval"), job("i1", kind="inference", reason="Priority"),
+            job("t1", runtime_h=168, waited_s=2400, job_class="prod", priority=100, qos="high"),
+            *[job(f"t{i}", runtime_h=1) for i in range(2, 7)]]
+    r = stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, full)))
+    decisions = stub.ListDecisions(pb.ListDecisionsRequest()).decisions
+    off = [d for d in decisions if d.action == "offload"]
+    assert len(off) == 1 and sorted(off[0].job_ids) == ["e1", "i1"], [(d.action, d.reason) for d in decisions]
+    assert off[0].reason.startswith("offload 2 tuning/eval/inference jobs (2 GPUs) to a queue of their own "
+                                    "before bursting training")
+    bursts = [d for d in decisions if d.action == "burst"]
+    burst_ids = {j for d in bursts for j in d.job_ids}
+    assert "t1" in burst_ids and not burst_ids & {"e1", "i1"}, [(d.action, d.reason) for d in decisions]
+    assert any("class production 30 min" in d.reason for d in bursts if "t1" in d.job_ids)
+    assert r.decisions  # the report answers with what was decided
+    # reported again: the moved jobs are not offloaded twice
+    stub.ReportQueue(pb.ReportQueueRequest(snapshot=snapshot(pend, full)))
+    again = [d for d in stub.ListDecisions(pb.ListDecisionsRequest()).decisions if d.action == "offload"]
+    assert len(again) == 1

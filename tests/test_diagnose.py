@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -348,7 +349,8 @@ def test_cli_snapshot_history_and_nvidia_smi(tmp_path):
             "--save-snapshot", str(tmp_path / "out.json"))
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["verdict"] == "mixed" and doc["utilization"] == 2.0
+    assert doc["verdict"] == "mixed" and doc["utilization"] == 0.02  # a fraction, as allocation_rate
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["taken_at"])  # RFC 3339
     assert any(c["kind"] == "idle-allocated" and c["jobs"] == ["r1"] for c in doc["causes"])
     saved = json.loads((tmp_path / "out.json").read_text())
     assert len(saved["gpu_samples"]) == 4

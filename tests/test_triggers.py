@@ -1,6 +1,7 @@
 """Burst triggers: hysteresis, diagnosis gate, wait rule, cooldown, limits, scale-in."""
 import pytest
 
+from policies.classes import JobClass
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig
 from policies.triggers import (
@@ -65,8 +66,8 @@ def test_scheduling_bound_queue_bursts_nothing_by_default_and_overdue_jobs_only_
     assert d.action == HOLD and not d.jobs
     assert d.reason == ("did not burst, because scheduling-bound: 1 node drained with 8 GPUs out of "
                         "service (g3: ECC). Fix: Repair the drained nodes; 1 job (8 GPUs) waits past "
-                        "0.5 of the runtime: burst_overdue_when_scheduling_bound = true would send it "
-                        "anyway")
+                        "the wait target (class default 4.0 h; the lesser of the class target and 0.5 x "
+                        "runtime): burst_overdue_when_scheduling_bound = true would send it anyway")
     # the explicit opt-in sends the longest waiters anyway
     opt_in = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL,
                            burst_overdue_when_scheduling_bound=True)
@@ -102,7 +103,8 @@ def test_mixed_queue_bursts_only_what_capacity_can_fix():
 
 
 def test_predicted_wait_alone_fires_the_wait_rule():
-    cfg = TriggerConfig(threshold_trigger=False, selection=SEL)
+    # the runtime rule alone (a class with no wait target): policies.classes has the class rule
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, classes=(JobClass("default"),))
     d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("p", waited=0, pred=5000, runtime=7200)], "healthy")
     assert d.action == BURST and d.trigger == "wait"
     d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("p", waited=0, pred=3000, runtime=7200)], "healthy")

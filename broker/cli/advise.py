@@ -93,11 +93,14 @@ def advise_cmd(
     sacct: Optional[Path] = typer.Option(None, "--sacct", help="A Slurm accounting export (sacct --parsable2 "
                                          "--format=JobID,AllocTRES,Elapsed,Start,End): utilisation = GPU-time used "
                                          "/ (GPUs x the window it covers)."),
-    gpu_model: str = typer.Option("H100", "--gpu-model", help="GPU model to price in the catalog."),
-    gpus_per_server: int = typer.Option(8, "--gpus-per-server"),
-    server_capex: float = typer.Option(250_000.0, "--server-capex", help="USD per server."),
+    gpu_model: Optional[str] = typer.Option(None, "--gpu-model", help="GPU model to price in the catalog "
+                                            "(default: --simulation's, else H100)."),
+    gpus_per_server: Optional[int] = typer.Option(None, "--gpus-per-server", help="Default: the catalog's "
+                                                  "capex.csv for the model."),
+    server_capex: Optional[float] = typer.Option(None, "--server-capex", help="USD per server (default: the "
+                                                 "catalog's capex.csv for the GPU model, dated and sourced)."),
     amortisation_years: float = typer.Option(4.0, "--amortisation-years"),
-    kw_per_server: float = typer.Option(10.2, "--kw-per-server"),
+    kw_per_server: Optional[float] = typer.Option(None, "--kw-per-server", help="Default: capex.csv's."),
     pue: float = typer.Option(1.4, "--pue"),
     usd_per_kwh: float = typer.Option(0.12, "--usd-per-kwh"),
     staff_per_year: float = typer.Option(150_000.0, "--staff-per-year", help="USD a year, whole fleet."),
@@ -111,7 +114,7 @@ def advise_cmd(
     Examples: broker advise --gpus 512 --utilization 0.55;
     broker advise --simulation sweep.json (from broker simulate --onprem-gpus 256,512,1024 --format json).
     """
-    from policies.tco import OnPrem, TcoError, advise, cheapest_prices
+    from policies.tco import OnPrem, TcoError, advise
 
     check_format(fmt)
     sources = [s for s in (utilization, from_simulate, sacct, simulation) if s is not None]
@@ -120,18 +123,19 @@ def advise_cmd(
     if plot is not None and plot.suffix.lower() != ".png":
         exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
     catalog = _catalog(catalog_dir)
-    prices = cheapest_prices(catalog.offerings, catalog.committed_micros, gpu_model)
-    if not prices:
-        exit_usage(f"the catalog sells no {gpu_model.upper()} on demand; known: {', '.join(catalog.gpu_models)}.")
-    spec = OnPrem(gpus=1, gpus_per_server=gpus_per_server, server_capex_usd=server_capex,
-                  amortisation_years=amortisation_years, kw_per_server=kw_per_server, pue=pue,
+    model, prices = _model_and_prices(catalog, gpu_model, simulation)
+    owning = _owning(model, catalog_dir, gpus_per_server, server_capex, kw_per_server)
+    spec = OnPrem(gpus=1, gpus_per_server=owning["gpus_per_server"], server_capex_usd=owning["server_capex_usd"],
+                  amortisation_years=amortisation_years, kw_per_server=owning["kw_per_server"], pue=pue,
                   usd_per_kwh=usd_per_kwh, staff_usd_per_year=staff_per_year,
                   facility_usd_per_year=facility_per_year)
     if simulation is not None:
         from broker.cli.advise_sweep import advise_simulation
 
-        advise_simulation(simulation, sim_policy or "broker", spec, prices, gpu_model.upper(), catalog.as_of, fmt)
+        advise_simulation(simulation, sim_policy or "broker", spec, prices, model, catalog.as_of, fmt,
+                          owning=owning, plot=plot)
         return
+    gpu_model = model
     u, gpus, source = _measured(gpus, utilization, from_simulate, sim_policy or "onprem-only", sacct)
     if not isinstance(gpus, int) or gpus <= 0:
         exit_usage("--gpus must be a positive whole number.")
@@ -145,12 +149,86 @@ def advise_cmd(
             _plot(spec, adv, plot, gpu_model.upper())
         except OSError as e:
             exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
+    from broker.views import as_of
     out = {"gpus": gpus, "gpu_model": gpu_model.upper(), "utilization_source": source,
-           "catalog_as_of": catalog.as_of, **adv.to_dict()}
+           "catalog_as_of": as_of(catalog.as_of), "owning": {**owning, "as_of": as_of(owning["as_of"])},
+           **adv.to_dict()}
     if fmt == "json":
         print_json(out)
         return
     _print_advice(adv, gpus, gpu_model.upper(), u, source)
+
+
+def _model_and_prices(catalog, gpu_model: Optional[str], simulation: Optional[Path]) -> tuple[str, dict]:
+    """The GPU model and its cloud prices: the simulation's when there is one, else the catalog's."""
+    from policies.tco import cheapest_prices
+
+    sim_doc = _read_json(simulation) if simulation is not None else None
+    model = _model(gpu_model, sim_doc, simulation)
+    prices = _sim_prices(sim_doc, simulation, model) if sim_doc is not None else None
+    if not prices:
+        prices = cheapest_prices(catalog.offerings, catalog.committed_micros, model)
+    if not prices:
+        exit_usage(f"the catalog sells no {model} on demand; known: {', '.join(catalog.gpu_models)}.")
+    return model, prices
+
+
+def _model(flag: Optional[str], sim_doc: Optional[dict], simulation: Optional[Path]) -> str:
+    """The GPU model to price: a simulation's own, which a contradicting --gpu-model may not
+    change; else --gpu-model; else H100."""
+    given = flag.strip().upper() if flag is not None else None
+    if given == "":
+        exit_usage("--gpu-model is empty; name a GPU model such as A100 or H100.")
+    simulated = sim_doc.get("gpu_model") if sim_doc is not None else None
+    if simulated is not None and (not isinstance(simulated, str) or not simulated.strip()):
+        exit_usage(f"{simulation}: gpu_model must be a GPU model name; write it with `broker simulate --format json`.")
+    simulated = simulated.strip().upper() if simulated else None
+    if given and simulated and given != simulated:
+        exit_usage(f"--gpu-model {given} contradicts {simulation.name}, whose bursts were priced as {simulated}: "
+                   f"leave --gpu-model out, or simulate again with --gpu-model {given}.")
+    return simulated or given or "H100"
+
+
+def _sim_prices(doc: dict, path: Path, model: str) -> dict:
+    """The cloud prices the simulation recorded (``gpu_prices``), or {} for an older file."""
+    import math
+
+    from policies.tco import CloudPrice
+
+    raw = doc.get("gpu_prices")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        exit_usage(f"{path}: gpu_prices must be an object; write it with `broker simulate --format json`.")
+    out = {}
+    for kind, p in raw.items():
+        v = p.get("usd_per_gpu_hour") if isinstance(p, dict) else None
+        if kind not in ("on_demand", "committed_1y") or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or not math.isfinite(v) or v <= 0:
+            exit_usage(f"{path}: gpu_prices.{kind} must hold a positive usd_per_gpu_hour; write it with "
+                       f"`broker simulate --format json`.")
+        out[kind] = CloudPrice(kind, float(v), str(p.get("provider", ""))[:64], str(p.get("region", ""))[:64],
+                               str(p.get("instance_type", ""))[:64])
+    return out
+
+
+def _owning(model: str, catalog_dir: Optional[Path], gpus_per_server, server_capex, kw_per_server) -> dict:
+    """Server size, price and power for ``model``: the flags, else the catalog's capex.csv."""
+    from providers.capex import CapexError, load_capex
+
+    try:
+        row = load_capex(catalog_dir).get(model)
+    except CapexError as e:
+        exit_usage(f"{str(e).rstrip('.')}.")
+    if row is None and server_capex is None:
+        exit_usage(f"the catalog's capex.csv has no server price for {model}; give --server-capex (USD per "
+                   f"server) and --kw-per-server.")
+    return {"gpu_model": model,
+            "gpus_per_server": gpus_per_server if gpus_per_server is not None else (row.gpus_per_server if row else 8),
+            "server_capex_usd": server_capex if server_capex is not None else row.server_capex_usd,
+            "kw_per_server": kw_per_server if kw_per_server is not None else (row.kw_per_server if row else 10.2),
+            "as_of": row.as_of if row and server_capex is None else "",
+            "source": row.source if row and server_capex is None else "--server-capex"}
 
 
 def _catalog(catalog_dir: Optional[Path]):

@@ -35,7 +35,8 @@ def _number(v, path: Path, what: str, *, whole: bool = False, positive: bool = F
     return v
 
 
-def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, as_of: str, fmt: str) -> None:
+def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, as_of: str, fmt: str,
+                      owning: dict | None = None, plot: Path | None = None) -> None:
     """Price every size in a `broker simulate` JSON: owning the pool at its simulated utilisation
     plus its cloud bursts scaled to a year, against renting the trace's GPU-hours on demand."""
     from broker.cli.advise import _policy_of, _read_json
@@ -72,7 +73,20 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
         rec, reason = best_size(rows, rent_all)
     except TcoError as e:
         exit_usage(f"{str(e).rstrip('.')}.")
-    out = {"simulation": str(path), "policy": policy, "gpu_model": model, "catalog_as_of": as_of,
+    from broker.views import as_of as rfc3339
+
+    if plot is not None:
+        try:
+            _plot(rows, rent_all, plot, model, policy)
+        except OSError as e:
+            exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
+    own = dict(owning or {})
+    if "as_of" in own:
+        own["as_of"] = rfc3339(own["as_of"])
+    out = {"simulation": str(path), "policy": policy, "gpu_model": model, "catalog_as_of": rfc3339(as_of),
+           "owning": own, "cloud_prices": {k: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "provider": p.provider,
+                                               "region": p.region, "instance_type": p.instance_type}
+                                           for k, p in prices.items()},
            "rent_all_on_demand_per_year_usd": round(rent_all, 2), "recommendation": rec, "reason": reason,
            "sizes": [{"onprem_gpus": r.gpus, "onprem_utilization": round(r.utilization, 4),
                       "wait_p95_s": r.wait_p95_s, "own_per_year_usd": round(r.own_per_year, 2),
@@ -98,3 +112,25 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
     con.print(f"renting everything on demand ({od.label}, ${od.usd_per_gpu_hour:.2f}/GPU-h): "
               f"${rent_all:,.0f}/yr", highlight=False)
     con.print(f"recommendation: {reason}.", highlight=False)
+
+
+def _plot(rows, rent_all: float, path: Path, model: str, policy: str) -> None:
+    """Yearly cost per simulated pool size: owning, its bursts, and renting everything."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [str(r.gpus) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 5.5), constrained_layout=True)
+    ax.bar(xs, [r.own_per_year / 1e6 for r in rows], label="own the pool", color="tab:blue")
+    ax.bar(xs, [r.cloud_per_year / 1e6 for r in rows], bottom=[r.own_per_year / 1e6 for r in rows],
+           label=f"burst ({policy})", color="tab:orange")
+    ax.axhline(rent_all / 1e6, color="tab:red", linestyle="--", label="rent everything on demand")
+    ax.set_xlabel(f"on-prem {model} GPUs")
+    ax.set_ylabel("cost per year (M$)")
+    ax.set_title(f"Build vs rent per pool size ({model})")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

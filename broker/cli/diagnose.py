@@ -220,7 +220,9 @@ def diagnose_command(
     except ValueError as exc:
         exit_usage(f"{str(exc).rstrip('.')}.")
     if output == "json":
-        doc = {"source": snap.source, "taken_at": snap.taken_at, **diag.to_dict()}
+        from broker.views import iso
+
+        doc = {"source": snap.source, "taken_at": iso(snap.taken_at), **diag.to_dict()}
         if snap.extra.get("warnings"):
             doc["warnings"] = list(snap.extra["warnings"])
         print_json(doc)

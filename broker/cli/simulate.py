@@ -83,8 +83,9 @@ def _inputs(trace, catalog_dir, gpu_model, share, seed, strict, fractional, colu
     elif spot_lifetimes != "catalog":
         life_path = Path(spot_lifetimes)
     try:
-        tr = read_trace(trace, share, seed, model, strict=strict, fractional=fractional,
-                        columns=parse_columns(columns) if columns else None)
+        tr = _depth_trace(trace, seed, model) or read_trace(
+            trace, share, seed, model, strict=strict, fractional=fractional,
+            columns=parse_columns(columns) if columns else None)
         lifetimes = load_lifetimes(life_path) if life_path else None
     except TraceError as e:
         exit_usage(f"{str(e).rstrip('.')}.")
@@ -93,6 +94,24 @@ def _inputs(trace, catalog_dir, gpu_model, share, seed, strict, fractional, colu
         exit_usage(f"the trace names GPU model(s) {', '.join(unknown)} that the catalog does not sell; "
                    f"known: {', '.join(catalog.gpu_models)}.")
     return catalog, model, tr, lifetimes, life_path
+
+
+def _depth_trace(path: Path, seed: int, model: str):
+    """A per-minute queue-depth series (Helios' vc, minute, total_gpu, running_gpu, ...) is no
+    job trace: its arrivals are derived (broker.simulate.workloads), and stderr says how."""
+    from broker.simulate.trace import Trace
+    from broker.simulate.workloads import is_queue_depth, queue_depth_jobs
+
+    try:
+        with path.open(encoding="utf-8") as f:
+            header = [h.strip().lower() for h in f.readline().split(",")]
+    except (OSError, UnicodeDecodeError):
+        return None  # read_trace says what is wrong with it
+    if not is_queue_depth(header):
+        return None
+    w = queue_depth_jobs(path, seed, model)
+    typer.echo(f"broker: {path.name} is a per-minute queue-depth series, not a job trace: {w.note}.", err=True)
+    return Trace(str(path), w.jobs)
 
 
 @app.command("simulate")
@@ -151,9 +170,10 @@ def simulate_cmd(
     sys.stderr.write(f"broker: spot lifetimes: {f'observed ({life_path})' if life_path else 'the catalog rates'}\n")
     cfg = SimConfig(onprem_gpus=sizes[0], gpus_per_node=gpus_per_node, seed=seed, default_gpu_model=model,
                     checkpoint_minutes=checkpoint_minutes)
+    from broker.views import as_of
     doc = {"trace": tr.to_dict(), "gpus_per_node": gpus_per_node, "interruptible_share": interruptible_share,
            "seed": seed, "gpu_model": model, "spot_lifetimes": str(life_path) if life_path else "catalog",
-           "catalog_as_of": catalog.as_of}
+           "catalog_as_of": as_of(catalog.as_of), "gpu_prices": _gpu_prices(catalog, model)}
     if len(sizes) > 1:
         report.sweep(doc, tr.jobs, catalog, names, sizes, cfg, lifetimes, jobs, fmt, plot)
         return
@@ -168,3 +188,13 @@ def simulate_cmd(
         print_json(doc)
         return
     report.print_table(doc)
+
+
+def _gpu_prices(catalog, model: str) -> dict:
+    """The cheapest on-demand (and committed) price per GPU-hour of the simulated model, so
+    `broker advise --simulation` prices owning against what was simulated."""
+    from policies.tco import cheapest_prices
+
+    return {k: {"usd_per_gpu_hour": round(p.usd_per_gpu_hour, 6), "provider": p.provider, "region": p.region,
+                "instance_type": p.instance_type}
+            for k, p in cheapest_prices(catalog.offerings, catalog.committed_micros, model).items()}

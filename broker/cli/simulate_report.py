@@ -48,7 +48,7 @@ def print_table(doc: dict) -> None:
 
     pols = doc["policies"]
     t = Table(title=f"{doc['jobs']:,} jobs on {doc['onprem_gpus']} on-prem GPUs "
-                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of']})", box=box.SIMPLE_HEAD,
+                    f"({doc['gpu_model']} in the cloud, catalog {doc['catalog_as_of'][:10]})", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True, show_edge=False)
     for col in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
@@ -76,6 +76,11 @@ def print_table(doc: dict) -> None:
                   f"at a p95 wait of {fmt_s(b['wait_p95_s'])} against {fmt_s(o['wait_p95_s'])}; "
                   f"{b['cost_over_hindsight'] or 0:.2f}x its hindsight cost (each job it burst on the market that "
                   f"was cheapest knowing its interruptions).", highlight=False)
+    classes = pols.get("broker", {}).get("classes") or {}
+    if len(classes) > 1:  # the wait targets per class (policies.classes) and what each got
+        con.print("broker waits per class: " + "; ".join(
+            f"{c} {v['jobs']:,} jobs p95 {fmt_s(v['wait_p95_s'])} p99 {fmt_s(v['wait_p99_s'])}"
+            for c, v in classes.items()), highlight=False)
     con.print(preemptions_line(doc), highlight=False)
     unserved = {n: d["unserved_jobs"] for n, d in pols.items() if d["unserved_jobs"]}
     if unserved:

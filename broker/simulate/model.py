@@ -101,6 +101,7 @@ class PolicyResult:
     interruptions: int
     onprem_utilization: float
     waits: list[float]
+    class_waits: dict[str, list[float]] = field(default_factory=dict)  # class name -> waits
     wall_s: float = 0.0
     cpu_s: float = 0.0  # the replay's own CPU time (wall_s less what other processes took)
     series: dict[str, list[float]] = field(default_factory=dict)
@@ -109,10 +110,11 @@ class PolicyResult:
     hindsight_micros: int = 0  # each burst job on its cheapest market knowing its interruptions
     deadline_misses: int = 0  # burst jobs that finished after start-up + runtime x (1 + deadline slack)
 
-    def percentile(self, q: float) -> float:
-        if not self.waits:
+    def percentile(self, q: float, waits: list[float] | None = None) -> float:
+        waits = self.waits if waits is None else waits
+        if not waits:
             return 0.0
-        w = sorted(self.waits)
+        w = sorted(waits)
         k = (len(w) - 1) * q
         lo = int(k)
         hi = min(lo + 1, len(w) - 1)
@@ -141,6 +143,10 @@ class PolicyResult:
             "cloud_deadline_misses": self.deadline_misses,
             "unserved_jobs": self.unserved,
             "never_runnable_jobs": self.never_runnable,
+            "classes": {c: {"jobs": len(w), "wait_p50_s": round(self.percentile(0.50, w), 1),
+                            "wait_p95_s": round(self.percentile(0.95, w), 1),
+                            "wait_p99_s": round(self.percentile(0.99, w), 1)}
+                        for c, w in sorted(self.class_waits.items())},
             "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,
             "replay_jobs_per_cpu_s": round(self.jobs / self.cpu_s, 1) if self.cpu_s > 0 else None,
         }

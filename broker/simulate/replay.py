@@ -10,8 +10,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
+from policies.classes import JobClass, classify, wait_target_s
 from policies.queue import PendingJob
 from policies.selection import Candidate
 from policies.triggers import BURST, Signals, TriggerState, allocation_verdict, evaluate
@@ -62,9 +64,24 @@ def run_policies(
     return out
 
 
+def job_classes(jobs: Sequence[TraceJob], classes: Sequence[JobClass]) -> list[JobClass]:
+    """Each job's class from its trace label (one :func:`classify` per distinct label)."""
+    seen: dict[str, JobClass] = {}
+    out = []
+    for j in jobs:
+        c = seen.get(j.job_class)
+        if c is None:
+            c = seen[j.job_class] = classify(classes, j.job_class)
+        out.append(c)
+    return out
+
+
 class Replay:
     def __init__(self, jobs, catalog, policy, cfg, lifetimes, progress):
-        self.jobs = list(jobs)
+        self.cls = job_classes(jobs, policy.trigger.classes)
+        # A class kept off spot makes its jobs non-interruptible for every policy.
+        self.jobs = [replace(j, interruptible=False) if c.spot is False and j.interruptible else j
+                     for j, c in zip(jobs, self.cls)]
         self.n = n = len(self.jobs)
         self.policy = policy
         self.cfg = cfg
@@ -157,6 +174,10 @@ class Replay:
         n, st, cl, c = self.n, self.state, self.onprem, self.cloud
         span = max(1.0, self.last_time - self.t0)
         waits = [self.wait[i] for i in range(n) if st[i] == DONE and self.wait[i] >= 0]
+        by_class: dict[str, list[float]] = {}
+        for i in range(n):
+            if st[i] == DONE and self.wait[i] >= 0:
+                by_class.setdefault(self.cls[i].name, []).append(self.wait[i])
         unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW, NEVER))
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
@@ -165,7 +186,7 @@ class Replay:
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
+            waits=waits, class_waits=by_class, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:
@@ -203,25 +224,29 @@ class Replay:
         if pol.predict:
             self.pred[i] = cl.predict(i, t, ahead)
         tc = pol.trigger
-        if tc.order == "ranked":
+        cls = self.cls[i]
+        if tc.order == "ranked" and cls.burst:
             # Eligible by wait now or later: add it to the pool when its (predicted) wait reaches
-            # the minimum share, and to the overdue list when it reaches the wait ratio.
-            run = j.duration_s
+            # the minimum share, and to the overdue list when it reaches its wait target
+            # (policies.classes.wait_target_s, as the trigger's).
+            run = j.duration_s if j.runtime_known else 0.0
             ch = self.cloud.chooser.for_job(i)
             min_run = tc.selection.min_runtime_startups * ch.startup_s
-            if run >= min_run and j.gpus <= tc.max_gpus_in_flight:
+            if (run >= min_run or run <= 0) and j.gpus <= tc.max_gpus_in_flight:
                 pred = self.pred[i]
-                if pred > self.ratio * run:
+                target = wait_target_s(run, 0.0, cls, self.ratio)
+                if pred > target:
                     self.overdue.append(i)
                     self.want_tick(t)
-                else:
-                    self.push(t + self.ratio * run + 1e-6, E_CHECK, i)
+                elif math.isfinite(target):
+                    self.push(t + target + 1e-6, E_CHECK, i)
                 if tc.threshold_trigger:
                     share = tc.selection.min_wait_share * ch.price_ratio
-                    if pred >= share * run:
+                    bar = min(share * run, cls.max_wait_s) if run > 0 else cls.max_wait_s
+                    if pred >= bar:
                         self.add_pool(i)
-                    else:
-                        self.push(t + share * run, E_CHECK, -1 - i)
+                    elif math.isfinite(bar):
+                        self.push(t + bar, E_CHECK, -1 - i)
         self.want_tick(t)
 
     def add_pool(self, i: int) -> None:
@@ -229,7 +254,9 @@ class Replay:
             return
         j = self.jobs[i]
         self.in_pool[i] = True
-        heapq.heappush(self.pool, ((0 if j.interruptible else 1, 3, j.duration_s, j.data_gb, j.submit_s), i))
+        run = j.duration_s if j.runtime_known else math.inf  # as policies.selection.rank_key
+        heapq.heappush(self.pool, ((-self.cls[i].priority, 0 if j.interruptible else 1, 3, run, j.data_gb,
+                                    j.submit_s), i))
 
     # -- the trigger --------------------------------------------------------------------------
 
@@ -245,10 +272,11 @@ class Replay:
     def candidate(self, i: int, t: float) -> Candidate:
         j = self.jobs[i]
         ch = self.cloud.chooser.for_job(i)
-        return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=int(math.ceil(j.duration_s)),
+        run = int(math.ceil(j.duration_s)) if j.runtime_known else 0
+        return Candidate(PendingJob(job_id=j.job_id, gpus=j.gpus, est_runtime_s=run,
                                     waited_s=int(t - j.submit_s), interruptible=j.interruptible,
-                                    data_gb=j.data_gb, kind=j.kind, queue=j.queue),
-                         self.pred[i], ch.price_ratio, ch.startup_s)
+                                    data_gb=j.data_gb, kind=j.kind, queue=j.queue, job_class=j.job_class),
+                         self.pred[i], ch.price_ratio, ch.startup_s, self.cls[i])
 
     def threshold_jobs(self, want: int, skip: set[int], popped: list) -> list[int]:
         """Up to ``want`` GPUs of pending jobs the threshold trigger would send first (FIFO, or

@@ -19,6 +19,9 @@ gpu_model       gpu_model, gpu, gpu_type, gpu_spec
 data_gb         data_gb, data_in_gb, dataset_gb
 kind            kind
 checkpoint      checkpoint_minutes
+job_class       class, job_class, qos, priority, job_type, queue, partition (the class label,
+                matched with :func:`policies.classes.classify`)
+runtime_known   runtime_known (false: the policy sees no runtime, only the job's class)
 =============== ================================================================================
 
 ``job_id``, ``submit`` and ``gpus`` are required, and ``duration`` or ``start`` and ``end``.
@@ -62,6 +65,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "data_gb": ("data_gb", "data_in_gb", "dataset_gb"),
     "kind": ("kind",),
     "checkpoint": ("checkpoint_minutes",),
+    "job_class": ("class", "job_class", "qos", "priority", "job_type", "queue", "partition"),
+    "runtime_known": ("runtime_known",),
 }
 _REQUIRED = ("job_id", "submit", "gpus")
 _EMPTY = {"", "none", "null", "nan", "na", "n/a", "unknown", "-"}
@@ -83,6 +88,8 @@ class TraceJob:
     data_gb: float = 0.0
     kind: str = "training"
     checkpoint_minutes: int = 0
+    job_class: str = ""  # the class label (policies.classes), "" = none
+    runtime_known: bool = True  # False: the policy sees no runtime (the replay still runs it)
     censored: bool = False  # still running when the trace ended: replayed up to its end
 
 
@@ -195,7 +202,7 @@ class _Row:
     start: float | None
     end: float | None
     has_start: bool
-    extra: tuple  # queue, interruptible, gpu_model, data_gb, kind, checkpoint
+    extra: tuple  # queue, interruptible, gpu_model, data_gb, kind, checkpoint, job_class, runtime_known
 
 
 class _Reader:
@@ -247,7 +254,16 @@ class _Reader:
     def extra(self, line: int, row: list[str], jid: str) -> tuple:
         return (self.get(row, "queue"), self.interruptible(line, row, jid),
                 self.get(row, "gpu_model").upper() or self.o["model"], self.data_gb(line, row),
-                self.kind(line, row), self.checkpoint(line, row))
+                self.kind(line, row), self.checkpoint(line, row), self.get(row, "job_class")[:64],
+                self.runtime_known(line, row))
+
+    def runtime_known(self, line: int, row: list[str]) -> bool:
+        v = self.get(row, "runtime_known").lower()
+        if v in _TRUE or not v:
+            return True
+        if v in _FALSE:
+            return False
+        raise self.fail(line, f"runtime_known must be true or false, got {v!r}")
 
     def interruptible(self, line: int, row: list[str], jid: str) -> bool:
         if self.c["interruptible"] is None:

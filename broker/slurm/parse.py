@@ -137,7 +137,8 @@ def _job_from_json(j: Mapping[str, Any]) -> list[SlurmJob]:
         partition=_json_str(j.get("partition")), user=_json_str(j.get("user_name")),
         submit_time=submit or None, start_time=start or None, time_limit_s=limit_s,
         node_count=node_count, gpus=gpus, gpu_model=model, exclusive=exclusive, nodes=nodes,
-        comment=_json_str(j.get("comment")), extra={"flags": flags},
+        comment=_json_str(j.get("comment")), extra={"flags": flags}, qos=_json_str(j.get("qos"))[:64],
+        priority=_priority(_json_number(j.get("priority"))),
     )
     array_id = int(_json_number(j.get("array_job_id")) or 0)
     if array_id:
@@ -148,6 +149,13 @@ def _job_from_json(j: Mapping[str, Any]) -> list[SlurmJob]:
         if task_str:
             return [replace(base, job_id=f"{array_id}_{t}") for t in _array_tasks(task_str)]
     return [base]
+
+
+def _priority(v: float | None) -> int:
+    """Slurm's job priority as a whole number (0: none; bounded, as the store's integers)."""
+    if v is None or not math.isfinite(v) or v <= 0:
+        return 0
+    return int(min(v, 2**31 - 1))
 
 
 def parse_squeue_jobs_json(text: str) -> list[SlurmJob]:
@@ -451,7 +459,8 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
                 exclusive=f.get("OverSubscribe", "").upper() in ("NO", "USER", "MCS"),
                 nodes=expand_hostlist(f.get("NodeList", "")) if running else (),
                 comment="" if f.get("Comment", "") in _NULLS else f.get("Comment", ""),
-                extra={"fields": f},
+                extra={"fields": f}, qos=f.get("QOS", "")[:64],
+                priority=_priority(float(f["Priority"]) if f.get("Priority", "").isdigit() else None),
             )
             if task_ids:
                 jobs.extend(replace(job, job_id=f"{jid}_{t}") for t in task_ids)

@@ -75,6 +75,8 @@ class SlurmJob:
     nodes: tuple[str, ...] = ()
     comment: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    qos: str = ""
+    priority: int = 0
 
     @property
     def is_pending(self) -> bool:
@@ -344,7 +346,7 @@ def jobs_to_queue(jobs: Iterable[SlurmJob], now: float
                 waited_s=max(0, int(now - job.submit_time)) if job.submit_time else 0,
                 pending_reason=job.reason, interruptible=hints.interruptible,
                 checkpoint_minutes=hints.checkpoint_minutes, data_gb=hints.data_gb,
-                kind=hints.kind, exclusive=job.exclusive,
+                kind=hints.kind, exclusive=job.exclusive, qos=job.qos, priority=job.priority,
             ))
         else:
             running.append(RunningJob(

@@ -12,6 +12,9 @@ Configuration (``[slurm]``; every key optional except the shapes a resume needs)
     burst_partition = "burst"         # the partition of the CLOUD nodes
     onprem_partitions = []            # partitions whose jobs may burst ([] = any but burst);
                                       # onprem_partition = "gpu" is the one-partition spelling
+    offload_partition = ""            # tuning/eval/inference jobs blocking training move here
+                                      # (scontrol update jobid=... partition=...) before training
+                                      # bursts; "" = the diagnosis names them, nothing moves
     server = "127.0.0.1:50051"        # broker for resume/suspend (--server, $BROKER_SERVER win)
     set_node_addr = true              # scontrol update nodename=N nodeaddr=IP after a launch;
                                       # false when cloud nodes resolve by name (DNS, cloud_dns)
@@ -85,6 +88,9 @@ class SlurmSettings(Table):
     burst_partition: str = "burst"
     onprem_partitions: tuple[str, ...] = ()
     onprem_partition: str = ""  # the one-partition spelling of onprem_partitions
+    # Where tuning/eval/inference jobs blocking training are moved before training bursts
+    # (policies.offload); "" = they are not moved, the diagnosis only names them.
+    offload_partition: str = ""
     server: str = ""
     set_node_addr: bool = True
     tenant: str = "default"
@@ -95,7 +101,8 @@ class SlurmSettings(Table):
     shapes: dict[str, Shape] = {}
 
     def __post_init__(self) -> None:
-        for k in ("cluster", "squeue", "sinfo", "scontrol", "slurm_conf", "burst_partition", "server",
+        for k in ("cluster", "squeue", "sinfo", "scontrol", "slurm_conf", "burst_partition", "offload_partition",
+                  "server",
                   "tenant", "bootstrap", "log"):
             setattr(self, k, getattr(self, k).strip())
         for k in ("squeue", "sinfo", "scontrol"):
@@ -103,6 +110,8 @@ class SlurmSettings(Table):
                 raise bad(k, f"must be an absolute path (Slurm runs the programs with no PATH), got {getattr(self, k)!r}")
         if not _NAME.fullmatch(self.burst_partition):
             raise bad("burst_partition", f"must be one partition name, got {self.burst_partition!r}")
+        if self.offload_partition and not _NAME.fullmatch(self.offload_partition):
+            raise bad("offload_partition", f"must be one partition name, got {self.offload_partition!r}")
         if not self.cluster:
             raise bad("cluster", "must not be empty")
         parts = [p.strip() for p in (self.onprem_partition, *self.onprem_partitions) if p.strip()]

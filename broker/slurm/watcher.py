@@ -133,6 +133,31 @@ class SlurmBurstTarget:
         self.settings = settings
         self.scontrol = scontrol or Scontrol(settings.scontrol, settings.env, settings.command_timeout_s)
 
+    @property
+    def offload_partition(self) -> str:
+        return self.settings.offload_partition
+
+    def offload(self, job_ids: list[str]) -> list[str]:
+        """``scontrol update jobid=X partition=<offload_partition>`` for each job still pending;
+        returns the ids moved. Raises :class:`SlurmHandoffError` naming every job that could not
+        be moved (the others are)."""
+        part = self.settings.offload_partition
+        moved, errors = [], []
+        for jid in job_ids:
+            try:
+                job = self.scontrol.job(jid)
+                if job is None or not job.is_pending:
+                    continue
+                if job.partition.split(",") != [part]:
+                    self.scontrol.set_partitions(jid, [part])
+                    log.info("offloaded", job=jid, partition=part)
+                moved.append(jid)
+            except (SlurmCommandError, ValueError) as e:
+                errors.append(f"job {jid}: {e}")
+        if errors:
+            raise SlurmHandoffError("; ".join(errors))
+        return moved
+
     def allow_burst(self, job_ids: list[str]) -> None:
         """``scontrol update jobid=X partition=<its partitions>,<burst>`` for each pending job.
 

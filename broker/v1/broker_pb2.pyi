@@ -481,7 +481,7 @@ class HandoffResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class PendingJob(_message.Message):
-    __slots__ = ("job_id", "user", "queue", "gpus", "gpu_model", "min_gpu_memory_gb", "nodes", "time_limit_s", "est_runtime_s", "waited_s", "pending_reason", "interruptible", "checkpoint_minutes", "data_gb", "kind", "exclusive")
+    __slots__ = ("job_id", "user", "queue", "gpus", "gpu_model", "min_gpu_memory_gb", "nodes", "time_limit_s", "est_runtime_s", "waited_s", "pending_reason", "interruptible", "checkpoint_minutes", "data_gb", "kind", "exclusive", "job_class", "priority", "qos")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -498,6 +498,9 @@ class PendingJob(_message.Message):
     DATA_GB_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    JOB_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     queue: str
@@ -514,7 +517,10 @@ class PendingJob(_message.Message):
     data_gb: float
     kind: str
     exclusive: bool
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., min_gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ..., waited_s: _Optional[int] = ..., pending_reason: _Optional[str] = ..., interruptible: _Optional[bool] = ..., checkpoint_minutes: _Optional[int] = ..., data_gb: _Optional[float] = ..., kind: _Optional[str] = ..., exclusive: _Optional[bool] = ...) -> None: ...
+    job_class: str
+    priority: int
+    qos: str
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., min_gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ..., waited_s: _Optional[int] = ..., pending_reason: _Optional[str] = ..., interruptible: _Optional[bool] = ..., checkpoint_minutes: _Optional[int] = ..., data_gb: _Optional[float] = ..., kind: _Optional[str] = ..., exclusive: _Optional[bool] = ..., job_class: _Optional[str] = ..., priority: _Optional[int] = ..., qos: _Optional[str] = ...) -> None: ...
 
 class ClusterNode(_message.Message):
     __slots__ = ("name", "state", "gpus_total", "gpus_allocated", "gpu_model", "partitions", "reason")
