@@ -139,17 +139,26 @@ class Autoscaler:
 
     # -- cloud state for the trigger -------------------------------------------------------------
     def _cloud_state(self, source: str, now: float) -> tuple[int, dict[str, float]]:
-        """Cloud GPUs in flight for this source, and its running leases with no job (idle since)."""
+        """Cloud GPUs in flight for this source, and its running leases with no job (idle since).
+
+        Only leases burst for this source count (``job.source``, which the autoscaler alone
+        writes), so a snapshot decides nothing about, and its answer tells nothing of, another
+        source's or tenant's capacity. A lease without a source is no pushed source's; a source
+        the broker watches itself (Slurm) also counts the unsourced nodes its scheduler resumed
+        (leases with node names) as in flight, never as idle capacity to scale in."""
         gpus, idle = 0, {}
         cat = self.svc.engine.catalog
+        watched = source in self.watchers
         for l in self.svc.store.list_leases(states=LIVE):
             job = l.job
-            if job.get("source", source) != source:
+            mine = job.get("source") == source
+            if not mine and not (watched and not job.get("source") and job.get("node_names")):
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
             # Leases of scheduler-managed nodes (Slurm cloud nodes) are torn down by the scheduler.
-            if l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") and l.idle_since:
+            if mine and l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") \
+                    and l.idle_since:
                 idle[l.lease_id] = l.idle_since
         return gpus, idle
 

@@ -4,7 +4,10 @@ handler sees it, so no size, count or value can make the server build something 
 One walk over each request (the fields it sets) applies:
 
 - every string: at most ``max_string_chars`` characters (tighter for names and ids, see
-  :data:`FIELDS`) and no NUL character (no database stores one);
+  :data:`FIELDS`), and none of the characters no cloud, database or log line takes: C0 and C1
+  controls (tab, line feed and carriage return only in free text: a reason, a job's
+  environment), Unicode non-characters (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) and lone surrogates
+  (a cloud that is sent one answers with something its SDK cannot parse);
 - every list and map: at most ``max_list_items`` entries (tighter for a demand's filters and a
   launch's node names);
 - every double: a finite number, inside its field's range where :data:`FIELDS` gives one
@@ -31,6 +34,7 @@ All of these are ``[limits]`` keys.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -91,6 +95,25 @@ class Rule:
     hi: float | None = None
     chars: int | None = None   # strings: at most this many characters
     items: int | None = None   # lists: at most this many entries
+    text: bool = False         # free text: tab, line feed and carriage return are allowed
+
+
+# C0 and C1 controls, DEL, non-characters and surrogates; FREE_TEXT lets tab, LF and CR through.
+_NONCHARS = "\ufdd0-\ufdef" + "".join(f"\\U{p + 0xFFFE:08x}\\U{p + 0xFFFF:08x}" for p in range(0, 0x110000, 0x10000))
+_BAD = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff{_NONCHARS}]")
+_BAD_IN_TEXT = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff{_NONCHARS}]")
+
+
+def bad_character(value: str, text: bool = False) -> str:
+    """How the first character no cloud takes is described ("U+0001, a control character"), or
+    "" when ``value`` has none."""
+    m = (_BAD_IN_TEXT if text else _BAD).search(value)
+    if m is None:
+        return ""
+    cp = ord(m.group())
+    kind = ("a NUL character" if cp == 0 else "a control character" if cp < 0xA0
+            else "a lone surrogate" if 0xD800 <= cp <= 0xDFFF else "a Unicode non-character")
+    return f"U+{cp:04X}, {kind}"
 
 
 NAME, ID = Rule(chars=128), Rule(chars=256)
@@ -115,7 +138,8 @@ FIELDS: dict[str, Rule] = {
     "WatchLeasesRequest.lease_id": ID, "WatchLeasesRequest.after_event_id": Rule(0, 2**62),
     "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, 100_000),
     "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, 100_000),
-    "ReleaseRequest.reason": Rule(chars=1024),
+    "ReleaseRequest.reason": Rule(chars=1024, text=True), "PendingJob.pending_reason": Rule(text=True),
+    "ClusterNode.reason": Rule(text=True),
     "PendingJob.job_id": ID, "PendingJob.user": NAME, "PendingJob.queue": NAME, "PendingJob.gpus": Rule(0, 100_000),
     "PendingJob.gpu_model": NAME, "PendingJob.min_gpu_memory_gb": Rule(0, 10_000),
     "PendingJob.time_limit_s": SECONDS, "PendingJob.est_runtime_s": SECONDS, "PendingJob.waited_s": SECONDS,
@@ -162,8 +186,8 @@ class Bounds:
                         vfd = fd.message_type.fields_by_name["value"]
                         if vfd.message_type is not None:
                             self.check(v, f"{where}[{_short(k)}]")
-                        else:
-                            self._scalar(vfd, v, f"{where}[{_short(k)}]", Rule())
+                        else:  # a map's values (a job's environment) are free text
+                            self._scalar(vfd, v, f"{where}[{_short(k)}]", Rule(text=True))
                     continue
                 for i, v in enumerate(value):
                     if fd.message_type is not None:
@@ -181,8 +205,10 @@ class Bounds:
             chars = rule.chars or self.limits.max_string_chars
             if len(value) > chars:
                 raise InvalidArgument(f"{where} is {len(value)} characters long; at most {chars}.", field=where)
-            if "\x00" in value:
-                raise InvalidArgument(f"{where} contains a NUL character.", field=where)
+            bad = bad_character(value, rule.text)
+            if bad:
+                raise InvalidArgument(f"{where} contains {bad.split(', ', 1)[1]} ({bad.split(',', 1)[0]}): "
+                                      "no cloud, log or database takes it.", field=where)
         elif t == FieldDescriptor.TYPE_ENUM:
             if fd.enum_type.values_by_number.get(value) is None:
                 raise InvalidArgument(f"{where} is {value}, not a {fd.enum_type.name} value.", field=where)

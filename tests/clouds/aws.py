@@ -7,7 +7,8 @@ process; any process can talk to it at :attr:`AwsCloud.url` with real boto3 clie
 
 - injects faults per call (:meth:`AwsCloud.inject`, :meth:`AwsCloud.fail_rate`), answering EC2's
   real error XML with EC2's HTTP status ("slow" answers correctly but only after ``slow_s``, longer
-  than a client's read timeout; "reset" drops the connection without an answer);
+  than a client's read timeout; "reset" drops the connection without an answer; "html" is a
+  load balancer's 502 HTML page, "garbage" a 200 whose body is no answer at all);
 - logs every EC2 call with its form parameters (:attr:`AwsCloud.calls`, :meth:`AwsCloud.count`);
 - honours ``ClientToken`` on RunInstances the way EC2 does (same token and parameters: the first
   answer again, no new instances; same token, other parameters: ``IdempotentParameterMismatch``);
@@ -43,7 +44,11 @@ import pytest
 
 ACCOUNT_ID = "123456789012"
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
-FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "invalid", "reset")
+FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "invalid", "reset", "html", "garbage")
+# What a proxy or load balancer in front of an endpoint answers: an HTML page, not AWS's XML/JSON.
+HTML_PAGE = (b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body><center><h1>502 Bad "
+             b"Gateway</h1></center><hr><center>awselb/2.0</center></body></html>\n")
+GARBAGE = b"\x00\x01<<not an answer>> \xff\xfe garbage"
 
 # kind -> (EC2 error code, HTTP status, message)
 _FAULTS = {
@@ -500,6 +505,9 @@ class _Front:
             call = Call(environ.get("HTTP_X_AMZ_TARGET", ""), self.cloud.market.region_of(environ), {})
             self.cloud._record(call)
             fault = self.cloud._take_fault(call.action)
+            if fault is not None and fault.kind in ("html", "garbage"):
+                call.fault = fault.kind
+                return self._page(call, start_response, fault.kind)
             if fault is not None and fault.kind not in ("slow", "reset"):
                 call.fault = fault.kind
                 code = fault.code or {"throttle": "ThrottlingException", "auth": "AccessDeniedException",
@@ -529,6 +537,8 @@ class _Front:
                     sock.shutdown(socket.SHUT_RDWR)
                 call.status = 0
                 return []
+            if fault.kind in ("html", "garbage"):
+                return self._page(call, start_response, fault.kind)
             if fault.kind != "slow":
                 code, status, message = _FAULTS[fault.kind]
                 if fault.code:
@@ -542,6 +552,11 @@ class _Front:
         if fault is not None and fault.kind == "slow":
             time.sleep(self.cloud.slow_s)
         return self._answer(call, start_response, status, headers, out)
+
+    def _page(self, call: Call, start_response: Any, kind: str) -> list[bytes]:
+        if kind == "html":
+            return self._answer(call, start_response, 502, [("Content-Type", "text/html")], HTML_PAGE)
+        return self._answer(call, start_response, 200, [("Content-Type", "text/xml")], GARBAGE)
 
     @staticmethod
     def _answer(call: Call, start_response: Any, status: int, headers: list, body: bytes) -> list[bytes]:
