@@ -3,21 +3,32 @@
 32 concurrent clients (each with its own channel and TCP connection) send a mix of Quote,
 ReportQueue, Launch followed by Release (real SDK calls against the three mocked clouds on
 loopback), and ListLeases, for ``--seconds`` (default 600). The server runs as a subprocess, as a
-user starts it; its resident memory (VmRSS) is sampled every second. Per store (SQLite, and
-PostgreSQL when it answers on 127.0.0.1:5432) it prints throughput, p50/p99 and errors per RPC,
-RSS over time, and the RSS growth over the last half of the run (target: under 10 %).
+user starts it, and so do the mocked clouds (``--clouds process``, the default: they then share
+neither a process nor its GIL with the clients; ``--clouds inline`` runs them in this process).
+The server's resident memory (VmRSS) and threads are sampled every second, and its own RPC
+timings are read from its /metrics every ``--window`` seconds (default 60).
+
+Per store (SQLite, and PostgreSQL when it answers on 127.0.0.1:5432) it prints throughput,
+p50/p99 and errors per RPC; then one row per window: calls per second, the Quote p99 the clients
+saw, the server's own handling time per RPC (count and p99 from its histogram), the calls it
+refused as busy (``limits.max_cloud_calls``), its CPU time per call, its threads and the load
+average; then its verdicts: throughput and Quote p99 flat (every window within 20 % of
+the windows' median; the last window is left out when shorter than half a window) and RSS growth
+over the last half of the run under 10 %. It exits 1 when a verdict is missed.
 
 Run: .venv/bin/python benchmarks/load.py [--seconds 600] [--clients 32] [--store sqlite|postgresql|both]
+     [--window 60] [--clouds process|inline]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
-import statistics
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -29,6 +40,9 @@ sys.path.insert(0, str(ROOT))
 #: snapshots, and launches that are released again straight away.
 MIX = (("Quote", 45), ("ListLeases", 20), ("ReportQueue", 20), ("Launch+Release", 15))
 DEMANDS = (("H100", 8, 24.0), ("A100", 16, 12.0), ("L4", 1, 2.0), ("", 4, 6.0))
+#: The server-side RPCs shown per window (their handling time, from the server's own histogram).
+SERVER_RPCS = ("Quote", "ListLeases", "ReportQueue", "Launch", "Release")
+FLAT = 0.20  # a window's figure within this share of the windows' median is "flat"
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -36,14 +50,31 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def rss_mb(pid: int) -> float:
+def proc_status(pid: int, key: str) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
     except OSError:
         pass
     return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    return proc_status(pid, "VmRSS") / 1024
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used: the server's own work, whatever the load."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def snapshot_pb(pb, rng: random.Random):
@@ -64,23 +95,28 @@ def snapshot_pb(pb, rng: random.Random):
 
 
 class Load:
-    """The clients and what they saw."""
+    """The clients and what they saw: each answered call as (seconds since start, op, latency)."""
 
     def __init__(self, address: str, clients: int, seconds: float, seed: int) -> None:
         self.address, self.clients, self.seconds, self.seed = address, clients, seconds, seed
-        self.lat: dict[str, list[float]] = defaultdict(list)
+        self.calls: list[tuple[float, str, float]] = []
         self.errors: dict[str, Counter] = defaultdict(Counter)
         self.first_error: dict[str, str] = {}  # per RPC and status: the first details seen
         self.lock = threading.Lock()
+        self.t0 = 0.0
+        self.busy = 0  # calls a busy server refused and the client asked again
+
+    def lat(self, op: str, since: float = 0.0, until: float = float("inf")) -> list[float]:
+        return [lat for t, o, lat in self.calls if o == op and since <= t < until]
 
     def run(self) -> float:
         threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(self.clients)]
-        t0 = time.monotonic()
+        self.t0 = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join(self.seconds + 120)
-        return time.monotonic() - t0
+        return time.monotonic() - self.t0
 
     def _client(self, i: int) -> None:
         import grpc
@@ -93,7 +129,7 @@ class Load:
         # Each client its own connection: a local subchannel pool stops grpc sharing one socket.
         with grpc.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
             stub = pb_grpc.BrokerStub(ch)
-            deadline = time.monotonic() + self.seconds
+            deadline = self.t0 + self.seconds
             while time.monotonic() < deadline:
                 op = rng.choices(names, weights)[0]
                 t = time.perf_counter()
@@ -105,7 +141,7 @@ class Load:
                         self.first_error.setdefault(f"{op} {e.code().name}", (e.details() or "")[:160])
                     continue
                 with self.lock:
-                    self.lat[op].append(time.perf_counter() - t)
+                    self.calls.append((time.monotonic() - self.t0, op, time.perf_counter() - t))
 
     def _call(self, op: str, stub, pb, rng: random.Random, i: int) -> None:
         import grpc
@@ -131,13 +167,135 @@ class Load:
                 # A launch whose answer was lost (deadline, unavailable) is asked again with the same
                 # key, as a careful client does: the broker answers with the lease it already made.
                 try:
-                    lease = stub.Launch(req, timeout=60).lease
+                    lease = self._patient(stub.Launch, req, 60).lease
                     break
                 except grpc.RpcError as e:
                     if attempt == 2 or e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                                         grpc.StatusCode.UNAVAILABLE):
                         raise
-            stub.Release(pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test"), timeout=60)
+            self._patient(stub.Release, pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test"), 60)
+
+    def _patient(self, method, request, budget_s: float):
+        """``method(request)`` within ``budget_s``; a server busy with as many calls that wait on
+        a cloud as it takes (limits.max_cloud_calls) is asked again after a growing, jittered
+        pause, as broker.client does."""
+        import grpc
+
+        from broker.limits import BUSY
+
+        deadline, pause = time.monotonic() + budget_s, 0.25
+        while True:
+            try:
+                return method(request, timeout=max(0.001, deadline - time.monotonic()))
+            except grpc.RpcError as e:
+                wait = pause * (0.5 + random.random())
+                busy = e.code() == grpc.StatusCode.UNAVAILABLE and any(k == BUSY for k, _ in e.trailing_metadata() or ())
+                if not busy or time.monotonic() + wait >= deadline:
+                    raise
+                with self.lock:
+                    self.busy += 1
+            time.sleep(wait)
+            pause = min(pause * 2, 5.0)
+
+
+class ServerTimings:
+    """The server's own view, read every ``window`` seconds: its RPC handling-time histogram
+    (``broker_rpc_duration_seconds`` on /metrics), its threads, and the host's load average."""
+
+    def __init__(self, metrics_url: str, pid: int, window: float) -> None:
+        self.url, self.pid, self.window = metrics_url, pid, window
+        self.samples: list[tuple[float, dict, float, float, float]] = []  # (t, buckets, threads, load, cpu s)
+        self.max_threads = 0.0
+        self.failed, self.first_failure = 0, ""  # scrapes of /metrics that failed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, t0: float) -> "ServerTimings":
+        self.t0 = t0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # /metrics opens just after SERVING
+            try:
+                self._histogram()
+                break
+            except OSError:
+                time.sleep(0.2)
+        self._take()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._take()
+
+    def _run(self) -> None:
+        n = 1
+        while not self._stop.wait(max(0.0, self.t0 + n * self.window - time.monotonic())):
+            self._take()
+            n += 1
+
+    def _take(self) -> None:
+        try:
+            buckets = self._histogram()
+        except OSError as e:  # an HTTP error too: the window is shown without the server's timings
+            buckets = None
+            self.failed += 1
+            self.first_failure = self.first_failure or str(e)[:200]
+        self.samples.append((time.monotonic() - self.t0, buckets, proc_status(self.pid, "Threads"), load_average(),
+                             cpu_s(self.pid)))
+
+    def watch_threads(self) -> None:
+        self.max_threads = max(self.max_threads, proc_status(self.pid, "Threads"))
+
+    def _histogram(self) -> dict[str, dict[float, float]]:
+        """Cumulative bucket counts per RPC method (all status codes together)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(self.url, timeout=30) as r:
+            text = r.read().decode()
+        out: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+        for fam in text_string_to_metric_families(text):
+            if fam.name != "broker_rpc_duration_seconds":
+                continue
+            for s in fam.samples:
+                if s.name.endswith("_bucket"):  # calls refused as busy (UNAVAILABLE) apart
+                    method = s.labels["method"] + (" refused" if s.labels["code"] == "UNAVAILABLE" else "")
+                    out[method][float(s.labels["le"])] += s.value
+        return out
+
+    def windows(self) -> list[tuple[float, float, dict[str, tuple[int, float]], float, float, float]]:
+        """Per window: (start, end, {method: (calls, p99 s)}, threads, load average at its end,
+        the server's CPU seconds in it)."""
+        rows = []
+        for (t_a, a, _, _, cpu_a), (t_b, b, threads, load, cpu_b) in zip(self.samples, self.samples[1:]):
+            per: dict[str, tuple[int, float]] = {}
+            if a is None or b is None:
+                rows.append((t_a, t_b, per, threads, load, cpu_b - cpu_a))
+                continue
+            for method in SERVER_RPCS + tuple(f"{m} refused" for m in SERVER_RPCS):
+                delta = {le: b.get(method, {}).get(le, 0) - a.get(method, {}).get(le, 0)
+                         for le in b.get(method, {})}
+                per[method] = (int(delta.get(float("inf"), 0)), quantile(delta, 0.99))
+            rows.append((t_a, t_b, per, threads, load, cpu_b - cpu_a))
+        return rows
+
+
+def quantile(cumulative: dict[float, float], q: float) -> float:
+    """``q`` of a cumulative histogram, interpolated within its bucket as Prometheus'
+    histogram_quantile does (the top bucket's bound when it falls in +Inf)."""
+    bounds = sorted(cumulative)
+    total = cumulative.get(float("inf"), 0)
+    if not total:
+        return float("nan")
+    rank, prev_le, prev_n = q * total, 0.0, 0.0
+    for le in bounds:
+        n = cumulative[le]
+        if n >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((rank - prev_n) / (n - prev_n) if n > prev_n else 1.0)
+        prev_le, prev_n = le, n
+    return prev_le
 
 
 def settle(address: str, clouds, within_s: float) -> dict[str, int]:
@@ -163,30 +321,40 @@ def settle(address: str, clouds, within_s: float) -> dict[str, int]:
                 pass  # a lease still draining: the reconciler finishes it
         while True:
             leases = len(stub.ListLeases(pb.ListLeasesRequest(states=live, limit=1000), timeout=60).leases)
-            left = {"live leases": leases} | {f"{c} instances": len(v) for c, v in clouds.alive_instances().items()}
+            alive = {c: (v if isinstance(v, int) else len(v)) for c, v in clouds.alive_instances().items()}
+            left = {"live leases": leases} | {f"{c} instances": n for c, n in alive.items()}
             if not any(left.values()) or time.monotonic() > deadline:
                 return left
             time.sleep(2.0)
 
 
-def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]]) -> None:
+def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]], timings: ServerTimings) -> None:
     t0 = time.monotonic()
     while not stop.is_set():
         out.append((time.monotonic() - t0, rss_mb(pid)))
+        timings.watch_threads()
         stop.wait(1.0)
 
 
+def start_clouds(mode: str):
+    if mode == "inline":
+        from tests.clouds.three import Clouds
+
+        return Clouds()
+    from tests.clouds.serve import CloudsProcess
+
+    return CloudsProcess()
+
+
 def soak(store: str, args) -> dict:
-    from tests.clouds.three import Clouds, ServeProcess, write_config
+    from tests.clouds.aws import AwsCloud
+    from tests.clouds.three import ServeProcess, _free_port, write_config
     from tests.stores import pg_url_or_skip
 
-    import os
-
-    clouds = Clouds()
+    os.environ.update(AwsCloud.client_env())
+    clouds = start_clouds(args.clouds)
     pg = None
     try:
-        for k, v in __import__("tests.clouds.aws", fromlist=["AwsCloud"]).AwsCloud.client_env().items():
-            os.environ[k] = v
         with tempfile.TemporaryDirectory() as tmp:
             tmpd = Path(tmp)
             if store == "postgresql":
@@ -198,15 +366,20 @@ def soak(store: str, args) -> dict:
                     return {}
             else:
                 url = f"sqlite:///{tmpd / 'broker.db'}"
-            cfg = write_config(tmpd / "broker.toml", clouds, url, server={"workers": max(16, args.clients)})
-            serve = ServeProcess(cfg, tmpd).start(timeout=60)
+            metrics = f"127.0.0.1:{_free_port()}"
+            cfg = write_config(tmpd / "broker.toml", clouds, url, server={"workers": max(16, args.clients)},
+                               telemetry={"metrics_listen": metrics})
+            serve = ServeProcess(cfg, tmpd).start(timeout=90)
             rss: list[tuple[float, float]] = []
             stop = threading.Event()
-            sampler = threading.Thread(target=sample_rss, args=(serve.proc.pid, stop, rss), daemon=True)
-            sampler.start()
             load = Load(serve.address, args.clients, args.seconds, args.seed)
+            timings = ServerTimings(f"http://{metrics}/metrics", serve.proc.pid, args.window)
+            sampler = threading.Thread(target=sample_rss, args=(serve.proc.pid, stop, rss, timings), daemon=True)
+            sampler.start()
+            timings.start(time.monotonic())
             try:
                 elapsed = load.run()
+                timings.stop()
                 left = settle(serve.address, clouds, args.settle_s)
             finally:
                 stop.set()
@@ -215,28 +388,77 @@ def soak(store: str, args) -> dict:
             logged = serve.log.read_text(errors="replace").splitlines()
             print(f"\n{store}: after the load, " + (", ".join(f"{n} {what}" for what, n in left.items() if n)
                                                      or "no live lease and no running instance is left"))
-            return report(store, load, elapsed, rss, [line for line in logged if '"level": "error"' in line
-                                                      or '"level":"error"' in line])
+            return report(store, load, elapsed, rss, timings, [line for line in logged if '"level": "error"' in line
+                                                               or '"level":"error"' in line])
     finally:
         if pg is not None:
             pg.close()
         clouds.stop()
 
 
-def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]], errors_logged: list[str]) -> dict:
+def flat(values: list[float]) -> tuple[float, bool]:
+    """The largest deviation of ``values`` from their median, as a share of it, and whether every
+    value is within :data:`FLAT` of it."""
+    vals = [v for v in values if v == v]
+    if len(vals) < 2:
+        return float("nan"), True
+    mid = sorted(vals)[len(vals) // 2] if len(vals) % 2 else sum(sorted(vals)[len(vals) // 2 - 1:][:2]) / 2
+    worst = max(abs(v - mid) for v in vals) / mid if mid else float("inf")
+    return worst, worst <= FLAT
+
+
+def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]], timings: ServerTimings,
+           errors_logged: list[str]) -> dict:
     print(f"\n== {store}: {load.clients} clients for {elapsed:.0f} s")
     print(f"{'rpc':15} {'calls':>7} {'per s':>7} {'p50 ms':>8} {'p99 ms':>8}  errors")
     total = 0
     for op, _ in MIX:
-        lat = load.lat.get(op, [])
+        lat = load.lat(op)
         total += len(lat)
         errs = ", ".join(f"{k} {v}" for k, v in sorted(load.errors.get(op, {}).items())) or "0"
         print(f"{op:15} {len(lat):7d} {len(lat) / elapsed:7.1f} {pct(lat, 50) * 1e3:8.1f} {pct(lat, 99) * 1e3:8.1f}  {errs}")
     print(f"{'all':15} {total:7d} {total / elapsed:7.1f}")
+    if load.busy:
+        print(f"  {load.busy} calls were refused by a busy server (limits.max_cloud_calls) and asked again")
     for what, details in sorted(load.first_error.items()):
         print(f"  first {what}: {details}")
     if errors_logged:
         print(f"  the server logged {len(errors_logged)} errors; the first: {errors_logged[0][:600]}")
+
+    windows = [w for w in timings.windows() if w[0] < load.seconds]
+    if windows and windows[-1][1] - windows[-1][0] < timings.window / 2:
+        windows = windows[:-1]  # a short last window (the run's end) is not judged
+    print(f"\nper {timings.window:.0f} s window: the clients' calls/s and Quote p99; the server's own "
+          "handling time (calls, p99 ms), the calls it refused as busy, its CPU ms per call")
+    print(f"{'window':>11} {'calls/s':>7} {'Quote p99':>9} " + " ".join(f"{m[:11]:>15}" for m in SERVER_RPCS)
+          + f" {'busy':>5} {'cpu/call':>8} {'threads':>7} {'load':>5}")
+    per_s, quote_p99 = [], []
+    for t_a, t_b, per, threads, la, cpu in windows:
+        n = sum(1 for t, _, _ in load.calls if t_a <= t < t_b)
+        q = pct(load.lat("Quote", t_a, t_b), 99) * 1e3
+        per_s.append(n / (t_b - t_a))
+        quote_p99.append(q)
+        if per:
+            cells = " ".join(f"{c:6d} {p * 1e3:8.1f}" for c, p in (per[m] for m in SERVER_RPCS))
+            busy = sum(per[f"{m} refused"][0] for m in SERVER_RPCS)
+            served = sum(per[m][0] for m in SERVER_RPCS) + busy
+        else:  # /metrics did not answer: the clients' count of answered calls and refusals instead
+            cells = " ".join(f"{'-':>15}" for _ in SERVER_RPCS)
+            busy, served = -1, n
+        ms = cpu / served * 1e3 if served else float("nan")
+        print(f"{t_a:5.0f}-{t_b:<5.0f} {per_s[-1]:7.1f} {q:9.1f} {cells} {busy if busy >= 0 else '-':>5} {ms:8.2f} "
+              f"{threads:7.0f} {la:5.1f}")
+    if timings.failed:
+        print(f"  {timings.failed} reads of the server's /metrics failed (rows without its timings show '-', "
+              f"their CPU per call is per answered call); the first: {timings.first_failure}")
+    worst_tp, tp_ok = flat(per_s)
+    worst_q, q_ok = flat(quote_p99)
+    print(f"throughput per window: {min(per_s, default=0):.1f}–{max(per_s, default=0):.1f} calls/s, "
+          f"at most {worst_tp * 100:.0f} % from the median (flat within {FLAT:.0%}: {'met' if tp_ok else 'MISSED'})")
+    print(f"Quote p99 per window: {min(quote_p99, default=0):.0f}–{max(quote_p99, default=0):.0f} ms, "
+          f"at most {worst_q * 100:.0f} % from the median (flat within {FLAT:.0%}: {'met' if q_ok else 'MISSED'})")
+    print(f"server threads at most {timings.max_threads:.0f}")
+
     marks = [rss[min(len(rss) - 1, int(len(rss) * f))] for f in (0.0, 0.25, 0.5, 0.75, 1.0)] if rss else []
     print("RSS MB over time: " + "  ".join(f"{t:5.0f}s {m:6.1f}" for t, m in marks))
     half = [m for t, m in rss if t >= rss[-1][0] / 2] if rss else []
@@ -246,7 +468,8 @@ def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]
     print(f"RSS growth over the last half: {growth * 100:+.1f} % (target < 10 %: {verdict}); peak {peak:.0f} MB")
     n_err = sum(sum(c.values()) for c in load.errors.values())
     return {"store": store, "calls": total, "per_s": total / elapsed, "errors": n_err, "rss_growth": growth,
-            "p99_ms": {op: pct(load.lat.get(op, []), 99) * 1e3 for op, _ in MIX}, "peak_mb": peak}
+            "p99_ms": {op: pct(load.lat(op), 99) * 1e3 for op, _ in MIX}, "peak_mb": peak,
+            "flat": tp_ok and q_ok}
 
 
 def main() -> None:
@@ -255,15 +478,19 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--store", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument("--seed", type=int, default=20261202)
+    ap.add_argument("--window", type=float, default=60.0, help="seconds per row of the over-time report")
+    ap.add_argument("--clouds", choices=("process", "inline"), default="process",
+                    help="the mocked clouds in a subprocess of their own (default) or in this process")
     ap.add_argument("--settle-s", type=float, default=180.0,
                     help="after the load, how long to wait for every lease and instance to be gone")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows when the output goes to a file
     stores = ("sqlite", "postgresql") if args.store == "both" else (args.store,)
     results = [r for s in stores if (r := soak(s, args))]
     if len(results) == 2:
         a, b = results
         print(f"\nPostgreSQL ÷ SQLite throughput: {b['per_s'] / a['per_s']:.2f}")
-    sys.exit(1 if any(r["rss_growth"] >= 0.10 for r in results) else 0)
+    sys.exit(1 if any(r["rss_growth"] >= 0.10 or not r["flat"] for r in results) else 0)
 
 
 if __name__ == "__main__":

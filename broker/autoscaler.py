@@ -101,23 +101,28 @@ class Autoscaler:
 
     def on_snapshot(self, snap: QueueSnapshot) -> tuple[Diagnosis, Decision]:
         """Diagnose a snapshot, decide, act, and record the decision."""
-        from broker.watchers.snapshot_json import snapshot_to_dict
+        from broker.watchers.snapshot_json import encode
 
         now = self.clock()
         source = snap.source or "default"
         with self._lock:
             st = self.sources.setdefault(source, SourceState())
             st.last_taken_at = max(st.last_taken_at, snap.taken_at)
-            self.svc.store.save_snapshot(source, snap.taken_at, snapshot_to_dict(snap))
+            self.svc.store.save_snapshot(source, snap.taken_at, encode(snap))
             diag = self.diagnose(snap, st, now)
             if snap.gpus_total:
                 st.history.append((now, snap.gpus_allocated / snap.gpus_total))
-            st.burst_jobs.intersection_update({j.job_id for j in snap.pending} | {r.job_id for r in snap.running})
+            if st.burst_jobs:  # none: nothing to filter
+                st.burst_jobs.intersection_update({j.job_id for j in snap.pending}
+                                                  | {r.job_id for r in snap.running})
             in_flight, idle = self._cloud_state(source, now)
-            st.offloaded.intersection_update({j.job_id for j in snap.pending})
+            if st.offloaded:
+                st.offloaded.intersection_update({j.job_id for j in snap.pending})
             self._offload(source, snap, diag, st, now)
-            fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs and j.job_id not in st.offloaded]
-            snap_for_trigger = replace(snap, pending=tuple(fresh))  # jobs already sent out don't count
+            snap_for_trigger = snap
+            if st.burst_jobs or st.offloaded:  # jobs already sent out or moved don't count
+                fresh = [j for j in snap.pending if j.job_id not in st.burst_jobs and j.job_id not in st.offloaded]
+                snap_for_trigger = replace(snap, pending=tuple(fresh))
             signals = signals_from_snapshot(snap_for_trigger, in_flight, idle)
             cands = candidates_from_snapshot(snap_for_trigger, classes=self.trigger_cfg.classes)
             decision, st.trigger = evaluate(self.trigger_cfg, st.trigger, now, signals, cands, diag.verdict,
@@ -134,17 +139,26 @@ class Autoscaler:
 
     # -- cloud state for the trigger -------------------------------------------------------------
     def _cloud_state(self, source: str, now: float) -> tuple[int, dict[str, float]]:
-        """Cloud GPUs in flight for this source, and its running leases with no job (idle since)."""
+        """Cloud GPUs in flight for this source, and its running leases with no job (idle since).
+
+        Only leases burst for this source count (``job.source``, which the autoscaler alone
+        writes), so a snapshot decides nothing about, and its answer tells nothing of, another
+        source's or tenant's capacity. A lease without a source is no pushed source's; a source
+        the broker watches itself (Slurm) also counts the unsourced nodes its scheduler resumed
+        (leases with node names) as in flight, never as idle capacity to scale in."""
         gpus, idle = 0, {}
         cat = self.svc.engine.catalog
+        watched = source in self.watchers
         for l in self.svc.store.list_leases(states=LIVE):
             job = l.job
-            if job.get("source", source) != source:
+            mine = job.get("source") == source
+            if not mine and not (watched and not job.get("source") and job.get("node_names")):
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
             # Leases of scheduler-managed nodes (Slurm cloud nodes) are torn down by the scheduler.
-            if l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") and l.idle_since:
+            if mine and l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") \
+                    and l.idle_since:
                 idle[l.lease_id] = l.idle_since
         return gpus, idle
 

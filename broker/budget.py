@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Callable, Mapping
+from typing import Mapping
 
 from broker.config import Budget
 from broker.jobs import running
@@ -40,12 +40,10 @@ def lease_spend_since(lease: Lease, since: float, now: float) -> int:
 
 
 class Budgets:
-    def __init__(self, store: Store, budgets: Mapping[str, Budget], on_exhausted: str = "finish_running",
-                 on_usage: Callable[[str, str, float], None] | None = None) -> None:
+    def __init__(self, store: Store, budgets: Mapping[str, Budget], on_exhausted: str = "finish_running") -> None:
         self.store = store
         self.budgets = dict(budgets)
         self.on_exhausted = on_exhausted  # [budgets] on_exhausted
-        self.on_usage = on_usage  # (tenant, cap, fraction used): the broker_budget_used_ratio metric
         self._warned: set[tuple[str, str, float, float]] = set()  # (tenant, cap, level, period)
 
     def caps(self, tenant: str) -> Caps | None:
@@ -116,8 +114,6 @@ class Budgets:
             if not limit:
                 continue
             fraction = used / limit
-            if self.on_usage is not None:
-                self.on_usage(tenant, cap, fraction)
             for level in WARN_AT:
                 key = (tenant, cap, level, period)
                 if fraction < level:

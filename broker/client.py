@@ -59,6 +59,13 @@ def check_target(target: str) -> str:
     return target
 
 
+def _busy(e: grpc.RpcError) -> bool:
+    """Whether ``e`` is a server's "busy, ask again" (see broker.limits.BUSY)."""
+    from broker.limits import BUSY
+
+    return e.code() == grpc.StatusCode.UNAVAILABLE and any(k == BUSY for k, _ in (e.trailing_metadata() or ()))
+
+
 def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = None) -> grpc.Channel:
     """A channel to a broker: TLS when ``tls_ca`` (or $BROKER_TLS_CA) names a CA file, and a bearer
     token from ``token`` (or $BROKER_TOKEN) on every call."""
@@ -117,10 +124,24 @@ class BrokerClient:
         self.channel.close()
 
     def _call(self, method, request, timeout: float | None = None):
-        try:
-            return method(request, timeout=timeout or self.timeout)
-        except grpc.RpcError as e:
-            raise _client_error(e, self.target) from None
+        """``method(request)`` within ``timeout`` (default: the client's). A server busy with as
+        many calls that wait on a cloud as it takes (limits.max_cloud_calls) is asked again after
+        a growing, jittered pause until the time is up: such calls are idempotent (a launch by
+        its key, a release by its lease)."""
+        import random
+        import time
+
+        deadline = time.monotonic() + (timeout or self.timeout)
+        pause = 0.25
+        while True:
+            try:
+                return method(request, timeout=max(0.001, deadline - time.monotonic()))
+            except grpc.RpcError as e:
+                wait = pause * (0.5 + random.random())
+                if not _busy(e) or time.monotonic() + wait >= deadline:
+                    raise _client_error(e, self.target) from None
+            time.sleep(wait)
+            pause = min(pause * 2, 5.0)
 
     def quote(self, demand: Demand, top: int = 0) -> dict[str, Any]:
         r = self._call(self.stub.Quote, pb.QuoteRequest(demand=convert.demand_to_pb(demand), top=top), 30)

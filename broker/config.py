@@ -358,6 +358,10 @@ class LimitsSettings(Table):
     max_nodes: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     #: Open WatchLeases streams (each holds a worker thread); 0 = half of server.workers.
     max_streams: Annotated[int, Meta(ge=0, le=4096)] = 0
+    #: Calls that wait on a cloud's API (Launch, Release; ReportQueue under the autoscaler) running
+    #: at once; one more is UNAVAILABLE at once (retry), so the other RPCs always find a worker.
+    #: 0 = a quarter of server.workers.
+    max_cloud_calls: Annotated[int, Meta(ge=0, le=4096)] = 0
     #: Quote results kept for repeated demands, and entries of each cache derived from them
     #: (protobuf answers, launch targets); 0 = no caching.
     quote_cache_entries: Annotated[int, Meta(ge=0, le=1_000_000)] = 1024

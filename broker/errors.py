@@ -102,8 +102,14 @@ FROM_STATUS: dict[str, type[BrokerError]] = {
 
 
 def outcome(err: BaseException) -> Outcome:
-    """The status and exit code for ``err``; anything not a BrokerError is an internal error (1)."""
+    """The status and exit code for ``err``; a cloud's error that reaches a caller is UNAVAILABLE
+    (exit 7) when retrying may help (throttling, a 5xx, an unreadable answer), else
+    FAILED_PRECONDITION; anything else not a BrokerError is an internal error (1)."""
     for cls in type(err).__mro__:
         if cls in OUTCOMES:
             return OUTCOMES[cls]  # type: ignore[index]
+    from providers.base import ProviderError
+
+    if isinstance(err, ProviderError):
+        return OUTCOMES[Unavailable] if err.retryable else OUTCOMES[FailedPrecondition]
     return Outcome("INTERNAL", 1)

@@ -4,7 +4,10 @@ handler sees it, so no size, count or value can make the server build something 
 One walk over each request (the fields it sets) applies:
 
 - every string: at most ``max_string_chars`` characters (tighter for names and ids, see
-  :data:`FIELDS`) and no NUL character (no database stores one);
+  :data:`FIELDS`), and none of the characters no cloud, database or log line takes: C0 and C1
+  controls (tab, line feed and carriage return only in free text: a reason, a job's
+  environment), Unicode non-characters (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) and lone surrogates
+  (a cloud that is sent one answers with something its SDK cannot parse);
 - every list and map: at most ``max_list_items`` entries (tighter for a demand's filters and a
   launch's node names);
 - every double: a finite number, inside its field's range where :data:`FIELDS` gives one
@@ -17,11 +20,21 @@ A violation is INVALID_ARGUMENT naming the field as the request spells it
 (``snapshot.pending[3].queue``). The message size itself is capped by gRPC
 (``max_message_bytes``, both ways), and long-lived streams hold at most ``max_streams`` worker
 threads: one more is RESOURCE_EXHAUSTED at once, so streams never starve unary calls or health.
+
+Calls that wait on a cloud's API (:func:`cloud_rpcs`: Launch and Release, and ReportQueue when the
+autoscaler may launch from it) hold at most ``max_cloud_calls`` worker threads: one more is
+answered UNAVAILABLE at once, marked :data:`BUSY` (the client backs off and asks again, the same
+idempotency key launching nothing twice). A slow or hanging cloud then slows only the calls that
+need it; a Quote, a lease listing and health always find a free worker. Without the bound, 32
+launches waiting on a cloud that answers in 30 s took every worker, and Quote (which calls no
+cloud) waited behind them until its deadline.
+
 All of these are ``[limits]`` keys.
 """
 from __future__ import annotations
 
 import math
+import re
 import threading
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -46,18 +59,34 @@ class Limits:
     max_list_items: int = 100_000              # any list or map (a demand's filters are tighter)
     max_nodes: int = 1024                      # nodes of one lease or demand
     max_streams: int = 0                       # open WatchLeases streams; 0 = half the workers
+    max_cloud_calls: int = 0                   # calls waiting on a cloud at once; 0 = a quarter of the workers
 
     @classmethod
     def from_settings(cls, settings: Any, workers: int = 32) -> "Limits":
         """From the ``[limits]`` table (ranges checked by the config schema); resolves
-        ``max_streams = 0`` to half the workers and refuses one that could take them all."""
+        ``max_streams = 0`` to half the workers and ``max_cloud_calls = 0`` to a quarter, and
+        refuses either when it could take every worker."""
         values = {f.name: getattr(settings, f.name) for f in fields(cls)}
-        if not values["max_streams"]:
-            values["max_streams"] = max(1, workers // 2)
-        elif values["max_streams"] >= workers:
-            raise ConfigError(f"config: limits.max_streams ({values['max_streams']}) must be below server.workers "
-                              f"({workers}), or streams can take every worker", field="limits.max_streams")
+        for key, share, what in (("max_streams", 2, "streams"), ("max_cloud_calls", 4, "calls waiting on a cloud")):
+            if not values[key]:
+                values[key] = max(1, workers // share)
+            elif values[key] >= workers:
+                raise ConfigError(f"config: limits.{key} ({values[key]}) must be below server.workers "
+                                  f"({workers}), or {what} can take every worker", field=f"limits.{key}")
         return cls(**values)
+
+
+#: RPCs that wait on a cloud's API (launch and failover; terminate and its wait).
+CLOUD_RPCS = frozenset({"Launch", "Release"})
+#: Trailing metadata of a call refused because this server is busy with as many calls of its
+#: kind as it takes (its value: seconds after which to ask again); only the refusal carries it.
+BUSY = "broker-busy"
+
+
+def cloud_rpcs(autoscaling: bool) -> frozenset[str]:
+    """The RPCs bounded by ``max_cloud_calls``: :data:`CLOUD_RPCS`, and ReportQueue when an
+    autoscaler decides on reported snapshots (it launches and releases before it answers)."""
+    return CLOUD_RPCS | {"ReportQueue"} if autoscaling else CLOUD_RPCS
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,25 @@ class Rule:
     hi: float | None = None
     chars: int | None = None   # strings: at most this many characters
     items: int | None = None   # lists: at most this many entries
+    text: bool = False         # free text: tab, line feed and carriage return are allowed
+
+
+# C0 and C1 controls, DEL, non-characters and surrogates; FREE_TEXT lets tab, LF and CR through.
+_NONCHARS = "\ufdd0-\ufdef" + "".join(f"\\U{p + 0xFFFE:08x}\\U{p + 0xFFFF:08x}" for p in range(0, 0x110000, 0x10000))
+_BAD = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff{_NONCHARS}]")
+_BAD_IN_TEXT = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff{_NONCHARS}]")
+
+
+def bad_character(value: str, text: bool = False) -> str:
+    """How the first character no cloud takes is described ("U+0001, a control character"), or
+    "" when ``value`` has none."""
+    m = (_BAD_IN_TEXT if text else _BAD).search(value)
+    if m is None:
+        return ""
+    cp = ord(m.group())
+    kind = ("a NUL character" if cp == 0 else "a control character" if cp < 0xA0
+            else "a lone surrogate" if 0xD800 <= cp <= 0xDFFF else "a Unicode non-character")
+    return f"U+{cp:04X}, {kind}"
 
 
 NAME, ID = Rule(chars=128), Rule(chars=256)
@@ -90,7 +138,8 @@ FIELDS: dict[str, Rule] = {
     "WatchLeasesRequest.lease_id": ID, "WatchLeasesRequest.after_event_id": Rule(0, 2**62),
     "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, 100_000),
     "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, 100_000),
-    "ReleaseRequest.reason": Rule(chars=1024),
+    "ReleaseRequest.reason": Rule(chars=1024, text=True), "PendingJob.pending_reason": Rule(text=True),
+    "ClusterNode.reason": Rule(text=True),
     "PendingJob.job_id": ID, "PendingJob.user": NAME, "PendingJob.queue": NAME, "PendingJob.gpus": Rule(0, 100_000),
     "PendingJob.gpu_model": NAME, "PendingJob.min_gpu_memory_gb": Rule(0, 10_000),
     "PendingJob.time_limit_s": SECONDS, "PendingJob.est_runtime_s": SECONDS, "PendingJob.waited_s": SECONDS,
@@ -137,8 +186,8 @@ class Bounds:
                         vfd = fd.message_type.fields_by_name["value"]
                         if vfd.message_type is not None:
                             self.check(v, f"{where}[{_short(k)}]")
-                        else:
-                            self._scalar(vfd, v, f"{where}[{_short(k)}]", Rule())
+                        else:  # a map's values (a job's environment) are free text
+                            self._scalar(vfd, v, f"{where}[{_short(k)}]", Rule(text=True))
                     continue
                 for i, v in enumerate(value):
                     if fd.message_type is not None:
@@ -156,8 +205,10 @@ class Bounds:
             chars = rule.chars or self.limits.max_string_chars
             if len(value) > chars:
                 raise InvalidArgument(f"{where} is {len(value)} characters long; at most {chars}.", field=where)
-            if "\x00" in value:
-                raise InvalidArgument(f"{where} contains a NUL character.", field=where)
+            bad = bad_character(value, rule.text)
+            if bad:
+                raise InvalidArgument(f"{where} contains {bad.split(', ', 1)[1]} ({bad.split(',', 1)[0]}): "
+                                      "no cloud, log or database takes it.", field=where)
         elif t == FieldDescriptor.TYPE_ENUM:
             if fd.enum_type.values_by_number.get(value) is None:
                 raise InvalidArgument(f"{where} is {value}, not a {fd.enum_type.name} value.", field=where)
@@ -185,18 +236,41 @@ def _short(key: str) -> str:
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):
-    """Bounds every Broker request before its handler runs, and caps open streams."""
+    """Bounds every Broker request before its handler runs, caps open streams, and caps the
+    calls of ``cloud_methods`` (see :func:`cloud_rpcs`) that run at once."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, cloud_methods: frozenset[str] = CLOUD_RPCS) -> None:
         self.bounds = Bounds(limits)
         self.max_streams = limits.max_streams
         self._streams = threading.BoundedSemaphore(limits.max_streams)
+        self.max_cloud_calls = limits.max_cloud_calls
+        self._cloud = threading.BoundedSemaphore(limits.max_cloud_calls)
+        self.cloud_methods = cloud_methods
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         if handler is None or not details.method.startswith(SERVICE_PREFIX):
             return handler
         bounds = self.bounds
+        if handler.unary_unary and details.method[len(SERVICE_PREFIX):] in self.cloud_methods:
+            inner_cloud, cloud, most = handler.unary_unary, self._cloud, self.max_cloud_calls
+
+            def cloud_bound(request, context):
+                _checked(bounds, request, context)
+                if not cloud.acquire(blocking=False):
+                    from broker.convert import ANSWERED
+
+                    context.set_trailing_metadata(((ANSWERED, "1"), (BUSY, "1")))
+                    context.abort(grpc.StatusCode.UNAVAILABLE,
+                                  f"this server is running {most} calls that wait on a cloud already "
+                                  "(limits.max_cloud_calls); retry in a moment.")
+                try:
+                    return inner_cloud(request, context)
+                finally:
+                    cloud.release()
+
+            return grpc.unary_unary_rpc_method_handler(cloud_bound, handler.request_deserializer,
+                                                       handler.response_serializer)
         if handler.unary_unary:
             inner = handler.unary_unary
 

@@ -46,6 +46,21 @@ class Outcome:
     reservations: int = 0
     errors: list[str] = field(default_factory=list)
     kept_from: float = 0.0  # fetched_at of the data kept after a failure (0: none)
+    #: source -> why it failed this time (it keeps its last good data; the others are fresh)
+    failed_sources: dict[str, str] = field(default_factory=dict)
+
+    def warnings(self) -> list[str]:
+        """One line per source that failed while the others refreshed."""
+        return [f"{self.provider} {source} not refreshed (its last good data stays): {why}"
+                for source, why in sorted(self.failed_sources.items())]
+
+    def headline(self) -> str:
+        """What the refresh did, in one line; the sources that failed are :meth:`warnings`."""
+        if self.ok and self.failed_sources:
+            return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
+                    f"{self.reservations} reservations; {len(self.failed_sources)} of its sources failed "
+                    "and keep their last good data")
+        return self.sentence()
 
     def sentence(self) -> str:
         if self.ok and not self.errors:
@@ -87,9 +102,12 @@ def enabled_providers(config: Any) -> list[str]:
 
 
 def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now: float | None = None,
-            fetcher: Callable[..., Any] | None = None) -> list[Outcome]:
+            fetcher: Callable[..., Any] | None = None,
+            on_source_error: Callable[[str, str], None] | None = None) -> list[Outcome]:
     """Refresh the market of ``providers`` (default: every enabled one) into the store ``db``
-    (an SQLAlchemy engine)."""
+    (an SQLAlchemy engine). Each source of a provider (price list, spot history, placement
+    scores, quotas, reservations, zones) refreshes on its own: one that fails keeps its last good
+    data and is named in the outcome (and told to ``on_source_error(provider, source)``)."""
     from broker import market_store
     from providers.catalog import bundled
     from providers.market import fetch
@@ -113,12 +131,19 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
             kept = old.snapshot.fetched_at if old is not None else 0.0
             _log().warning("market.refresh_failed", provider=name, error=str(e), kept_from=kept)
             out.append(Outcome(name, False, errors=[str(e)], kept_from=kept))
+            if on_source_error is not None:
+                on_source_error(name, "all")
             continue
         merged = snap.merged_over(old.snapshot if old is not None and old.snapshot.fetched_at else None)
         market_store.save(db, merged, now, "; ".join(snap.errors))
+        failed = {k: v.error for k, v in snap.sources.items() if v.error}
         _log().info("market.refreshed", provider=name, prices=len(snap.prices), failed=len(snap.failed))
+        for source, why in sorted(failed.items()):
+            _log().warning("market.source_failed", provider=name, source=source, error=why)
+            if on_source_error is not None:
+                on_source_error(name, source)
         out.append(Outcome(name, True, len(snap.prices), len(snap.zones), len(snap.quotas),
-                           len(snap.reservations), list(snap.errors)))
+                           len(snap.reservations), list(snap.errors), failed_sources=failed))
     return out
 
 
@@ -222,8 +247,10 @@ class Refresher:
     every replica rebuilds its quote engine when the stored market changes."""
 
     def __init__(self, config: Any, db: Any, is_leader: Callable[[], bool], install: Callable[[Any], None],
-                 clock: Callable[[], float] = time.time, poll_s: float = 30.0) -> None:
+                 clock: Callable[[], float] = time.time, poll_s: float = 30.0,
+                 on_source_error: Callable[[str, str], None] | None = None) -> None:
         self.config, self.db, self.is_leader, self.install, self.clock = config, db, is_leader, install, clock
+        self.on_source_error = on_source_error
         self.settings = config.catalog
         self.poll_s = max(0.05, min(poll_s, self.settings.refresh_interval_s or poll_s))
         self._seen = -1.0
@@ -242,7 +269,7 @@ class Refresher:
         from broker import market_store
 
         if self.is_leader() and self.due():
-            for o in refresh(self.config, self.db, now=self.clock()):
+            for o in refresh(self.config, self.db, now=self.clock(), on_source_error=self.on_source_error):
                 (_log().info if o.ok else _log().warning)("market.refresh", summary=o.sentence())
         v = market_store.version(self.db)
         if v != self._seen:

@@ -19,13 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from broker.lease import LIVE
-from providers.market import Snapshot
+from providers.market import SOURCES, Snapshot, SourceState
 
 class MarketRow:
     __slots__ = ("snapshot", "attempted_at", "last_error")
 
     def __init__(self, snapshot: Snapshot, attempted_at: float, last_error: str) -> None:
         self.snapshot, self.attempted_at, self.last_error = snapshot, attempted_at, last_error
+
+    def sources(self) -> dict[str, SourceState]:
+        """Each source's state as of the last attempt: a refresh that failed as a whole (nothing
+        stored from it) leaves every source failing with its error, and its last good age."""
+        states = dict(self.snapshot.sources)
+        if self.last_error and self.attempted_at > self.snapshot.fetched_at:
+            names = states or dict.fromkeys(SOURCES, SourceState(self.snapshot.fetched_at))
+            states = {k: SourceState(v.ok_at, self.last_error) for k, v in names.items()}
+        return states
 
 
 def _rows(db: Any, sql: str, params: dict | None = None) -> list[tuple] | None:

@@ -19,6 +19,18 @@ _NAMED = {"pending": "job_id", "running": "job_id", "nodes": "name", "gpu_sample
 def snapshot_from_pb(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
     """Validate a pushed snapshot; raises ValueError naming the field (``pending[2].gpus ...``).
 
+    A valid snapshot is read in one pass over the message (:mod:`broker.queue_pb`); one that
+    is not goes through :func:`checked_snapshot`, which names the first bad field.
+    """
+    from broker.queue_pb import fast_snapshot
+
+    snap = fast_snapshot(m, now)
+    return snap if snap is not None else checked_snapshot(m, now)
+
+
+def checked_snapshot(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
+    """Validate a pushed snapshot field by field through its JSON mapping (the reference).
+
     proto3 does not send a field at its default, and 0, "" and false are values here: a GPU
     sample of GPU 0 at 0 %, a CPU-only node, a running job with no GPUs. So every field is read
     with its default; only ``GpuSample.utilization_pct`` is ``optional`` (a sample without a

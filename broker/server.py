@@ -226,6 +226,11 @@ def _fail(context, method: str, e: Exception):
     context.set_trailing_metadata(((convert.ANSWERED, "1"),))
     if isinstance(e, BrokerError):
         context.abort(outcome(e).status, str(e))
+    from providers.base import ProviderError
+
+    if isinstance(e, ProviderError):  # a cloud's answer a handler let through: say whose and what
+        log.warning("rpc_provider_error", method=method, provider=e.provider, code=e.code)
+        context.abort(outcome(e).status, str(e)[:500])
     from sqlalchemy import exc as db
 
     if isinstance(e, (db.OperationalError, db.InterfaceError, db.TimeoutError)) or (

@@ -103,10 +103,9 @@ class Service:
 
         self.leadership = None  # set by start_background: replicas elect one leader
 
-        self.metrics = Metrics(self.store, self.engine.catalog)
+        self.metrics = Metrics(self.store, self.engine.catalog, self.budgets)
         self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
-        self.budgets.on_usage = lambda tenant, cap, used: self.metrics.budget_used.labels(tenant, cap).set(used)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
         self._stop = threading.Event()
@@ -171,6 +170,12 @@ class Service:
             if len(names) != target.nodes or len(set(names)) != len(names):
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
+            from providers.names import node_name_problem
+
+            for i, name in enumerate(names):
+                problem = node_name_problem(target.provider, name)
+                if problem:
+                    raise InvalidArgument(f"node_names[{i}] {problem}.", field=f"node_names[{i}]")
             job["node_names"] = names
         if order.max_restarts is not None:
             if not 0 <= order.max_restarts <= 1000:
@@ -231,7 +236,7 @@ class Service:
 
         Every replica accepts a report; only the leader decides. A replica that does not lead
         stores it for the leader, which decides on it from the store ("deferred")."""
-        from broker.watchers.snapshot_json import snapshot_to_dict
+        from broker.watchers.snapshot_json import encode
         from policies.diagnose import diagnose
         from policies.triggers import Decision
 
@@ -242,7 +247,7 @@ class Service:
                 return self.autoscaler.on_snapshot(snap)
             except NotLeader:  # leadership lapsed under the decision: the new leader takes it up
                 pass
-        self.store.save_snapshot(snap.source or "default", snap.taken_at, snapshot_to_dict(snap))
+        self.store.save_snapshot(snap.source or "default", snap.taken_at, encode(snap))
         if self.autoscaler is None:
             return diagnose(snap, now=self.clock()), None
         return self.autoscaler.diagnose(snap), Decision("deferred", reason=(
@@ -346,6 +351,7 @@ class Service:
 
         self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
                                      on_change=self.metrics.set_leader, contend=lead).start()
+        self.metrics.leader.leading = self.leadership.is_leader  # read at scrape time
         self.reconciler.fence = self.fence  # checked before each of its side-effecting steps
         loops = []
         if lead:
@@ -359,7 +365,8 @@ class Service:
 
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
-                              clock=self.clock)
+                              clock=self.clock, on_source_error=lambda provider, source:
+                              self.metrics.market_source_errors.labels(provider, source).inc())
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)

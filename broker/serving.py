@@ -47,10 +47,11 @@ class Gate(grpc.GenericRpcHandler):
         from broker.server import BrokerServicer, _ErrorStatus
         from broker.v1 import broker_pb2_grpc as pb_grpc
 
-        from broker.limits import EdgeInterceptor
+        from broker.limits import EdgeInterceptor, cloud_rpcs
 
         self._interceptors = [service.metrics.interceptor(), _ReplicaName(), service.auth.interceptor(),
-                              EdgeInterceptor(service.limits), _ErrorStatus()]
+                              EdgeInterceptor(service.limits, cloud_rpcs(service.autoscaler is not None)),
+                              _ErrorStatus()]
         pb_grpc.add_BrokerServicer_to_server(BrokerServicer(service), self)
         for name in ("", "broker.v1.Broker"):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -505,14 +505,16 @@ class Store:
         return {r.scope_key: r.reason for r in cached[1] if r.until > now}
 
     # -- snapshots -------------------------------------------------------------------------------
-    def save_snapshot(self, source: str, taken_at: float, body: dict) -> None:
+    def save_snapshot(self, source: str, taken_at: float, body: dict | str) -> None:
         """Keep ``source``'s newest snapshot: one upsert, so concurrent reports of one source never
-        collide, and a report that arrives after a newer one does not replace it."""
+        collide, and a report that arrives after a newer one does not replace it. ``body`` is the
+        document, or its JSON text already encoded (:func:`broker.watchers.snapshot_json.encode`)."""
         if self.engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        row = insert(SnapshotRecord).values(source=source, taken_at=taken_at, body=json.dumps(body))
+        text = body if isinstance(body, str) else json.dumps(body)
+        row = insert(SnapshotRecord).values(source=source, taken_at=taken_at, body=text)
         row = row.on_conflict_do_update(
             index_elements=[SnapshotRecord.source],
             set_={"taken_at": row.excluded.taken_at, "body": row.excluded.body},

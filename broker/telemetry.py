@@ -112,12 +112,13 @@ def _uncaught(exc_type, exc, tb) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Prometheus metrics: RPC latency (interceptor), background-loop durations, and the store's view
-# of leases, spend, events and decisions, read at scrape time so every replica reports the truth.
+# Prometheus metrics: RPC latency (interceptor), background-loop durations, cloud API errors and
+# interruption notices counted as they happen, and the store's view of leases, spend, budgets,
+# events, decisions and the market's age, read at scrape time so every replica reports the truth.
 
 class Metrics:
-    def __init__(self, store, catalog) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    def __init__(self, store, catalog, budgets=None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry()
         self.rpc = Histogram("broker_rpc_duration_seconds", "gRPC handling time", ["method", "code"],
@@ -125,11 +126,6 @@ class Metrics:
                              buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
         self.loop = Histogram("broker_loop_duration_seconds", "Reconciler / autoscaler pass time", ["loop"],
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
-        # Several serving processes (broker serve --processes N) write their samples to files that
-        # the one process serving /metrics adds up (prometheus_client's multiprocess mode); a
-        # gauge says how: the host leads if any process does, a loop is alive if alive in all.
-        self.leader = Gauge("broker_leader", "1 while this replica leads (runs the reconciler and the "
-                            "autoscaler), else 0", registry=self.registry, multiprocess_mode="max")
         self.reconcile_errors = Counter(
             "broker_reconcile_errors", "Leases, tenants or providers a reconciler pass could not handle "
             "(each is logged; the pass goes on without it)", ["phase", "provider"], registry=self.registry)
@@ -137,27 +133,48 @@ class Metrics:
             "broker_interruption_notices", "Interruption notices read, by provider, kind (preemption, "
             "maintenance, stopping, rebalance) and outcome (acted, recorded, repeated, no_lease, malformed, "
             "error)", ["provider", "kind", "outcome"], registry=self.registry)
+        self.provider_errors = Counter(
+            "broker_provider_errors", "Errors the clouds' APIs answered, by the cloud's own code "
+            "(capacity, quota, throttling, auth, 5xx, unreadable answers)", ["provider", "code"],
+            registry=self.registry)
+        self.market_source_errors = Counter(
+            "broker_market_source_errors", "Market refreshes of one source (price list, spot history, "
+            "placement scores, quotas, reservations, zones) that failed; the others stay fresh",
+            ["provider", "source"], registry=self.registry)
+        from prometheus_client import Gauge
+
+        # Several serving processes (broker serve --processes N) write their samples to files that
+        # the one process serving /metrics adds up (prometheus_client's multiprocess mode); a
+        # loop is alive if alive in all. Leadership and the store's figures are read at scrape
+        # time by that process (the one that contends for leadership).
         self.loop_alive = Gauge("broker_loop_alive", "1 while a background loop runs, 0 once it has died "
                                 "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
                                 multiprocess_mode="min")
-        self.budget_used = Gauge("broker_budget_used_ratio", "Fraction of a tenant's budget cap in use "
-                                 "(usd_per_hour: the live rate; usd_per_month: this month's spend); events "
-                                 "warn at 0.8 and 1.0", ["tenant", "cap"], registry=self.registry,
-                                 multiprocess_mode="max")
-        self.store_collector = StoreCollector(store, catalog)
+        self.leader = LeaderCollector()
+        self.store_collector = StoreCollector(store, catalog, budgets)
+        self.registry.register(self.leader)
         self.registry.register(self.store_collector)
         self._server = None
+        from providers.base import ON_ERROR
+
+        if _on_provider_error not in ON_ERROR:
+            ON_ERROR.append(_on_provider_error)
+        _ERROR_SINKS.append(self._count_error)
+
+    def _count_error(self, provider: str, code: str) -> None:
+        self.provider_errors.labels(provider or "?", (code or "unknown")[:64]).inc()
 
     def set_leader(self, leading: bool) -> None:
-        self.leader.set(1 if leading else 0)
+        self.leader.value = bool(leading)
 
     def serve(self, listen: str) -> int:
         """Expose /metrics on ``listen`` (host:port); returns the bound port. Under
         ``PROMETHEUS_MULTIPROC_DIR`` (set by ``broker serve --processes N``) it serves the sum of
-        every serving process's samples, and the store's figures once."""
+        every serving process's samples, and leadership and the store's figures once. The
+        server's own errors (a scrape that fails, a client that hangs up) are JSON log records."""
         import os
 
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
 
         registry = self.registry
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -165,14 +182,18 @@ class Metrics:
 
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
+            registry.register(self.leader)
             registry.register(self.store_collector)
         host, _, port = listen.rpartition(":")
-        self._server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        self._server = _metrics_server(host or "127.0.0.1", int(port), registry)
         return self._server.server_port
 
     def stop(self) -> None:
+        if self._count_error in _ERROR_SINKS:
+            _ERROR_SINKS.remove(self._count_error)
         if self._server is not None:
             self._server.shutdown()
+            self._server.server_close()
             self._server = None
 
     def interceptor(self):
@@ -207,14 +228,122 @@ class Metrics:
         return _Timing()
 
 
-class StoreCollector:
-    """Leases by state, running $/h and nodes by provider and market, events and decisions."""
+#: Where cloud API errors are counted: every live :class:`Metrics` (see :func:`count_provider_error`).
+_ERROR_SINKS: list = []
 
-    def __init__(self, store, catalog) -> None:
-        self.store = store
-        self.catalog = catalog
+
+def count_provider_error(provider: str, code: str) -> None:
+    """Count one error a cloud's API answered (called as each provider error is made)."""
+    for sink in list(_ERROR_SINKS):
+        sink(provider, code)
+
+
+def _on_provider_error(err) -> None:
+    count_provider_error(err.provider, err.code or type(err).__name__)
+
+
+class _LogStream:
+    """A text stream whose lines become ``error`` records of a logger (what wsgiref writes)."""
+
+    def __init__(self, name: str) -> None:
+        self.log = logging.getLogger(name)
+        self._buf = ""
+
+    def write(self, text: str) -> int:
+        self._buf += text
+        return len(text)
+
+    def flush(self) -> None:
+        if self._buf.strip():
+            self.log.error("metrics_server_error", extra={"detail": self._buf.strip()[-4000:]})
+        self._buf = ""
+
+
+def _metrics_server(host: str, port: int, registry):
+    """prometheus_client's WSGI server for ``registry`` on a daemon thread, with every error it
+    meets logged through the process's JSON log instead of printed to stderr."""
+    from wsgiref.simple_server import make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
+
+    log = logging.getLogger("broker.metrics")
+    inner = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        try:
+            return inner(environ, start_response)
+        except Exception:
+            log.exception("metrics_scrape_failed")
+            start_response("500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info())
+            return [b"the metrics could not be collected; the broker's log says why\n"]
+
+    class Handler(_SilentHandler):
+        def get_stderr(self):
+            return _LogStream("broker.metrics")
+
+    class Server(ThreadingWSGIServer):
+        def handle_error(self, request, client_address):
+            log.warning("metrics_request_failed", exc_info=True, extra={"client": str(client_address[0])})
+
+    Server.address_family, addr = _get_best_family(host, port)
+    httpd = make_server(addr, port, app, Server, handler_class=Handler)
+    threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
+    return httpd
+
+
+class LeaderCollector:
+    """``broker_leader``: 1 while this replica leads, read at scrape time from ``leading()`` (the
+    leadership's own deadline, so a replica that was frozen past it reports 0 the moment it runs
+    again, before any heartbeat); without it, the last value it was told."""
+
+    def __init__(self) -> None:
+        self.value = False
+        self.leading = None  # a callable, set once the replica contends (Service.start_background)
 
     def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        leading = self.leading() if self.leading is not None else self.value
+        g = GaugeMetricFamily("broker_leader", "1 while this replica leads (runs the reconciler and the "
+                              "autoscaler), else 0")
+        g.add_metric([], 1.0 if leading else 0.0)
+        yield g
+
+
+def _num(value) -> float:
+    """A database aggregate as a float: SUM of integers is an int on SQLite and a Decimal on
+    PostgreSQL (NULL when nothing was summed)."""
+    return float(value or 0)
+
+
+class StoreCollector:
+    """Leases by state, running $/h and GPUs by provider and market, spend by provider, budget use
+    per tenant, the market's age per provider and source, events and decisions: one sample per
+    label set, whatever the store's SQL groups by."""
+
+    def __init__(self, store, catalog, budgets=None) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.budgets = budgets
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        ok = GaugeMetricFamily("broker_store_read_ok", "1 when this scrape could read the store, else 0 "
+                               "(the log says why)")
+        families = []
+        try:
+            families = list(self._families())
+        except Exception:  # the leader gauge and the process's own series are still served
+            logging.getLogger("broker.metrics").exception("metrics_store_read_failed")
+        ok.add_metric([], 1.0 if families else 0.0)
+        yield ok
+        yield from families
+
+    def _families(self):
+        import time
+
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         from sqlalchemy import func
         from sqlmodel import Session, select
@@ -222,12 +351,6 @@ class StoreCollector:
         from broker.lease import LIVE, LeaseState
         from broker.store import DecisionRecord, LeaseEventRecord, LeaseRecord
 
-        by_state = GaugeMetricFamily("broker_leases", "Leases by state", labels=["state", "provider", "market"])
-        rate = GaugeMetricFamily("broker_spend_rate_usd_per_hour", "Running leases' price", labels=["provider", "market"])
-        gpus = GaugeMetricFamily("broker_cloud_gpus", "GPUs of live leases", labels=["provider", "market"])
-        spend = CounterMetricFamily("broker_spend_usd", "Spend accrued by leases", labels=["provider"])
-        events = CounterMetricFamily("broker_lease_events", "Lease events by kind", labels=["kind"])
-        decisions = CounterMetricFamily("broker_decisions", "Autoscaler decisions by action", labels=["action"])
         with Session(self.store.engine) as s:
             rows = s.exec(select(LeaseRecord.state, LeaseRecord.provider, LeaseRecord.market, LeaseRecord.instance_type,
                                  func.count(), func.sum(LeaseRecord.nodes),
@@ -237,21 +360,96 @@ class StoreCollector:
                                     LeaseRecord.instance_type)).all()
             ev = s.exec(select(LeaseEventRecord.kind, func.count()).group_by(LeaseEventRecord.kind)).all()
             dec = s.exec(select(DecisionRecord.action, func.count()).group_by(DecisionRecord.action)).all()
-        agg: dict = {}
+        counts: dict = {}
+        rate: dict = {}
+        gpus: dict = {}
+        spend: dict = {}
         for state, provider, market, itype, n, nodes, hourly, accrued in rows:
-            k = (state, provider, market)
-            agg[k] = agg.get(k, 0) + n
-            spend_key = provider
-            spend.add_metric([spend_key], (accrued or 0) / 1e6)
+            add(counts, (state, provider, market), _num(n))
+            add(spend, (provider,), _num(accrued) / 1e6)
             if state in LIVE:
                 it = self.catalog.instance(provider, itype)
-                gpus.add_metric([provider, market], (nodes or 0) * (it.gpus if it else 0))
+                add(gpus, (provider, market), _num(nodes) * (it.gpus if it else 0))
             if state == LeaseState.RUNNING:
-                rate.add_metric([provider, market], (hourly or 0) / 1e6)
-        for (state, provider, market), n in agg.items():
-            by_state.add_metric([state, provider, market], n)
-        for kind, n in ev:
-            events.add_metric([kind], n)
-        for action, n in dec:
-            decisions.add_metric([action], n)
-        yield from (by_state, rate, gpus, spend, events, decisions)
+                add(rate, (provider, market), _num(hourly) / 1e6)
+        yield family(GaugeMetricFamily, "broker_leases", "Leases by state", ["state", "provider", "market"], counts)
+        yield family(GaugeMetricFamily, "broker_spend_rate_usd_per_hour", "Running leases' price",
+                     ["provider", "market"], rate)
+        yield family(GaugeMetricFamily, "broker_cloud_gpus", "GPUs of live leases", ["provider", "market"], gpus)
+        yield family(CounterMetricFamily, "broker_spend_usd", "Spend accrued by leases", ["provider"], spend)
+        yield family(CounterMetricFamily, "broker_lease_events", "Lease events by kind", ["kind"],
+                     {(k,): _num(n) for k, n in ev})
+        yield family(CounterMetricFamily, "broker_decisions", "Autoscaler decisions by action", ["action"],
+                     {(a,): _num(n) for a, n in dec})
+        now = time.time()
+        yield from self._budgets(now)
+        yield from self._market(now)
+
+    def _budgets(self, now: float):
+        from prometheus_client.core import GaugeMetricFamily
+
+        if self.budgets is None or not self.budgets.budgets:
+            return
+        rate, month, used = {}, {}, {}
+        for tenant in self._budget_tenants(now):
+            caps = self.budgets.caps(tenant)
+            if caps is None:
+                continue
+            r, m = self.budgets.usage(tenant, now)
+            rate[(tenant,)], month[(tenant,)] = r / 1e6, m / 1e6
+            for cap, have, limit in (("usd_per_hour", r, caps.usd_per_hour_micros),
+                                      ("usd_per_month", m, caps.usd_per_month_micros)):
+                if limit:
+                    used[(tenant, cap)] = have / limit
+        yield family(GaugeMetricFamily, "broker_budget_spend_rate_usd_per_hour", "A tenant's live leases' price "
+                     "(counts against its usd_per_hour cap)", ["tenant"], rate)
+        yield family(GaugeMetricFamily, "broker_budget_month_spend_usd", "A tenant's spend this calendar month "
+                     "(UTC; counts against its usd_per_month cap)", ["tenant"], month)
+        yield family(GaugeMetricFamily, "broker_budget_used_ratio", "A tenant's use of each of its caps "
+                     "(1 = the cap is reached)", ["tenant", "cap"], used)
+
+    def _budget_tenants(self, now: float) -> list[str]:
+        """Tenants with a budget of their own, and (with a default budget) every tenant with
+        leases that count this month."""
+        from sqlalchemy import or_, select
+
+        from broker.budget import month_start
+        from broker.lease import LIVE
+        from broker.store import LeaseRecord
+
+        named = {t for t in self.budgets.budgets if t != "default"}
+        if "default" in self.budgets.budgets:
+            t = LeaseRecord.__table__.c
+            with self.store.engine.connect() as conn:
+                named |= {r[0] for r in conn.execute(select(t.tenant).distinct().where(
+                    or_(t.state.in_([s.value for s in LIVE]), t.ended_at >= month_start(now))))}
+        return sorted(named)
+
+    def _market(self, now: float):
+        from prometheus_client.core import GaugeMetricFamily
+
+        from broker import market_store
+
+        age, failing = {}, {}
+        for provider, row in sorted(market_store.load(self.store.engine).items()):
+            for source, state in row.sources().items():
+                if state.ok_at:
+                    age[(provider, source)] = max(0.0, now - state.ok_at)
+                failing[(provider, source)] = 1.0 if state.error else 0.0
+        yield family(GaugeMetricFamily, "broker_market_age_seconds", "Age of the last good answer of each "
+                     "market source (price list, spot history, placement scores, quotas, reservations, "
+                     "zones) of each provider", ["provider", "source"], age)
+        yield family(GaugeMetricFamily, "broker_market_source_failing", "1 when the last refresh of the "
+                     "source failed (its last good data stays in use)", ["provider", "source"], failing)
+
+
+def add(acc: dict, key: tuple, value: float) -> None:
+    acc[key] = acc.get(key, 0.0) + value
+
+
+def family(kind, name: str, doc: str, labels: list[str], values: dict):
+    """A metric family with one sample per label set (``values`` is already aggregated)."""
+    f = kind(name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        f.add_metric([str(k) for k in key], value)
+    return f

@@ -66,7 +66,11 @@ BUILTIN_REGIONS = (
     "southeastasia", "eastasia", "australiaeast", "centralindia", "southindia", "uaenorth",
     "southafricanorth", "qatarcentral",
 )
-FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "not_found")
+FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "not_found", "html")
+# "html": what a gateway in front of ARM answers instead of its JSON (a 502 page).
+HTML_PAGE = (b"<!DOCTYPE html>\r\n<html><head><title>502 - Web server received an invalid response while acting "
+             b"as a gateway or proxy server.</title></head><body><h2>502 - Web server received an invalid "
+             b"response while acting as a gateway or proxy server.</h2></body></html>\r\n")
 _CREATE_ONLY = ("capacity", "quota")  # faults that only a VM create can meet
 _CAPACITY_LRO = ("AllocationFailed", "OverconstrainedAllocationRequest", "ZonalAllocationFailed")
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
@@ -130,10 +134,11 @@ class ArmError(Exception):
     """An ARM error answer: ``status`` with ``{"error": {"code", "message", "target"}}``."""
 
     def __init__(self, status: int, code: str, message: str, target: str = "",
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, page: bytes | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.target = status, code, message, target
         self.headers = headers or {}
+        self.page = page  # an HTML page answered instead of ARM's JSON error
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -840,6 +845,8 @@ class FakeArm(ArmMarketMixin):
                                fault if fault is not None and fault.kind in _CREATE_ONLY else None)
 
     def _raise_fault(self, f: _Fault, path: str = "") -> None:
+        if f.kind == "html":
+            raise ArmError(502, "", "", page=HTML_PAGE)
         if f.kind == "not_found":
             m = re.search(r"/resourceGroups/([^/]+)(?:/providers/[^/]+/[^/]+/([^/?]+))?", path, re.I)
             rg, name = (m.group(1), m.group(2) or "") if m else ("", "")
@@ -992,21 +999,22 @@ class _Handler(BaseHTTPRequestHandler):
         with self.fake._lock:
             self.fake.calls.append(call)
         extra: dict[str, str] = {}
+        page = None
         try:
             status, body, extra = self.fake.handle(self.command, self.path, headers, raw, call)
         except ArmError as e:
-            status, body, extra = e.status, e.body(), e.headers
+            status, body, extra, page = e.status, e.body(), e.headers, e.page
         except Exception as e:  # a bug in the fake must still answer like ARM would
             status, body = 500, {"error": {"code": "InternalServerError", "message": repr(e)}}
         call.status = status
-        payload = b"" if body is None else json.dumps(body).encode()
+        payload = page if page is not None else b"" if body is None else json.dumps(body).encode()
         try:
             self.send_response(status)
             self.send_header("x-ms-request-id", str(uuid.uuid4()))
             for k, v in extra.items():
                 self.send_header(k, v)
             if payload:
-                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Type", "text/html" if page is not None else "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if payload:

@@ -61,7 +61,11 @@ CATALOG = Path(providers.__file__).resolve().parent / "data" / "instances.csv"
 
 # kind → what the fake answers. capacity/quota finish the insert operation with an error, as the
 # real API does; the others answer the HTTP request itself.
-FAULT_KINDS = ("capacity", "quota", "throttle", "ratelimit", "5xx", "slow", "auth", "forbidden")
+FAULT_KINDS = ("capacity", "quota", "throttle", "ratelimit", "5xx", "slow", "auth", "forbidden", "html")
+# "html": what a proxy or load balancer in front of the API answers instead of Compute's JSON.
+HTML_PAGE = (b"<!DOCTYPE html>\n<html lang=en><meta charset=utf-8><title>Error 502 (Server Error)!!1</title>"
+             b"<p><b>502.</b> <ins>That's an error.</ins><p>The server encountered a temporary error and "
+             b"could not complete your request.<p>Please try again in 30 seconds.</html>\n")
 OP_FAULTS = ("capacity", "quota")
 
 NAME_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
@@ -534,6 +538,9 @@ class FakeGcpCompute(GcpMarketMixin):
         if fault and fault.kind == "slow":
             time.sleep(fault.seconds)
             fault = None
+        if fault and fault.kind == "html":
+            call.status = 502
+            return 502, HTML_PAGE
         try:
             if fault and fault.kind not in OP_FAULTS:
                 raise self._fault_error(fault.kind)
@@ -1040,10 +1047,12 @@ def _make_handler(fake: FakeGcpCompute) -> type[BaseHTTPRequestHandler]:
                 status, out = fake.handle(self.command, self.path, body)
             except Exception as e:  # a bug in the fake: answer 500 rather than hang the client
                 status, out = 500, HttpError(500, "backendError", f"fake error: {e!r}").body()
-            data = json.dumps(out).encode()
+            page = isinstance(out, bytes)  # a proxy's HTML page, not Compute's JSON
+            data = out if page else json.dumps(out).encode()
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Type", "text/html; charset=UTF-8" if page else
+                                 "application/json; charset=UTF-8")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -27,6 +27,7 @@ from policies.cost import (
     PricedOffer,
     _transfer_in,
     instance_reason,
+    lease_down_share,
     offering_reason,
     runtime_hours,
 )
@@ -110,7 +111,7 @@ class Table:
         t_in = np.array([_transfer_in(d, self.place_offering[k], ctx, terms[k[0]]) for k in self.places],
                         dtype=np.int64)[self.place]
         t_out = np.array([terms[p].egress_micros(d.data_out_gb) for p in self.providers], dtype=np.int64)[self.provider]
-        sla_risk = np.where(self.sla > 0, np.trunc((compute * nodes) * (100.0 - self.sla) / 100.0), 0.0)
+        sla_risk = self._sla_risk(compute, nodes)
 
         # The offers, made in rank order (reserved first, then total, hourly price, provider,
         # region, instance type; ties keep the set order, as a stable sort does): only ``top``.
@@ -153,6 +154,14 @@ class Table:
                     r = offering_reason(d, o, nodes_l[k], ctx)
                     out.append(Exclusion(o, r.text, r.kind))
         return ok, out
+
+    def _sla_risk(self, compute: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """The scalar model's share, per distinct (SLA, nodes) pair: the same floats, so the same cents."""
+        if not len(compute):
+            return np.zeros(0)
+        pairs, back = np.unique(np.stack([self.sla, nodes.astype(np.float64)]), axis=1, return_inverse=True)
+        share = np.array([lease_down_share(float(a), int(k)) for a, k in pairs.T], dtype=np.float64)
+        return np.where(self.sla > 0, np.trunc(compute * share[back.reshape(-1)]), 0.0)
 
     def _by_lifetimes(self, lost_h: np.ndarray, d: Demand, ctx: Context, spot: np.ndarray, nodes: np.ndarray,
                       run_h: np.ndarray, startup_h: np.ndarray) -> np.ndarray:

@@ -13,8 +13,10 @@ Lines (DESIGN.md, "The cost of an offer"):
 - storage: dataset and results held in the region for the run.
 - data_transfer: dataset in (on-prem egress, or cloud egress / cross-region from where it lives)
   plus results out (the offer's internet egress tiers).
-- sla_risk: the chance that any node of the gang is down at the published availability, times
-  the compute it would waste.
+- sla_risk: the chance that the lease is hit, times the compute it covers. A lease of ``n``
+  nodes is hit when any one of its nodes is down, which at the published availability ``a`` has
+  the chance ``1 - a**n`` (:func:`lease_down_share`); so the line is at most the compute line,
+  however large the gang (it nears it as the gang grows).
 """
 from __future__ import annotations
 
@@ -266,11 +268,21 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
         t_out = egress_out.get(provider)
         if t_out is None:
             t_out = egress_out[provider] = terms.egress_micros(d.data_out_gb)
-        sla_risk = int(compute * nodes * (100.0 - o.sla_pct) / 100.0) if o.sla_pct else 0
+        sla_risk = int(compute * lease_down_share(o.sla_pct, nodes)) if o.sla_pct else 0
         return PricedOffer(o, nodes, run_h, CostLines(compute, interruption, storage, t_in + t_out, sla_risk),
                            o.zones[0] if o.zones else "")
 
     return price_one
+
+
+def lease_down_share(sla_pct: float, nodes: int) -> float:
+    """The chance that a lease of ``nodes`` nodes is hit by a failure at a published availability
+    of ``sla_pct`` percent per node: ``1 - a**nodes``, in [0, 1] for any size (one node: exactly
+    ``1 - a``). ``expm1``/``log1p`` keep it exact for the small shares a real SLA gives."""
+    down = min(1.0, max(0.0, (100.0 - sla_pct) / 100.0))
+    if nodes <= 1 or down in (0.0, 1.0):
+        return down if nodes >= 1 else 0.0
+    return min(1.0, -math.expm1(nodes * math.log1p(-down)))
 
 
 def price(d: Demand, o: Offering, ctx: Context) -> PricedOffer | Exclusion:

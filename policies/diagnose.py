@@ -37,11 +37,13 @@ What counts
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from policies.causes import (ACTIONS, CAPACITY_CAUSES, FIXABLE, ORDER, CauseKind, Verdict,
                              reason_kind, unavailable_nodes)
+from policies.placement import Placer
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 K = CauseKind
@@ -136,48 +138,6 @@ class Diagnosis:
 
 
 # ---------------------------------------------------------------------------------------------
-def _eligible(job: PendingJob, node: ClusterNode) -> bool:
-    if node.gpus_total <= 0:
-        return False
-    if job.queue and node.partitions:
-        if not set(job.queue.split(",")) & set(node.partitions):
-            return False
-    if job.gpu_model and node.gpu_model and job.gpu_model.lower() != node.gpu_model.lower():
-        return False
-    return True
-
-
-def _place(job: PendingJob, free: dict[str, int], whole: dict[str, bool],
-           nodes: Sequence[ClusterNode]) -> list[tuple[str, int]] | None:
-    """Where the job would go on ``free`` GPUs (``whole``: node has nothing running), or None."""
-    elig = [n for n in nodes if _eligible(job, n)]
-    if job.nodes <= 0 and not job.exclusive:
-        # scheduler's choice of node count: any spread
-        if sum(free.get(n.name, 0) for n in elig) < job.gpus:
-            return None
-        left, plan = job.gpus, []
-        for n in sorted(elig, key=lambda n: -free.get(n.name, 0)):
-            take = min(left, free.get(n.name, 0))
-            if take:
-                plan.append((n.name, take))
-                left -= take
-            if not left:
-                break
-        return plan
-    count = max(job.nodes, 1)
-    per = math.ceil(job.gpus / count)
-    if job.exclusive:
-        cands = [n for n in elig if whole.get(n.name) and free.get(n.name, 0) >= per]
-        take_all = True
-    else:
-        cands = [n for n in elig if free.get(n.name, 0) >= per]
-        take_all = False
-    if len(cands) < count:
-        return None
-    cands.sort(key=lambda n: free.get(n.name, 0))  # best fit first
-    return [(n.name, free[n.name] if take_all else per) for n in cands[:count]]
-
-
 def _persistent(history: Sequence[tuple[float, float]], current: float, now: float,
                 cfg: DiagnoseConfig, below: float) -> bool:
     recent = [r for t, r in history if now - cfg.window_s <= t <= now]
@@ -186,7 +146,15 @@ def _persistent(history: Sequence[tuple[float, float]], current: float, now: flo
 
 
 def _names(items: Iterable[str], cfg: DiagnoseConfig) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(items))[: cfg.max_listed]
+    """The first ``max_listed`` distinct names (reading no further than needed)."""
+    if cfg.max_listed <= 0:
+        return tuple(dict.fromkeys(items))[: cfg.max_listed]
+    seen: dict[str, None] = {}
+    for name in items:
+        seen[name] = None
+        if len(seen) >= cfg.max_listed:
+            break
+    return tuple(seen)
 
 
 def _plural(n: int, word: str) -> str:
@@ -259,72 +227,55 @@ def _check_history(history: Sequence[tuple[float, float]]) -> None:
             raise ValueError(f"history[{i}]: allocation rate must be within 0..1, got {r!r}")
 
 
-@dataclass
-class _Free:
-    """Free GPUs per node (``whole``: nothing runs there), now and with drained/down nodes back."""
-
-    now: dict[str, int]
-    whole: dict[str, bool]
-    if_up: dict[str, int]
-    whole_if_up: dict[str, bool]
-
-    @classmethod
-    def of(cls, onprem: Sequence[ClusterNode]) -> "_Free":
-        free = {n.name: n.gpus_free for n in onprem}
-        whole = {n.name: n.state == "idle" and n.gpus_allocated == 0 for n in onprem}
-        free_if_up, whole_if_up = dict(free), dict(whole)
-        for n in onprem:
-            if n.state in ("drain", "down"):
-                free_if_up[n.name] = max(0, n.gpus_total - n.gpus_allocated)
-                whole_if_up[n.name] = n.gpus_allocated == 0
-        return cls(free, whole, free_if_up, whole_if_up)
-
-    def claim(self, plan: Sequence[tuple[str, int]], now: bool = True) -> None:
-        """Take the GPUs of ``plan``, so later jobs do not count the same GPUs."""
-        for name, g in plan:
-            if now:
-                self.now[name] -= g
-                self.whole[name] = False
-            self.if_up[name] = max(0, self.if_up[name] - g)
-            self.whole_if_up[name] = False
-
-
 def _attribute(gpu_jobs: Sequence[PendingJob], cluster: _Cluster
                ) -> dict[CauseKind, list[PendingJob]]:
     """Explain each waiting GPU job once, longest wait first (see the module doc)."""
-    onprem = cluster.onprem
-    free = _Free.of(onprem)
-    empty = {n.name: n.gpus_total for n in onprem}
-    all_whole = {n.name: True for n in onprem}
+    placer = Placer(cluster.onprem)
     down_names, drain_names = cluster.names("down"), cluster.names("drain")
+    kinds: dict[str, CauseKind] = {}  # pending reason -> kind: a few reasons, 100,000 jobs
+    final: dict[tuple, CauseKind] = {}  # job shape -> its cause once nothing can place it
     out: dict[CauseKind, list[PendingJob]] = {}
     for job in gpu_jobs:
-        kind = reason_kind(job.pending_reason)
-        if kind == K.UNAVAILABLE_NODES:
-            names = unavailable_nodes(job.pending_reason)
-            if names & drain_names:
-                kind = K.DRAINED_NODES
-            elif names & down_names:
-                kind = K.DOWN_NODES
+        kind = kinds.get(job.pending_reason)
+        if kind is None:
+            kind = kinds[job.pending_reason] = _reason_kind(job.pending_reason, drain_names,
+                                                            down_names)
         if kind not in (K.CAPACITY, K.PRIORITY):
             out.setdefault(kind, []).append(job)
             continue
-        plan = _place(job, free.now, free.whole, onprem)
+        shape = placer.shape(job)
+        if (settled := final.get(shape)) is not None:  # refused everywhere: stays so
+            out.setdefault(settled, []).append(job)
+            continue
+        plan = placer.place(job, shape, placer.now)
         if plan is not None:
-            free.claim(plan)
+            placer.now.take(plan, floor=False)
+            placer.if_up.take(plan, floor=True)
             out.setdefault(K.PRIORITY if kind == K.PRIORITY else K.RESERVED_CAPACITY, []).append(job)
-        elif sum(free.now[n.name] for n in onprem if _eligible(job, n)) >= job.gpus:
+        elif placer.free_now(job) >= job.gpus:
             out.setdefault(K.FRAGMENTATION, []).append(job)
-        elif (plan_up := _place(job, free.if_up, free.whole_if_up, onprem)) is not None:
-            free.claim(plan_up, now=False)
+        elif (plan_up := placer.place(job, shape, placer.if_up)) is not None:
+            placer.if_up.take(plan_up, floor=True)
             which = (K.DRAINED_NODES if any(p[0] in drain_names for p in plan_up)
                      else K.DOWN_NODES)
             out.setdefault(which, []).append(job)
-        elif _place(job, empty, all_whole, onprem) is None:
-            out.setdefault(K.NO_ONPREM_FIT, []).append(job)
         else:
-            out.setdefault(K.CAPACITY, []).append(job)
+            # the tallies only shrink: this shape will never fit now, on enough free GPUs, or
+            # with the drained and down nodes back, for any later job either
+            final[shape] = K.CAPACITY if placer.fits_empty(job, shape) else K.NO_ONPREM_FIT
+            out.setdefault(final[shape], []).append(job)
     return out
+
+
+def _reason_kind(reason: str, drain_names: set[str], down_names: set[str]) -> CauseKind:
+    kind = reason_kind(reason)
+    if kind == K.UNAVAILABLE_NODES:
+        names = unavailable_nodes(reason)
+        if names & drain_names:
+            kind = K.DRAINED_NODES
+        elif names & down_names:
+            kind = K.DOWN_NODES
+    return kind
 
 
 class _Causes(list):
@@ -557,8 +508,9 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     _check_history(history)
     cluster = _Cluster.of(snapshot)
     utilization, node_util = _allocated_utilization(cluster.onprem, snapshot.gpu_samples)
-    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0),
-                      key=lambda j: (-j.waited_s, j.job_id))
+    # longest wait first, then by id: two stable sorts with C-level keys (100,000 jobs)
+    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0), key=attrgetter("job_id"))
+    gpu_jobs.sort(key=attrgetter("waited_s"), reverse=True)
     attributed = _attribute(gpu_jobs, cluster)
 
     causes = _Causes(cfg, attributed)

@@ -29,12 +29,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Collection, Mapping, Sequence
 
 from policies.causes import Verdict
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
+
+_HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan of the tuple
 
 BURST, HOLD, SCALE_IN = "burst", "hold", "scale_in"
 
@@ -406,7 +409,7 @@ def signals_from_snapshot(
     idle_cloud_nodes: Mapping[str, float] | None = None,
 ) -> Signals:
     """Signals from a snapshot; pending jobs held for non-capacity reasons do not count."""
-    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS)
+    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in _HELD)
     return Signals(
         pending_gpus=pending,
         gpus_total=snap.gpus_total,
@@ -441,16 +444,17 @@ def candidates_from_snapshot(
     the cluster's GPUs as capacity. With ``classes``, each is classified (else the trigger does). Jobs held for non-capacity reasons (dependencies, holds,
     limits) are never candidates: the cloud cannot release them either.
     """
-    jobs = [j for j in snap.pending if j.pending_reason not in NON_CAPACITY_REASONS]
-    jobs.sort(key=lambda j: -j.waited_s)
-    free = snap.gpus_total - snap.gpus_allocated
+    jobs = [j for j in snap.pending if j.pending_reason not in _HELD]
+    jobs.sort(key=attrgetter("waited_s"), reverse=True)  # stable, as a sort by -waited_s
+    total = snap.gpus_total  # a sum over the nodes: once, not per job
+    free = total - snap.gpus_allocated
     out: list[Candidate] = []
     ahead = 0.0
     for j in jobs:
         if predicted_wait_s is not None and j.job_id in predicted_wait_s:
             pred = predicted_wait_s[j.job_id]
         else:
-            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, snap.gpus_total)
+            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, total)
         out.append(Candidate(j, pred))
         ahead += j.gpus * max(0, j.runtime_s)
     return out if classes is None else classed(TriggerConfig(classes=tuple(classes)), out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 MICROS = 1_000_000
 
@@ -159,6 +159,10 @@ class Scope(str, enum.Enum):
         return self.value
 
 
+#: Told each provider error as it is made (the broker counts them by provider and code).
+ON_ERROR: list[Callable[["ProviderError"], None]] = []
+
+
 class ProviderError(Exception):
     """A cloud refused or failed a call. ``code`` and ``message`` are the provider's own."""
 
@@ -182,6 +186,11 @@ class ProviderError(Exception):
         self.scope = scope or self.default_scope
         self.region = region
         self.zone = zone
+        for hook in ON_ERROR:
+            try:
+                hook(self)
+            except Exception:  # noqa: BLE001 - counting must never change an error
+                pass
 
     @property
     def scope_key(self) -> str:

@@ -374,3 +374,34 @@ def test_a_lease_credential_streams_nothing(world, caller):
 def test_a_lease_role_cannot_be_issued_as_a_token():
     with pytest.raises(ValueError, match="minted"):
         principal_for("lease", ["team-a"])
+
+
+def test_a_schedulers_empty_snapshot_scales_in_nothing_of_another_tenant(tmp_path, mini_catalog_dir):
+    """A scheduler:team-a token reporting an empty queue made the autoscaler release team-b's idle
+    lease ("scale-in: idle cloud capacity") and said how many idle nodes others held: every lease
+    without a ``job.source`` was taken for the reporting source's."""
+    from broker.lease import LeaseState
+    from tests.fake_provider import FakeProvider
+
+    tokens = {"tok-sched-a": "scheduler:team-a", "tok-op": "*"}
+    autoscaler = {"enabled": True, "trigger": {"stabilization_s": 0, "cooldown_s": 0, "scale_in_idle_s": 60}}
+    config = {"catalog.path": str(mini_catalog_dir), "auth.tokens": tokens, "autoscaler": autoscaler}
+    with running_server(tmp_path, providers={"aws": FakeProvider("aws")}, config=config) as (addr, svc):
+        now = time.time()
+        idle = dict(state="running", idle_since=now - 3600, started_at=now - 3600)
+        for lid, tenant, job in (("l-b-idle", "team-b", {}), ("l-a-direct", "team-a", {}),
+                                 ("l-b-sourced", "team-b", {"source": "kueue:team-b"})):
+            from dataclasses import replace
+
+            svc.store.create_lease(replace(_lease(tenant, lid), **idle, job=job, instances=[]))
+        empty = pb.QueueSnapshot(source="kueue:team-a")
+        empty.nodes.add(name="n1", state="idle", gpus_total=8, gpus_allocated=0, gpu_model="H100")
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.BrokerStub(ch)
+            answer = stub.ReportQueue(pb.ReportQueueRequest(snapshot=empty), metadata=_md("tok-sched-a"))
+        for lid in ("l-b-idle", "l-a-direct", "l-b-sourced"):
+            assert svc.store.get_lease(lid).state is LeaseState.RUNNING, lid
+        assert all(d.action != "scale_in" for d in answer.decisions), answer
+        text = str(answer)
+        assert "idle cloud node" not in text and "l-b" not in text
+        assert not [d for d in svc.store.list_decisions(limit=100) if d.action == "scale_in"]

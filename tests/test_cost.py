@@ -190,3 +190,44 @@ def test_the_spot_line_follows_the_observed_lifetimes_when_the_context_has_them(
     assert by_dist.cost.compute == by_rate.cost.compute
     never = price(d, o, ctx(mini_catalog, spot_lifetimes={"aws": LifetimeDist((0.1, 0.2))}))
     assert isinstance(never, Exclusion) and never.kind is ExclusionKind.MARKET and "checkpoint" in never.reason
+
+
+# -- SLA risk: per lease, never more than the compute it covers ---------------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(sla=st.floats(0.0, 100.0), nodes=st.integers(1, 10**9), more=st.integers(0, 10**6))
+def test_the_lease_down_share_is_a_chance_that_grows_with_the_gang(sla, nodes, more):
+    from policies.cost import lease_down_share
+
+    share = lease_down_share(sla, nodes)
+    assert 0.0 <= share <= 1.0
+    assert lease_down_share(sla, nodes + more) >= share  # a bigger gang is hit at least as often
+    assert lease_down_share(sla, 1) == pytest.approx((100.0 - sla) / 100.0, abs=1e-15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpus=st.integers(1, 200_000), hours=st.floats(0.01, 87_600), sla=st.floats(0.001, 100.0),
+       model=st.sampled_from(["H100", "A100"]))
+def test_sla_risk_never_exceeds_the_compute_it_covers_for_any_size(mini_catalog, gpus, hours, sla, model):
+    d = Demand(gpus=gpus, hours=hours, gpu_model=model).validate()
+    c = ctx(mini_catalog)
+    for o in mini_catalog.offerings:
+        p = price(d, replace(o, sla_pct=sla), c)
+        if isinstance(p, PricedOffer):
+            assert 0 <= p.cost.sla_risk <= p.cost.compute, (o.instance.name, p.nodes, p.cost)
+
+
+def test_a_huge_quote_prices_its_sla_risk_under_its_compute():
+    """`quote --gpu H100:99999` quoted an SLA risk of $15.4 M against $1.2 M of compute: the
+    risk was counted once per node on top of a compute line that already held every node."""
+    from broker.quote import QuoteEngine
+    from providers.catalog import bundled
+
+    eng = QuoteEngine(bundled())
+    q = eng.quote(eng.validate(Demand(gpus=99_999, hours=1, gpu_model="H100"), 0.0), now=0.0)
+    priced = [r.priced for r in q.offers if r.offering.sla_pct]
+    assert priced
+    for p in priced:
+        assert p.cost.sla_risk <= p.cost.compute, (p.offering.instance.name, p.nodes, p.cost)

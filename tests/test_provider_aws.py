@@ -614,3 +614,21 @@ def test_another_process_can_drive_the_mocked_cloud(aws_cloud):
     assert result.returncode == 0, result.stderr
     (srv,) = server_side(aws_cloud, "child-lease")
     assert srv["id"] == result.stdout.strip().splitlines()[-1] and srv["tags"][TAG_OWNER] == "child"
+
+
+@pytest.mark.parametrize("kind,status", [("html", 502), ("garbage", 200)])
+def test_an_answer_that_is_no_aws_answer_is_a_transient_error_naming_the_status(aws_cloud, kind, status):
+    """A proxy's HTML error page (or garbage) instead of EC2's XML was raised by botocore as an
+    untyped parser error: the broker said "internal error" and left the lease provisioning."""
+    p = make_provider(aws_cloud)
+    aws_cloud.inject(kind, times=0, match="DescribeInstances")
+    with pytest.raises(TransientError) as e:
+        p.list_managed()
+    err = e.value
+    assert err.retryable and err.code == f"HTTP{status}" and err.provider == "aws"
+    assert f"HTTP {status}" in str(err) and "<" not in str(err) and len(str(err)) < 300
+    aws_cloud.clear_faults()
+    aws_cloud.inject(kind, match="RunInstances")
+    with pytest.raises(TransientError) as e:
+        p.launch(spec("lease-html", zone="us-east-1a"))
+    assert e.value.code == f"HTTP{status}"

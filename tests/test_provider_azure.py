@@ -808,3 +808,14 @@ def test_fake_serves_another_process(tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_gateways_html_page_is_a_transient_error_naming_the_status(az: AzureProvider, fake_arm: FakeArm) -> None:
+    """A gateway's 502 HTML page instead of ARM's JSON: a retryable error of one sentence naming
+    Azure and the status, not the page itself."""
+    fake_arm.inject("html", times=-1, match="GET")
+    with pytest.raises(TransientError) as e:
+        az.list_managed()
+    err = e.value
+    assert err.retryable and err.provider == "azure" and err.code == "HTTP502"
+    assert "HTTP 502" in str(err) and "<" not in str(err) and len(str(err)) < 300

@@ -642,3 +642,14 @@ def test_placement_policy_errors_are_mapped(gcp_compact, fake_gcp):
     with pytest.raises(AuthError):
         gcp_compact.launch(spec("lease-cpe", count=2))
     assert fake_gcp.insert_count == 0
+
+
+def test_a_proxys_html_page_is_a_transient_error_naming_the_status(gcp, fake_gcp):
+    """A load balancer's 502 HTML page instead of Compute's JSON: a retryable error of one
+    sentence naming GCP and the status, not the page itself."""
+    fake_gcp.inject("html", times=100, match="GET /compute/v1/projects/test-project/aggregated")
+    with pytest.raises(TransientError) as e:
+        gcp.list_managed()
+    err = e.value
+    assert err.retryable and err.provider == "gcp" and err.code == "HTTP502"
+    assert "HTTP 502" in str(err) and "<" not in str(err) and len(str(err)) < 300

@@ -14,9 +14,11 @@ catalog_app = typer.Typer(
 app.add_typer(catalog_app)
 
 REFRESH_HELP = """Ask the enabled clouds' APIs for prices, zones, quotas, reservations and spot
-signals now, and store them (dated) for every replica. A provider whose refresh fails keeps its
-last good data; a price under 5 % or over 300 % of the list price is refused with a warning.
-Exit 1 when any provider failed.
+signals now, and store them (dated) for every replica. Each source (price list, spot history,
+placement scores, quotas, reservations, zones) refreshes on its own: one that is denied, missing,
+failing or unreadable keeps its last good data and gets one warning line; the others are fresh
+(exit 0). A provider none of whose sources answered keeps all its last good data (exit 1). A
+price under 5 % or over 300 % of the list price is refused with a warning.
 
 \b
 Examples:
@@ -76,7 +78,10 @@ def refresh_cmd(
         print_json({"providers": [vars(o) for o in outcomes], "warnings": warnings})
     else:
         for o in outcomes:
-            print(o.sentence())
+            print(o.headline())
+        for o in outcomes:
+            for w in o.warnings():
+                print(f"warning: {w}")
         for w in warnings:
             print(f"warning: {w}")
     if not all(o.ok for o in outcomes):
@@ -119,7 +124,9 @@ def show_cmd(
                      "quota": o.quota_label or None, **market_fields(o)})
     stored = market_store.load(db) if db is not None else {}
     refreshes = [{"provider": p, "fetched_at": iso(r.snapshot.fetched_at) if r.snapshot.fetched_at else None,
-                  "attempted_at": iso(r.attempted_at), "last_error": r.last_error}
+                  "attempted_at": iso(r.attempted_at), "last_error": r.last_error,
+                  "sources": {k: {"ok_at": iso(v.ok_at) if v.ok_at else None, "error": v.error}
+                              for k, v in sorted(r.sources().items())}}
                  for p, r in sorted(stored.items()) if not provider or p == provider]
     if fmt == "json":
         print_json({"offerings": rows, "refreshes": refreshes, "warnings": warnings})
@@ -147,9 +154,15 @@ def _table(rows: list[dict], refreshes: list[dict], warnings: list[str]) -> None
     console.print(fitted_table(console, columns, cells, drop_first=("zones", "source", "as of", "quota left"),
                                fold=("zones", "quota left")))
     for r in refreshes:
-        state = f"last error: {r['last_error']}" if r["last_error"] else "ok"
+        failing = {k: v for k, v in r["sources"].items() if v["error"]}
+        state = f"last error: {r['last_error']}" if r["last_error"] and not failing else "ok"
+        if failing:
+            state = f"{len(failing)} of {len(r['sources'])} sources failing"
         console.print(f"{r['provider']}: data of {r['fetched_at'] or 'never'}, last tried {r['attempted_at']}, {state}",
                       highlight=False, markup=False)
+        for name, v in failing.items():
+            console.print(f"warning: {r['provider']} {name} failing (its data is of {v['ok_at'] or 'never'}): "
+                          f"{v['error']}", highlight=False, markup=False)
     for w in warnings:
         console.print(f"warning: {w}", highlight=False, markup=False)
     if not refreshes:

@@ -24,10 +24,18 @@ def run_one(jobs, catalog, names, cfg, lifetimes) -> dict:
     """Every policy on one pool size, with a progress bar on a terminal for long traces."""
     from broker.simulate import run_policies
 
-    if not sys.stderr.isatty():  # piped or logged: a line per replay, so a long run is seen to move
+    if not sys.stderr.isatty():  # a log, not a terminal: a line per replay, and every tenth of a long trace
+        said: dict[str, int] = {}
+
+        def tenth(name: str, done: int) -> None:
+            k = done * 10 // len(jobs)
+            if k > said.get(name, 0):
+                said[name] = k
+                sys.stderr.write(f"broker: {name}: {done:,} of {len(jobs):,} jobs replayed\n")
+                sys.stderr.flush()
         line, out = progress_lines(), {}
         for k, name in enumerate(names, 1):
-            out.update(run_policies(jobs, catalog, [name], cfg, lifetimes))
+            out.update(run_policies(jobs, catalog, [name], cfg, lifetimes, tenth if len(jobs) >= 20_000 else None))
             line(f"{name} on {cfg.onprem_gpus:,} GPUs", k, len(names))
         return out
     if len(jobs) < 20_000:

@@ -42,6 +42,7 @@ import csv
 import hashlib
 import math
 import struct
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -260,8 +261,9 @@ class _Reader:
             raise self.fail(line, f"num_gpus must be zero or positive, got {self.get(row, 'gpus')!r}")
         if dur is not None and not (math.isfinite(dur) and dur >= 0):
             raise self.fail(line, f"duration_s must be zero or positive, got {self.get(row, 'duration')!r}")
-        return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None,
-                    self.extra(line, row, jid))
+        extra = tuple(sys.intern(x) if type(x) is str else x  # queues and models repeat: one copy
+                      for x in self.extra(line, row, jid))
+        return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None, extra)
 
     def extra(self, line: int, row: list[str], jid: str) -> tuple:
         return (self.get(row, "queue"), self.interruptible(line, row, jid),
@@ -381,25 +383,53 @@ def read_trace(
             rd = _Reader(_Columns(header, p.name, columns or {}), p.name,
                          {"share": interruptible_share, "seed": seed, "model": default_gpu_model.upper(),
                           "strict": strict, "fractional": fractional})
-            rows = [rd.raw(line, row) for line, row in enumerate(reader, start=2)
-                    if row and not (len(row) == 1 and not row[0].strip())]
+            jobs, skipped, later, failed, rows, trace_end = [], dict.fromkeys(SKIP_REASONS, 0), [], None, 0, 0.0
+            for line, row in enumerate(reader, start=2):
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                r = rd.raw(line, row)
+                rows += 1
+                trace_end = max(trace_end, _last_time(r))
+                if r.duration is None and r.start is not None and r.end is None:
+                    later.append(r)  # still running at the end: its duration waits for the trace's end
+                elif failed is None:
+                    failed = _keep(rd, r, 0.0, jobs, skipped)
         except StopIteration:
             raise TraceError(f"{p.name} is empty") from None
         except (UnicodeDecodeError, csv.Error) as e:
             raise unreadable(p, reader.line_num, e) from None
-    trace_end = max((_last_time(r) for r in rows), default=0.0)
-    jobs, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
-    for r in rows:
-        j = rd.job(r, trace_end)
-        if isinstance(j, str):
-            skipped[j] += 1
-        else:
-            jobs.append(j)
+    # one pass: a row is a job as soon as it is read, except those waiting for the trace's end;
+    # a strict refusal is raised after every row was read, the earliest line first, as before
+    for r in later:
+        if failed is not None and failed.line < r.line:
+            break
+        failed = _keep(rd, r, trace_end, jobs, skipped) or failed
+    if failed is not None:
+        raise failed.error
     if not jobs:
         raise TraceError(f"{p.name} holds no jobs" + (f" (skipped {sum(skipped.values())} rows)" if rows else ""))
     jobs.sort(key=lambda j: j.submit_s)
     return Trace(str(p), jobs, {k: v for k, v in skipped.items() if v}, rd.rounded,
                  sum(1 for j in jobs if j.censored))
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    line: int
+    error: TraceError
+
+
+def _keep(rd: _Reader, r: _Row, trace_end: float, jobs: list, skipped: dict) -> _Refusal | None:
+    """Add row ``r``'s job to ``jobs`` (or count why it is skipped); a strict refusal is returned."""
+    try:
+        j = rd.job(r, trace_end)
+    except TraceError as e:
+        return _Refusal(r.line, e)
+    if isinstance(j, str):
+        skipped[j] += 1
+    else:
+        jobs.append(j)
+    return None
 
 
 def _last_time(r: _Row) -> float:

@@ -6,13 +6,12 @@ import threading
 from typing import Any, Iterator
 
 import boto3
-import botocore.exceptions as bce
 import botocore.loaders
 import botocore.session
 import structlog
 from botocore.config import Config
 
-from providers.aws.errors import PROVIDER, map_error
+from providers.aws.errors import AWS_ERRORS, PROVIDER, map_error, note_answer
 from providers.base import TAG_LEASE, TAG_OWNER
 from providers.settings import AwsSettings
 
@@ -31,6 +30,7 @@ def _session(anonymous: bool) -> boto3.session.Session:
             _loader = botocore.loaders.create_loader()
         core = botocore.session.get_session()
         core.register_component("data_loader", _loader)
+        core.register("before-parse", note_answer)
     if anonymous:
         return boto3.session.Session(botocore_session=core, aws_access_key_id="anonymous",
                                      aws_secret_access_key="anonymous")
@@ -80,7 +80,7 @@ class Ec2Client:
     def _call(self, region: str, zone: str, op: str, **kwargs: Any) -> dict[str, Any]:
         try:
             return getattr(self.client(region), op)(**kwargs)
-        except (bce.BotoCoreError, bce.ClientError) as e:
+        except AWS_ERRORS as e:
             raise map_error(e, region=region, zone=zone) from e
 
     def _describe(self, region: str, filters: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -91,7 +91,7 @@ class Ec2Client:
             for page in pages:
                 for reservation in page.get("Reservations", []):
                     yield from reservation.get("Instances", [])
-        except (bce.BotoCoreError, bce.ClientError) as e:
+        except AWS_ERRORS as e:
             raise map_error(e, region=region) from e
 
     def _mine(self, lease_id: str | None = None) -> list[dict[str, Any]]:

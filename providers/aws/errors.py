@@ -2,7 +2,11 @@
 ``providers.base`` error carrying EC2's own code, with the scope failover acts on."""
 from __future__ import annotations
 
+import http.client
+import threading
+
 import botocore.exceptions as bce
+from botocore.parsers import ResponseParserError
 
 from providers.base import (
     AuthError,
@@ -55,16 +59,51 @@ _INVALID_REGION_PREFIXES = (
 )
 
 
+#: What a boto3 call can raise: its own errors, and an answer its parser cannot read (a proxy's
+#: HTML page with a 200, garbage), which botocore raises as neither.
+AWS_ERRORS = (bce.BotoCoreError, bce.ClientError, ResponseParserError)
+
+_answer = threading.local()  # the HTTP status of this thread's last AWS answer (see note_answer)
+_PROTOCOL_START = (b"<?xml", b"<Response", b"<ErrorResponse", b"<Error", b"{")
+
+
+def note_answer(response_dict=None, **_kwargs) -> None:
+    """botocore's ``before-parse`` hook (every AWS client of the broker): remember the answer's
+    HTTP status, and make a 5xx whose body is not the service's own format (a proxy's or load
+    balancer's HTML page: ``<!DOCTYPE html>``...) the generic error botocore already makes of a
+    bare ``<html>`` one, so it is retried and then mapped by its status, never misparsed."""
+    if not response_dict:
+        return
+    status = int(response_dict.get("status_code") or 0)
+    _answer.status = status
+    body = response_dict.get("body")
+    if status >= 500 and isinstance(body, (bytes, bytearray)) and body.strip() \
+            and not body.lstrip().startswith(_PROTOCOL_START):
+        response_dict["body"] = b""
+
+
+def _unreadable(status: int, **where) -> ProviderError:
+    reason = http.client.responses.get(status, "")
+    said = f"HTTP {status}{' ' + reason if reason else ''}" if status else "an answer"
+    return TransientError(f"AWS answered {said}, not an AWS API answer (a proxy's or load balancer's page, "
+                          "or garbage)",
+                          code=f"HTTP{status}" if status else "UnreadableAnswer", **where)
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """The one ``providers.base`` error for a botocore exception (``code`` is EC2's own)."""
     where = {"provider": PROVIDER, "region": region, "zone": zone}
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, ResponseParserError):
+        return _unreadable(int(getattr(_answer, "status", 0) or 0), **where)
     if isinstance(exc, bce.ClientError):
         err = exc.response.get("Error", {}) or {}
         code = str(err.get("Code") or "")
         message = str(err.get("Message") or exc)
         status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+        if code.isdigit():  # botocore's generic error: a page, not an AWS error document
+            return _unreadable(int(code), **where)
         if code in _CAPACITY:
             return CapacityError(message, code=code, scope=_CAPACITY[code], **where)
         if code in _QUOTA:

@@ -8,10 +8,10 @@ import re
 from decimal import Decimal
 from typing import Any, Mapping, Self
 
-import botocore.exceptions as bce
 
 from providers.aws.client import _log
 from providers.aws.errors import PROVIDER, map_error
+from providers.aws.errors import AWS_ERRORS
 from providers.aws.inventory import Ec2Inventory, _launch_order, placement_group_name
 from providers.base import (
     TAG_LEASE,
@@ -309,7 +309,7 @@ class AwsProvider(Ec2Inventory):
                 Filters=[{"Name": "instance-type", "Values": [instance_type]}])
             try:
                 return {o["Location"] for p in pages for o in p.get("InstanceTypeOfferings", [])}
-            except (bce.BotoCoreError, bce.ClientError) as e:
+            except AWS_ERRORS as e:
                 raise map_error(e, region=region) from e
         return self._cached(("offered", region, instance_type), compute)
 

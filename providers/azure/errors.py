@@ -75,6 +75,16 @@ def _gone(exc: ResourceNotFoundError, kind: str, name: str) -> bool:
     return code == "ResourceNotFound" and f"/{kind}/{name}'".lower() in message.lower()
 
 
+def _is_page(response) -> bool:
+    """An answer that is an HTML page (a gateway's, a proxy's), not ARM's JSON."""
+    try:
+        ctype = str(response.headers.get("Content-Type", "")).lower()
+        body = response.text()[:256].lstrip().lower()
+    except Exception:  # noqa: BLE001 - an unreadable body is no ARM answer either
+        return True
+    return "html" in ctype or body.startswith(("<!doctype", "<html"))
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Map an Azure SDK error onto the broker's error types (``provider="azure"``)."""
     if isinstance(exc, ProviderError):
@@ -83,6 +93,12 @@ def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> Provid
     if isinstance(exc, HttpResponseError) and exc.response is not None:
         status = exc.status_code or 0
         code, message = _error_code_message(exc)
+        if not code and _is_page(exc.response):
+            import http.client
+
+            said = f"HTTP {status} {http.client.responses.get(status, '')}".strip()
+            return TransientError(f"Azure answered {said}, not an ARM answer (a gateway's or proxy's "
+                                  "page, or garbage)", code=f"HTTP{status}", **kw)
         if code in CAPACITY_CODES:
             scope = Scope.ZONE if code.startswith(("Zonal", "OverconstrainedZonal")) and zone \
                 else Scope.REGION

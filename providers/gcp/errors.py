@@ -56,11 +56,29 @@ def classify(codes: Sequence[str], status: int | None, message: str, *, region: 
     return TransientError(message, scope=Scope.REGION, **kw)
 
 
+def _looks_like_a_page(text: str) -> bool:
+    """An error whose body is an HTML page (a proxy's, a load balancer's), not Google's JSON."""
+    low = text.lower()
+    return "<html" in low or "<!doctype" in low or "<body" in low
+
+
+def _not_an_answer(status: int) -> str:
+    import http.client
+
+    reason = http.client.responses.get(status, "")
+    said = f"HTTP {status}{' ' + reason if reason else ''}" if status else "an answer"
+    return f"GCP answered {said}, not a Compute API answer (a proxy's or load balancer's page, or garbage)"
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Any error a Compute call raised, as the provider error that decides failover."""
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, gexc.GoogleAPICallError):
+        status = exc.code if isinstance(exc.code, int) else 0
+        if not exc.errors and not exc.reason and _looks_like_a_page(exc.message or str(exc)):
+            return TransientError(_not_an_answer(status), provider=NAME, code=f"HTTP{status}" if status else
+                                  "UnreadableAnswer", region=region, zone=zone)
         reasons = [e.get("reason", "") for e in exc.errors if isinstance(e, dict)]
         if exc.reason:
             reasons.append(exc.reason)

@@ -87,9 +87,25 @@ class SpotSignal:
     source: str
 
 
+#: The market's sources, each refreshed on its own: a part of a fetch (its ``kind``) feeds one.
+SOURCES = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones")
+SOURCE_OF = {"prices": "price_list", "spot_prices": "spot_history", "spot": "placement_scores",
+             "quotas": "quotas", "reservations": "reservations", "zones": "zones"}
+
+
+@dataclass
+class SourceState:
+    """One source of one provider's market: when it last answered in full (``ok_at``, 0: never
+    or not this time) and what went wrong the last time it was asked ("" when nothing did)."""
+
+    ok_at: float = 0.0
+    error: str = ""
+
+
 @dataclass
 class Snapshot:
-    """Everything one refresh of one provider learnt; ``errors`` says what it could not learn."""
+    """Everything one refresh of one provider learnt; ``errors`` says what it could not learn,
+    ``sources`` how each source fared (a failed one keeps its last good data and its age)."""
 
     provider: str
     fetched_at: float
@@ -102,6 +118,7 @@ class Snapshot:
     errors: list[str] = field(default_factory=list)
     # (kind, region) parts that failed this time ("" = every region of that kind).
     failed: list[tuple[str, str]] = field(default_factory=list)
+    sources: dict[str, SourceState] = field(default_factory=dict)
 
     KINDS = ("prices", "zones", "quotas", "needs", "reservations", "spot")
 
@@ -109,7 +126,8 @@ class Snapshot:
         from dataclasses import asdict
 
         out: dict[str, Any] = {"provider": self.provider, "fetched_at": self.fetched_at,
-                               "errors": list(self.errors), "failed": [list(f) for f in self.failed]}
+                               "errors": list(self.errors), "failed": [list(f) for f in self.failed],
+                               "sources": {k: asdict(v) for k, v in self.sources.items()}}
         for kind in self.KINDS:
             out[kind] = [asdict(x) for x in getattr(self, kind)]
         return out
@@ -137,7 +155,9 @@ class Snapshot:
         types = {"prices": LivePrice, "zones": Zones, "quotas": Quota, "needs": QuotaNeed,
                  "reservations": Reservation, "spot": SpotSignal}
         snap = cls(str(d["provider"]), float(d["fetched_at"]), errors=list(d.get("errors") or ()),
-                   failed=[(str(k), str(r)) for k, r in d.get("failed") or ()])
+                   failed=[(str(k), str(r)) for k, r in d.get("failed") or ()],
+                   sources={str(k): SourceState(float(v.get("ok_at") or 0), str(v.get("error") or ""))
+                            for k, v in (d.get("sources") or {}).items()})
         for kind, t in types.items():
             rows = []
             for r in d.get(kind) or ():
@@ -148,17 +168,51 @@ class Snapshot:
         return snap
 
 
+    def asked(self, kind: str) -> None:
+        """A part of ``kind`` is being asked for: its source answered now unless a part fails."""
+        self.sources.setdefault(SOURCE_OF.get(kind, kind), SourceState(self.fetched_at))
+
     def fail(self, kind: str, region: str, err: BaseException) -> None:
         """Record that ``kind`` could not be learnt for ``region`` ("" = anywhere), and why."""
         self.failed.append((kind, region))
-        self.errors.append(f"{kind}{' in ' + region if region else ''}: {err}")
+        text = f"{kind}{' in ' + region if region else ''}: {err}"
+        self.errors.append(text)
+        state = self.sources.setdefault(SOURCE_OF.get(kind, kind), SourceState())
+        state.ok_at = 0.0
+        state.error = text if not state.error else (state.error + "; " + text)[:2000]
+
+    def part(self, kind: str, region: str, fn: Callable[..., Any], mapper: Callable[..., ProviderError],
+             *args: Any) -> Any:
+        """``fn(*args)``, or ``[]`` with the failure recorded: whatever a source's call raises (a
+        denial, a 5xx, an answer the SDK cannot parse, a bug) stays that source's failure, and
+        ``mapper(error, region=...)`` says it as the provider's typed error."""
+        self.asked(kind)
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - one source never stops the others
+            try:
+                err = e if isinstance(e, ProviderError) else mapper(e, region=region)
+            except Exception:  # noqa: BLE001 - an error its SDK has no type for
+                from providers.base import TransientError
+
+                err = TransientError(f"its answer could not be read ({type(e).__name__}: {str(e)[:200]})",
+                                     provider=self.provider, code="UnreadableAnswer", region=region)
+            self.fail(kind, region, err)
+            return []
+
+    def all_failed(self) -> bool:
+        """Every source asked failed: nothing of this refresh is worth storing."""
+        return bool(self.sources) and all(s.error for s in self.sources.values())
 
     def merged_over(self, old: "Snapshot | None") -> "Snapshot":
         """This snapshot, with ``old``'s rows kept wherever this one failed: a failed refresh
         keeps the last good data of exactly the parts that failed."""
         if old is None or not self.failed:
             return self
-        out = Snapshot(self.provider, self.fetched_at, errors=list(self.errors), failed=list(self.failed))
+        sources = {k: SourceState(v.ok_at or (old.sources[k].ok_at if k in old.sources else old.fetched_at), v.error)
+                   for k, v in self.sources.items()}
+        out = Snapshot(self.provider, self.fetched_at, errors=list(self.errors), failed=list(self.failed),
+                       sources=sources)
         for kind in self.KINDS:
             lost = {r for k, r in self.failed if k == kind}
             rows = list(getattr(self, kind))

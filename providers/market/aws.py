@@ -30,6 +30,7 @@ import botocore.exceptions as bce
 from botocore.config import Config
 
 from providers.aws import _session, map_error
+from providers.aws.errors import AWS_ERRORS
 from providers.base import MICROS, ProviderError
 from providers.settings import AwsSettings, provider_settings
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones, instance_types, rfc3339
@@ -194,11 +195,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     snap.needs = needs_of(catalog)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> list:
-        try:
-            return fn(*args)
-        except (bce.BotoCoreError, bce.ClientError, ProviderError) as e:
-            snap.fail(kind, region, map_error(e, region=region))
-            return []
+        return snap.part(kind, region, fn, map_error, *args)
 
     snap.prices += part("prices", "", on_demand_prices, client("pricing", PRICING_REGION), names,
                         set(settings.regions))
@@ -213,7 +210,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
         snap.reservations += part("reservations", region, reservations_of, ec2, region)
     snap.spot += part("spot", "", placement_scores, client("ec2", settings.regions[0]), names,
                       list(settings.regions))
-    if not snap.prices and snap.failed:
+    if snap.all_failed():
         raise ProviderError(f"every AWS market call failed; first: {snap.errors[0]}", provider="aws",
                             code="MarketUnavailable")
     return snap
@@ -229,5 +226,5 @@ def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quot
     vcpus = {n: it.vcpus for n, it in instance_types(catalog, "aws").items()}
     try:
         return quotas_of(client("service-quotas", region), client("ec2", region), region, vcpus)
-    except (bce.BotoCoreError, bce.ClientError) as e:
+    except AWS_ERRORS as e:
         raise map_error(e, region=region) from e

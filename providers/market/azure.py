@@ -147,11 +147,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     snap = Snapshot("azure", now)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except (AzureError, ProviderError) as e:
-            snap.fail(kind, region, map_error(e, region=region))
-            return None
+        return snap.part(kind, region, fn, map_error, *args) or None
 
     snap.prices += part("prices", "", retail_prices, url, sorted(types), regions, settings.timeout_s) or []
     families: dict[str, str] = {}
@@ -167,7 +163,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     for region in sorted(regions):
         snap.quotas += part("quotas", region, quotas_of, client, region, wanted) or []
     snap.reservations += part("reservations", "", reservations_of, client, regions) or []
-    if not snap.prices and not snap.zones and snap.failed:
+    if snap.all_failed():
         raise ProviderError(f"every Azure market call failed; first: {snap.errors[0]}", provider="azure",
                             code="MarketUnavailable")
     return snap

@@ -210,11 +210,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     snap.needs = needs_of(catalog)
 
     def part(kind: str, region: str, fn: Any, *args: Any) -> list:
-        try:
-            return fn(*args)
-        except (gexc.GoogleAPIError, ProviderError, OSError) as e:
-            snap.fail(kind, region, map_error(e, region=region))
-            return []
+        return snap.part(kind, region, fn, map_error, *args)
 
     def billing_prices() -> list[LivePrice]:
         billing = billing_v1.CloudCatalogClient(
@@ -232,7 +228,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
         snap.quotas += part("quotas", region, quotas_of, regions_client, project, region, metrics)
     snap.reservations += part("reservations", "", reservations_of, compute_v1.ReservationsClient(**kw),
                               project, types, regions)
-    if len({k for k, _ in snap.failed}) >= 4:
+    if snap.all_failed():
         raise ProviderError(f"every GCP market call failed; first: {snap.errors[0]}", provider="gcp",
                             code="MarketUnavailable")
     return snap

@@ -1,0 +1,107 @@
+"""Strings that reach a cloud are checked at the edge, and a cloud that answers garbage (a proxy's
+HTML error page, bytes that are no answer) is a retryable provider error: the lease is failed or
+retried, never left provisioning, and one provider's bad answer never stops a reconcile pass."""
+from __future__ import annotations
+
+import grpc
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from broker.errors import InvalidArgument
+from broker.lease import LeaseState
+from broker.limits import Bounds, Limits
+from broker.v1 import broker_pb2 as pb
+from tests.clouds.three import clouds, clouds_server  # noqa: F401
+from tests.lease_kit import service, serving
+
+pytestmark = pytest.mark.timeout(300)
+
+SAFE = st.characters(whitelist_categories=("L", "N", "P", "Zs"))
+BAD_CHARS = ["\x01", "\x1b", "\x7f", "\x85", "\x9f", "\ufffe", "\uffff", "\ufdd0", "\U0001fffe", "\U0010ffff"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.text(SAFE, max_size=20), bad=st.sampled_from(BAD_CHARS), suffix=st.text(max_size=20),
+       field=st.sampled_from(["node_names", "job_id", "tenant", "idempotency_key", "owner"]))
+def test_every_control_or_non_character_is_refused_naming_the_field(prefix, bad, suffix, field):
+    value = prefix + bad + suffix
+    req = pb.LaunchRequest(idempotency_key="k", offering=pb.Offering(provider="aws", count=1))
+    where = {"node_names": "node_names[0]", "job_id": "job.job_id", "tenant": "tenant",
+             "idempotency_key": "idempotency_key", "owner": "job.owner"}[field]
+    if field == "node_names":
+        req.node_names.append(value)
+    elif field in ("job_id", "owner"):
+        setattr(req.job, field, value)
+    else:
+        setattr(req, field, value)
+    with pytest.raises(InvalidArgument) as e:
+        Bounds(Limits()).check(req)
+    assert e.value.field == where and str(e.value).startswith(where)
+    assert f"U+{ord(bad):04X}" in str(e.value)
+
+
+def test_free_text_keeps_its_tabs_and_newlines():
+    Bounds(Limits()).check(pb.ReleaseRequest(lease_id="l-1", reason="done\n\tby hand"))
+    Bounds(Limits()).check(pb.LaunchRequest(job=pb.Job(env={"SCRIPT": "a\nb\tc"})))
+    with pytest.raises(InvalidArgument):
+        Bounds(Limits()).check(pb.ReleaseRequest(lease_id="l-1\n"))
+
+
+OFFERS = {"aws": pb.Offering(provider="aws", region="us-east-1", zone="us-east-1a", instance_type="g5.xlarge",
+                             market=pb.MARKET_ON_DEMAND, count=1),
+          "gcp": pb.Offering(provider="gcp", region="us-central1", zone="us-central1-a",
+                             instance_type="g2-standard-8", market=pb.MARKET_ON_DEMAND, count=1),
+          "azure": pb.Offering(provider="azure", region="eastus", zone="1", instance_type="Standard_NC24ads_A100_v4",
+                               market=pb.MARKET_ON_DEMAND, count=1)}
+
+
+@pytest.mark.parametrize("provider,name", [
+    ("aws", "node\x01a"), ("aws", "node\uffff"), ("aws", "aws:reserved"), ("aws", "semi;colon"),
+    ("gcp", "Node-1"), ("gcp", "node_1"), ("gcp", "n" * 64), ("azure", "node_1"), ("azure", "node-"),
+])
+def test_a_node_name_a_cloud_would_refuse_is_invalid_argument_before_any_lease(clouds, tmp_path, provider, name):  # noqa: F811
+    with service(tmp_path, clouds) as svc, serving(svc) as stub:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Launch(pb.LaunchRequest(idempotency_key=f"k-{provider}", offering=OFFERS[provider],
+                                         node_names=[name]), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+        assert e.value.details().startswith("node_names[0]")
+        assert svc.store.list_leases() == []
+    assert clouds.aws.count("RunInstances") == 0
+
+
+@pytest.mark.parametrize("kind,status", [("html", 502), ("garbage", 200)])
+def test_a_launch_answered_with_a_page_fails_the_lease_naming_the_status(clouds, tmp_path, kind, status):  # noqa: F811
+    clouds.aws.inject(kind, times=0, match="RunInstances")
+    with service(tmp_path, clouds, lifecycle={"retries": 2}) as svc, serving(svc) as stub:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Launch(pb.LaunchRequest(idempotency_key="k-page", offering=OFFERS["aws"]), timeout=60)
+        assert e.value.code() != grpc.StatusCode.INTERNAL
+        assert f"HTTP{status}" in e.value.details() and "<" not in e.value.details()
+        (lease,) = svc.store.list_leases()
+        assert lease.state is LeaseState.FAILED
+        # retryable: each offer (every zone of the region) is asked twice before failing over
+        assert clouds.aws.count("RunInstances") >= 2 * len({c.params.get("Placement.AvailabilityZone")
+                                                            for c in clouds.aws.calls if c.action == "RunInstances"})
+
+
+def test_a_page_instead_of_a_listing_skips_the_provider_for_one_pass_only(clouds, tmp_path):  # noqa: F811
+    with service(tmp_path, clouds) as svc, serving(svc) as stub:
+        stub.Launch(pb.LaunchRequest(idempotency_key="k-ok", offering=OFFERS["gcp"]), timeout=60)
+        clouds.aws.inject("html", times=0, match="DescribeInstances")
+        report = svc.reconciler.run_pass()
+        assert report.skipped_providers == ["aws"]
+        clouds.aws.clear_faults()
+        report = svc.reconciler.run_pass()
+        assert report.skipped_providers == [] and report.errors == 0
+        samples = svc.metrics.registry
+        assert samples.get_sample_value("broker_provider_errors_total", {"provider": "aws", "code": "HTTP502"}) >= 1
+
+
+def test_a_retryable_cloud_error_that_reaches_a_caller_is_unavailable_exit_7():
+    from broker.errors import outcome
+    from providers.base import InvalidRequestError, TransientError
+
+    got = outcome(TransientError("AWS answered HTTP 502", provider="aws", code="HTTP502"))
+    assert (got.status_name, got.exit_code) == ("UNAVAILABLE", 7)
+    assert outcome(InvalidRequestError("x", provider="gcp")).status_name == "FAILED_PRECONDITION"
