@@ -103,7 +103,7 @@ class Service:
 
         self.leadership = None  # set by start_background: replicas elect one leader
 
-        self.metrics = Metrics(self.store, self.engine.catalog, self.budgets)
+        self.metrics = Metrics(self.store, self.engine.catalog, self.budgets, clock)
         self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
         # launch targets and top-N slices of cached quote results

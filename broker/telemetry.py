@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import TextIO
 
 import structlog
@@ -117,7 +118,7 @@ def _uncaught(exc_type, exc, tb) -> None:
 # events, decisions and the market's age, read at scrape time so every replica reports the truth.
 
 class Metrics:
-    def __init__(self, store, catalog, budgets=None) -> None:
+    def __init__(self, store, catalog, budgets=None, clock=time.time) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry()
@@ -151,7 +152,7 @@ class Metrics:
                                 "(health turns NOT_SERVING)", ["loop"], registry=self.registry,
                                 multiprocess_mode="min")
         self.leader = LeaderCollector()
-        self.store_collector = StoreCollector(store, catalog, budgets)
+        self.store_collector = StoreCollector(store, catalog, budgets, clock)
         self.registry.register(self.leader)
         self.registry.register(self.store_collector)
         self._server = None
@@ -322,10 +323,11 @@ class StoreCollector:
     per tenant, the market's age per provider and source, events and decisions: one sample per
     label set, whatever the store's SQL groups by."""
 
-    def __init__(self, store, catalog, budgets=None) -> None:
+    def __init__(self, store, catalog, budgets=None, clock=time.time) -> None:
         self.store = store
         self.catalog = catalog
         self.budgets = budgets
+        self.clock = clock  # the service's clock: budget use as the budgets themselves count it
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -381,7 +383,7 @@ class StoreCollector:
                      {(k,): _num(n) for k, n in ev})
         yield family(CounterMetricFamily, "broker_decisions", "Autoscaler decisions by action", ["action"],
                      {(a,): _num(n) for a, n in dec})
-        now = time.time()
+        now = self.clock()
         yield from self._budgets(now)
         yield from self._market(now)
 

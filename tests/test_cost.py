@@ -221,12 +221,13 @@ def test_sla_risk_never_exceeds_the_compute_it_covers_for_any_size(mini_catalog,
 
 def test_a_huge_quote_prices_its_sla_risk_under_its_compute():
     """`quote --gpu H100:99999` quoted an SLA risk of $15.4 M against $1.2 M of compute: the
-    risk was counted once per node on top of a compute line that already held every node."""
+    risk was counted once per node on top of a compute line that already held every node. (That
+    count is now refused; the largest the catalog allows, 8 GPUs x 1,024 nodes, is asked.)"""
     from broker.quote import QuoteEngine
     from providers.catalog import bundled
 
     eng = QuoteEngine(bundled())
-    q = eng.quote(eng.validate(Demand(gpus=99_999, hours=1, gpu_model="H100"), 0.0), now=0.0)
+    q = eng.quote(eng.validate(Demand(gpus=8 * 1024, hours=1, gpu_model="H100"), 0.0), now=0.0)
     priced = [r.priced for r in q.offers if r.offering.sla_pct]
     assert priced
     for p in priced:

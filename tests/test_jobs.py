@@ -216,7 +216,8 @@ def test_a_spent_budget_warns_refuses_new_spend_and_never_kills_a_job_silently(c
         svc.reconciler.run_pass()
         warnings = [e for e in svc.store.events_of("") if e.kind == "budget_warning"]
         assert [json.loads(e.data)["level"] for e in warnings] == [0.8]
-        assert svc.metrics.budget_used.labels("default", "usd_per_month")._value.get() == pytest.approx(0.85, abs=0.01)
+        used = svc.metrics.registry.get_sample_value("broker_budget_used_ratio", {"tenant": "default", "cap": "usd_per_month"})
+        assert used == pytest.approx(0.85, abs=0.01)
 
         clock.advance(0.2 * 10.0 / rate * 3600)
         report = svc.reconciler.run_pass()
