@@ -67,6 +67,13 @@ class Autoscaler:
         self.sources: dict[str, SourceState] = {}
         self._lock = threading.Lock()
 
+    def stop(self) -> None:
+        """Stop the watchers that run threads of their own (Kubernetes' watches)."""
+        for watcher in self.watchers.values():
+            stop = getattr(watcher, "stop", None)
+            if callable(stop):
+                stop()
+
     # -- inputs ----------------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
         """One pass over every watched source, and over the snapshots any replica accepted from
@@ -264,10 +271,12 @@ class Autoscaler:
             return
         targets = q.targets(lc.settings.max_failover)
         jobdoc = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
+        # a watched scheduler whose nodes join by a boot template (Kubernetes: kubeadm join)
+        bootstrap = getattr(self.watchers.get(source), "bootstrap", "")
         try:
             lease, created = lc.create(idempotency_key=f"auto-{source}-{job.job_id}", target=targets[0],
                                        tenant=demand.tenant, demand=demand, alternatives=targets[1:],
-                                       quote_id=q.quote_id, offer_rank=1, job=jobdoc)
+                                       quote_id=q.quote_id, offer_rank=1, job=jobdoc, bootstrap=bootstrap)
             store.record_decision(new_id("d"), now, "burst",
                                   f"{d.reason}; job {job.job_id} → {targets[0].provider}/{targets[0].region} "
                                   f"{targets[0].instance_type} ({targets[0].market.value}), quote {q.quote_id}",
@@ -294,4 +303,9 @@ def autoscaler_for(service) -> Autoscaler | None:
         name, watcher, target = slurm_source(slurm_cfg)
         watchers[name] = watcher
         targets[name] = target
+    if service.config.kubernetes.enabled:
+        from broker.kubernetes.watcher import kubernetes_source
+
+        name, k8s = kubernetes_source(service.config.kubernetes)
+        watchers[name] = k8s
     return Autoscaler(service, settings, trig, diag, watchers=watchers, targets=targets)

@@ -36,6 +36,7 @@ from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
+from broker.kubernetes.settings import KubernetesSettings
 from broker.slurm.settings import SlurmSettings
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
@@ -409,6 +410,7 @@ class Config(Table):
     autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
     budget_policy: BudgetPolicy = field(default_factory=BudgetPolicy)  # [budgets] on_exhausted
     auth: Union[AuthSettings, None] = None
@@ -418,6 +420,11 @@ class Config(Table):
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
+        k8s = self.kubernetes
+        if k8s.enabled and k8s.bootstrap and not self.bootstrap.configured:
+            raise bad("kubernetes.bootstrap", f"names the boot template {k8s.bootstrap!r}, but [bootstrap] is not "
+                      "configured (burst nodes need [bootstrap.kubernetes] api_server, token and ca_cert_hash "
+                      "to join); configure it, or set kubernetes.bootstrap = \"\"")
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
             raise ValueError(

@@ -474,6 +474,8 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
         for t in self._threads:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:
