@@ -36,8 +36,7 @@ from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
-from broker.kubernetes.settings import KubernetesSettings
-from broker.slurm.settings import SlurmSettings
+from broker.watchers.registry import settings_of, settings_struct
 from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
                                 convert)
 
@@ -392,9 +391,13 @@ class TelemetrySettings(Table):
 # ---------------------------------------------------------------------------------------------
 # the whole file
 
+#: One top-level table per registered scheduler kind (``[slurm]``, ...): broker.watchers.registry.
+SchedulerTables = settings_struct(__name__)
 
-class Config(Table):
-    """The whole configuration file, checked. Every table is optional."""
+
+class Config(SchedulerTables):  # type: ignore[misc,valid-type]
+    """The whole configuration file, checked. Every table is optional; the schedulers' tables
+    come from the scheduler registry (:attr:`schedulers`)."""
 
     owner: Annotated[str, Meta(min_length=1, max_length=63)] = field(default_factory=_default_owner)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -409,8 +412,6 @@ class Config(Table):
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
     autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
     budget_policy: BudgetPolicy = field(default_factory=BudgetPolicy)  # [budgets] on_exhausted
     auth: Union[AuthSettings, None] = None
@@ -420,11 +421,6 @@ class Config(Table):
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
-        k8s = self.kubernetes
-        if k8s.enabled and k8s.bootstrap and not self.bootstrap.configured:
-            raise bad("kubernetes.bootstrap", f"names the boot template {k8s.bootstrap!r}, but [bootstrap] is not "
-                      "configured (burst nodes need [bootstrap.kubernetes] api_server, token and ca_cert_hash "
-                      "to join); configure it, or set kubernetes.bootstrap = \"\"")
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
             raise ValueError(
@@ -456,6 +452,11 @@ class Config(Table):
     def budget(self, tenant: str) -> Budget | None:
         b = self.budgets
         return b.get(tenant) or b.get("default")
+
+    @property
+    def schedulers(self) -> Mapping[str, Any]:
+        """Scheduler kind name -> its settings table (enabled or not)."""
+        return settings_of(self)
 
     @property
     def auth_tokens(self) -> dict[str, str]:

@@ -22,8 +22,9 @@ from typing import Any, Callable, Mapping
 
 from broker.kubernetes.informer import Informer
 from broker.kubernetes.objects import Scope, queue_records
-from broker.kubernetes.settings import KubernetesSettings, settings_from_config
-from policies.queue import QueueSnapshot
+from broker.kubernetes.settings import KubernetesSettings
+from broker.watchers.base import JoinSpec
+from policies.queue import PendingJob, QueueSnapshot
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
 # pods that can no longer hold GPUs are not worth sending
@@ -53,7 +54,9 @@ def api_client(s: KubernetesSettings) -> Any:
 
 
 class KubernetesWatcher:
-    """Keeps the cluster's pods, nodes, Workloads and LocalQueues; :meth:`snapshot` reads them."""
+    """Keeps the cluster's pods, nodes, Workloads and LocalQueues; :meth:`snapshot` reads them.
+    A scheduler watcher (:mod:`broker.watchers.base`) with one capability, ``JoinNodes``: the
+    leases launched for its jobs boot with ``bootstrap``."""
 
     def __init__(self, settings: KubernetesSettings, client_factory: Callable[[KubernetesSettings], Any] = api_client
                  ) -> None:
@@ -65,6 +68,14 @@ class KubernetesWatcher:
         self.informers: dict[str, list[Informer]] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: KubernetesSettings) -> "KubernetesWatcher":
+        return cls(settings)
+
+    def join_spec(self, job: PendingJob) -> JoinSpec:
+        """A burst node boots with the kubeadm template (``bootstrap``), labelled with its lease."""
+        return JoinSpec(bootstrap=self.bootstrap)
 
     # -- the collections -------------------------------------------------------------------------
     def build_informers(self) -> dict[str, list[Informer]]:
@@ -130,9 +141,3 @@ class KubernetesWatcher:
                  "relists": sum(i.relists for infs in self.informers.values() for i in infs)}
         return QueueSnapshot(source=self.source, taken_at=now, pending=tuple(pending), nodes=tuple(nodes),
                              running=tuple(running), extra=extra)
-
-
-def kubernetes_source(cfg: KubernetesSettings | Mapping[str, Any]) -> tuple[str, KubernetesWatcher]:
-    """(source name, watcher) for ``[kubernetes] enabled = true`` (broker.autoscaler)."""
-    s = settings_from_config(cfg)
-    return s.source, KubernetesWatcher(s)
