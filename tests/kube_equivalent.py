@@ -154,6 +154,6 @@ SCHEDULING_BOUND = Cluster(
 # A short queue (under the threshold): only the overdue job goes out, by the wait trigger.
 OVERDUE = Cluster(NODES4, (
     *(Job(900 + i, 8, on=f"gpu-{i}", waited_s=7200) for i in range(1, 5)),
-    Job(301, 2, waited_s=2 * 3600, label="high", priority=1000),
+    Job(301, 4, waited_s=2 * 3600, label="high", priority=1000),
     Job(302, 1, waited_s=60),
 ))
