@@ -35,9 +35,10 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 KUEUE = "kueue.x-k8s.io/v1beta1"
@@ -57,7 +58,7 @@ def _status(code: int, reason: str, message: str) -> dict:
 
 
 def iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class FakeKubeApi:
@@ -127,7 +128,7 @@ class FakeKubeApi:
         return [q for p, q in list(self.requests) if p.endswith("/" + kind) and _true(q.get("watch"))]
 
     # -- serving ---------------------------------------------------------------------------------
-    def start(self) -> "FakeKubeApi":
+    def start(self) -> FakeKubeApi:
         api = self
 
         class Handler(_Handler):
@@ -265,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return kind, tail.split("/")[0]
         return None
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         u = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         self.fake.requests.append((u.path, q))

@@ -12,7 +12,12 @@ from broker import config as cfgmod
 from broker.watchers.registry import build_watchers
 from broker_sandbox.kubernetes import FakeKubeApi
 from policies.diagnose import diagnose
-from policies.triggers import TriggerState, candidates_from_snapshot, evaluate, signals_from_snapshot
+from policies.triggers import (
+    TriggerState,
+    candidates_from_snapshot,
+    evaluate,
+    signals_from_snapshot,
+)
 from tests.kube_equivalent import OVERDUE, RESOURCE_BOUND, SCHEDULING_BOUND, Cluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,7 +67,7 @@ def same_queue(cluster, slurm, k8s):
     assert k == s
     # Slurm's class label is the QOS, Kubernetes' the priority class: the same class either way
     assert {j.job_id: j.qos for j in slurm.pending} == {cluster.kube_id(j.job_id): j.job_class for j in k8s.pending}
-    node = lambda n: (n.name, n.state, n.gpus_total, n.gpus_allocated, n.gpus_free, n.gpu_model.lower())  # noqa: E731
+    node = lambda n: (n.name, n.state, n.gpus_total, n.gpus_allocated, n.gpus_free, n.gpu_model.lower())
     assert [node(n) for n in k8s.nodes] == [node(n) for n in slurm.nodes]
     assert sorted(cluster.kube_id(r.job_id) for r in k8s.running) == sorted(r.job_id for r in slurm.running)
 
@@ -72,7 +77,7 @@ def same_decision(cluster, diags, decisions):
     assert kd.verdict == sd.verdict
     assert (kd.allocation_rate, kd.pending_gpus, kd.gpus_total, kd.gpus_allocated, kd.gpus_free) == \
            (sd.allocation_rate, sd.pending_gpus, sd.gpus_total, sd.gpus_allocated, sd.gpus_free)
-    causes = lambda d, ids: [(c.kind, sorted(map(ids, c.jobs)), sorted(c.nodes), c.gpus) for c in d.causes]  # noqa: E731
+    causes = lambda d, ids: [(c.kind, sorted(map(ids, c.jobs)), sorted(c.nodes), c.gpus) for c in d.causes]
     assert causes(kd, cluster.kube_id) == causes(sd, str)
     assert {cluster.kube_id(j) for j in kd.capacity_jobs} == set(sd.capacity_jobs)
     assert (kdec.action, kdec.trigger, kdec.scale_in) == (sdec.action, sdec.trigger, sdec.scale_in)

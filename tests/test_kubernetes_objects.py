@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from broker.kubernetes.objects import (Scope, gpu_model, pending_pod, quantity, queue_records,
-                                       waiting_workload)
+from broker.kubernetes.objects import (
+    Scope,
+    gpu_model,
+    pending_pod,
+    quantity,
+    queue_records,
+    waiting_workload,
+)
 from broker_sandbox.kubernetes import iso, local_queue, node, pod, workload
 from policies.causes import CauseKind, reason_kind
 

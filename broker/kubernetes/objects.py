@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from broker.slurm.records import parse_job_hints
 from policies.queue import ClusterNode, PendingJob, RunningJob
@@ -67,7 +68,7 @@ KUEUE_GATE = "kueue.x-k8s.io/admission"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _SUFFIX = {"k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18, "m": -3}
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce|Quadro)[-_ ]+", re.I)
+_VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce|Quadro)[-_ ]+", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ Configuration (every key optional)::
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from providers.settings import Seconds, SettingsError, Table, bad, convert
 

@@ -18,7 +18,8 @@ import functools
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable
+from typing import Any
 
 from broker.kubernetes.informer import Informer
 from broker.kubernetes.objects import Scope, queue_records
@@ -70,7 +71,7 @@ class KubernetesWatcher:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: KubernetesSettings) -> "KubernetesWatcher":
+    def from_settings(cls, settings: KubernetesSettings) -> KubernetesWatcher:
         return cls(settings)
 
     def join_spec(self, job: PendingJob) -> JoinSpec:
