@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from broker.kubernetes.watcher import KubernetesUnavailable, KubernetesWatcher
 from broker_sandbox.kubernetes import FakeKubeApi, local_queue, node, pod, workload
 
 pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -176,3 +178,17 @@ def test_the_client_is_not_loaded_by_a_server_without_kubernetes():
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_optional_rbac_grants_exactly_what_the_watcher_reads(kube, tmp_path):
+    import yaml
+
+    from broker.kubernetes.watcher import KUEUE_GROUP
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy/kubernetes/optional/watcher-rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    kinds = watcher(kube, tmp_path).build_informers()
+    wanted = {("" if k in ("pods", "nodes") else KUEUE_GROUP, k) for k in kinds}
+    assert set(granted) == wanted and all(v == {"list", "watch"} for v in granted.values())
