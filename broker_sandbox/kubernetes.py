@@ -13,7 +13,8 @@ reference ("API concepts": efficient detection of changes, watch bookmarks, 410 
   ``==`` and ``!=``, comma = and).
 * Watches: ``?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S`` answers 200
   with ``Transfer-Encoding: chunked`` and one JSON event a line: ``ADDED``/``MODIFIED``/
-  ``DELETED`` for every change after N, then as they happen; ``BOOKMARK`` events (only
+  ``DELETED`` for every change after N, then as they happen (an object that stops matching the
+  field selector is ``DELETED``); ``BOOKMARK`` events (only
   ``metadata.resourceVersion`` filled) every ``bookmark_interval_s`` when asked for; the stream
   ends after ``timeoutSeconds``. No ``resourceVersion`` (or ``0``): synthetic ``ADDED`` events for
   what exists now, then changes.
@@ -211,6 +212,10 @@ class FakeKubeApi:
                 since = rv
                 if mine(o):
                     yield {"type": t, "object": copy.deepcopy(o)}
+                elif t == "MODIFIED" and (namespace is None or o["metadata"].get("namespace", "") == namespace):
+                    # no longer selected (a pod that finished, under status.phase!=...): the API
+                    # server says DELETED
+                    yield {"type": "DELETED", "object": copy.deepcopy(o)}
             if time.monotonic() >= deadline:
                 return
             if bookmarks and time.monotonic() >= next_bookmark:

@@ -65,6 +65,11 @@ def test_it_lists_then_watches_from_the_lists_resource_version_and_follows_chang
         assert [j.job_id for j in snap.pending] == ["ml/train-b"]
         assert snap.running[0].job_id == "ml/train-a" and snap.nodes[0].gpus_allocated == 4
         assert snap.nodes[0].state == "mix"
+        # the pod finishes: it leaves the field selector's view, and its GPUs are free again
+        kube.put("pods", pod("train-a", "ml", gpus=4, phase="Succeeded", node="gpu-1"))
+        snap = until(lambda: (lambda s: None if s.running else s)(w.snapshot()), "the finished pod to go")
+        assert (snap.nodes[0].state, snap.nodes[0].gpus_allocated) == ("idle", 0)
+        assert "train-a" not in {o["metadata"]["name"] for i in w.informers["pods"] for o in i.items()}
         assert sum(i.lists for i in w.informers["pods"]) == 1  # no relist: the watch carried it all
     finally:
         w.stop()
