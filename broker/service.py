@@ -471,10 +471,9 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        for watcher in getattr(self, "schedulers", {}).values():  # watchers with threads of their own
-            stop = getattr(watcher, "stop", None)
-            if callable(stop):
-                stop()
+        from broker.watchers.registry import stop_watchers
+
+        stop_watchers(getattr(self, "schedulers", {}))  # watchers with threads of their own
         for t in self._threads:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:

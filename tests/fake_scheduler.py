@@ -72,12 +72,24 @@ class Capable(Plain):
 class Joining(Plain):
     """A watcher whose burst nodes boot into its cluster."""
 
+    stopped: int = 0
+
     def join_spec(self, job: PendingJob) -> JoinSpec:
         return JoinSpec(bootstrap="container", env={"FAKE_CLUSTER": self.source, "FAKE_JOB": job.job_id})
+
+    def stop(self) -> None:
+        self.stopped += 1
 
 
 def build(settings: FakeSettings) -> Capable:
     return Capable(source=f"fake:{settings.name}", nodes=settings.nodes)
 
 
-KIND = SchedulerKind(name="fakesched", settings=FakeSettings, build=build, summary="for the tests")
+def check(settings: FakeSettings, config) -> None:
+    """A check spanning tables: a cluster named "lab" needs a [quote] TTL of an hour or more."""
+    if settings.name == "lab" and config.quote.ttl_s < 3600:
+        raise bad("name", f"\"lab\" needs quote.ttl_s of 3600 or more, got {config.quote.ttl_s}")
+
+
+KIND = SchedulerKind(name="fakesched", settings=FakeSettings, build=build, summary="for the tests",
+                     check=check)

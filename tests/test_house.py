@@ -357,3 +357,11 @@ def test_the_core_names_no_scheduler_package():
 ])
 def test_the_scheduler_check_finds_every_way_to_name_a_package(code):
     assert any(_under(m, scheduler_packages()) for _, m in named_modules(ast.parse(code)))
+
+
+def test_the_in_server_scheduler_packages_never_import_the_node_side_programs():
+    found = [f"{_rel(p)}:{line} names {m}" for pkg in scheduler_packages() if pkg != "broker.slurm_node"
+             for p in product_files(pkg.replace(".", "/")) for line, m in named_modules(_tree(p))
+             if _under(m, "broker.slurm_node")]
+    assert product_files("broker/slurm_node") and product_files("broker/slurm")
+    assert not found, "the watcher side must not load the programs slurmctld runs: " + ", ".join(found)

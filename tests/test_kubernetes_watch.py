@@ -197,3 +197,13 @@ def test_the_optional_rbac_grants_exactly_what_the_watcher_reads(kube, tmp_path)
     kinds = watcher(kube, tmp_path).build_informers()
     wanted = {("" if k in ("pods", "nodes") else KUEUE_GROUP, k) for k in kinds}
     assert set(granted) == wanted and all(v == {"list", "watch"} for v in granted.values())
+
+
+def test_enabled_without_bootstrap_settings_is_a_config_error_naming_the_key(tmp_path):
+    from broker import config as cfgmod
+    from broker.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"kubernetes\.bootstrap names the boot template 'kubernetes'.*\[bootstrap\]"):
+        cfgmod.load(None, environ={}, overrides={"kubernetes": {"enabled": True}})
+    # no template: nothing to render, nothing needed
+    assert cfgmod.load(None, environ={}, overrides={"kubernetes": {"enabled": True, "bootstrap": ""}}).kubernetes.enabled

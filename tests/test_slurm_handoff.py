@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 from broker.config import ConfigError
-from broker.slurm.commands import Scontrol
-from broker.slurm.groups import (Group, ResumeFileError, SlurmHandoffError, demand_for, group_nodes,
-                                 idempotency_key, nodes_from_key, parse_resume_file,
-                                 read_resume_file, split_by_shape)
-from broker.slurm.programs import resume, resume_fail, suspend
+from broker.slurm.commands import Scontrol, SlurmHandoffError
 from broker.slurm.records import SlurmJob
 from broker.slurm.settings import settings_from_config
 from broker.slurm.watcher import SlurmBurstTarget, slurm_source
+from broker.slurm_node.groups import (Group, ResumeFileError, demand_for, group_nodes, idempotency_key,
+                                      nodes_from_key, parse_resume_file, read_resume_file, split_by_shape)
+from broker.slurm_node.programs import resume, resume_fail, suspend
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.conftest import ROOT
 from tests.grpc_server import running_server

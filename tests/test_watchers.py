@@ -237,3 +237,39 @@ def test_a_notice_for_nodes_no_scheduler_knows_says_so(clouds, tmp_path):  # noq
         scheduler_lease(svc, "burst-2", "i-0fedcba9876543210")
         (out,) = svc.notices.handle(Notice("aws", NoticeKind.PREEMPTION, ("i-0fedcba9876543210",), "aws.ec2"))
         assert out.requeued == [] and out.note == "no watched scheduler knows nodes burst-2"
+
+
+def test_a_kinds_check_spanning_tables_runs_only_when_it_is_enabled(with_fake_kind):
+    from types import SimpleNamespace
+
+    tables = registry.settings_struct()
+    on = convert({"fakesched": {"enabled": True, "name": "lab"}}, tables)
+    cfg = SimpleNamespace(**{k.name: getattr(on, k.name) for k in registry.kinds()}, quote=SimpleNamespace(ttl_s=900))
+    with pytest.raises(ValueError, match='fakesched.name "lab" needs quote.ttl_s of 3600 or more, got 900'):
+        registry.check(cfg)
+    cfg.quote.ttl_s = 3600
+    registry.check(cfg)
+    cfg.quote.ttl_s, cfg.fakesched = 900, convert({"name": "lab"}, fake.FakeSettings)
+    registry.check(cfg)  # not enabled: not checked
+
+
+def test_the_config_runs_the_kinds_checks(monkeypatch):
+    seen = []
+
+    def refuse(settings, config) -> None:
+        seen.append(config.owner)
+        raise ValueError("cluster is refused by the test")
+
+    kinds = tuple(registry.SchedulerKind(k.name, k.settings, k.build, k.summary, refuse) for k in registry.kinds())
+    monkeypatch.setattr(registry, "kinds", lambda: kinds)
+    with pytest.raises(cfgmod.ConfigError, match="slurm.cluster is refused by the test"):
+        cfgmod.load(None, environ={}, overrides={"slurm.enabled": True, "owner": "me"})
+    assert seen == ["me"]
+    cfgmod.load(None, environ={}, overrides={"owner": "me"})  # not enabled: not checked
+
+
+def test_the_service_stops_the_watchers_that_run_threads(clouds, tmp_path):  # noqa: F811
+    w = fake.Joining(snap=full_queue())
+    with service(tmp_path, clouds) as svc:
+        svc.schedulers = {w.source: w, "fake:plain": fake.Plain(source="fake:plain")}
+    assert w.stopped == 1

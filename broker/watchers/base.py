@@ -24,7 +24,9 @@ DrainNodes             ``drain_and_requeue(nodes, reason)`` when a cloud warns i
                        :class:`UnknownNodes` when the nodes are not this scheduler's (the
                        notice then goes to the next scheduler).
 JoinNodes              ``join_spec(job)``: how a lease the autoscaler launches for ``job``
-                       joins the cluster (its boot template, e.g. ``kubeadm``).
+                       joins the cluster (its boot template, e.g. ``kubernetes``).
+Stoppable              ``stop()``: the watcher runs threads or holds connections of its own
+                       (a watch stream); the service stops it when it stops.
 =====================  =====================================================================
 
 Errors are typed: an action that fails raises :class:`SchedulerError` (or a subclass) whose
@@ -42,7 +44,9 @@ Adding a scheduler (e.g. ``broker/kubernetes/``)
 2. Its watcher: a class with ``source`` and ``snapshot(now) -> QueueSnapshot``, plus the
    capability methods it supports (above). Keep the client library's import inside the watcher
    module, not in the kind module, so the CLI and ``broker serve`` start without it.
-3. Its kind: in ``broker/<name>/kind.py``::
+3. Its kind: in ``broker/<name>/kind.py`` (``check``, optional, is for what spans tables:
+   it gets the kind's settings and the whole configuration of an enabled kind, and raises
+   ``ValueError("key sentence")`` with ``key`` in its own table)::
 
        from broker.watchers.registry import SchedulerKind
        from broker.<name>.settings import FooSettings
@@ -52,7 +56,7 @@ Adding a scheduler (e.g. ``broker/kubernetes/``)
            return FooWatcher.from_settings(settings)
 
        KIND = SchedulerKind(name="<name>", settings=FooSettings, build=build,
-                            summary="one line for the docs")
+                            summary="one line for the docs", check=None)
 
 4. One line in :data:`broker.watchers.registry.KIND_MODULES`: ``"broker.<name>.kind"``.
 
@@ -67,7 +71,7 @@ from typing import Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from policies.queue import PendingJob, QueueSnapshot
 
-__all__ = ["SchedulerWatcher", "BurstHandoff", "OffloadJobs", "DrainNodes", "JoinNodes", "JoinSpec",
+__all__ = ["SchedulerWatcher", "BurstHandoff", "OffloadJobs", "DrainNodes", "JoinNodes", "JoinSpec", "Stoppable",
            "SchedulerError", "HandoffError", "UnknownNodes", "Unsupported", "capability"]
 
 
@@ -154,6 +158,13 @@ class JoinNodes(Protocol):
     """Leases the autoscaler launches for this scheduler's jobs boot into its cluster."""
 
     def join_spec(self, job: PendingJob) -> JoinSpec: ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """The watcher runs threads or holds connections; ``stop()`` ends them (idempotent)."""
+
+    def stop(self) -> None: ...
 
 
 C = TypeVar("C")

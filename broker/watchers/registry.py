@@ -38,6 +38,9 @@ class SchedulerKind:
     settings: type
     build: Callable[[Any], SchedulerWatcher]
     summary: str = ""
+    #: (its settings, the whole configuration) -> None, for an enabled kind: checks that span
+    #: tables; raises ValueError("KEY sentence") with KEY in the kind's own table.
+    check: Callable[[Any, Any], None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -86,6 +89,26 @@ def build_watchers(config: Any) -> dict[str, SchedulerWatcher]:
             raise ValueError(f"two schedulers report as source {w.source!r}; give them distinct names")
         out[w.source] = w
     return out
+
+
+def check(config: Any) -> None:
+    """Every enabled kind's cross-table check; ValueError("<kind>.KEY sentence")."""
+    for name, settings in enabled_settings(config).items():
+        k = kind(name)
+        if k.check is not None:
+            try:
+                k.check(settings, config)
+            except ValueError as e:
+                raise ValueError(f"{name}.{e}") from None
+
+
+def stop_watchers(watchers: Mapping[str, Any]) -> None:
+    """Stop every watcher that runs threads of its own (:class:`~broker.watchers.base.Stoppable`)."""
+    from broker.watchers.base import Stoppable
+
+    for w in watchers.values():
+        if isinstance(w, Stoppable):
+            w.stop()
 
 
 def settings_struct(module: str = __name__) -> type:
