@@ -20,7 +20,7 @@ from providers import registry
 from providers.base import Provider
 from providers.catalog import DATA_DIR, CatalogError, bundled, load
 from providers.market import SOURCES, MarketSource
-from providers.registration import CloudRegistration, RegistrationError
+from providers.registration import BootHooks, CloudRegistration, RegistrationError
 from providers.settings import Table
 from tests.conftest import ROOT
 from tests.throwaway_cloud import REGISTRATION as ZED, ZedSettings
@@ -50,6 +50,7 @@ def test_every_registered_cloud_has_every_part(name):
     assert reg.node_name_problem("") and reg.node_name_problem("node-1") == ""
     assert reg.sdk_modules and all(importlib.util.find_spec(m) for m in reg.sdk_modules)
     assert callable(reg.load("sandbox"))
+    assert reg.boot.whoami, f"{name}: its nodes cannot learn their names at boot (registration boot.whoami)"
     with open(ROOT / "deploy" / "broker.example.toml", "rb") as f:
         assert name in tomllib.load(f)["providers"], f"{name}: no [providers.{name}] in the example config"
 
@@ -72,19 +73,30 @@ class _NoEnabled(Table):
     regions: tuple[str, ...] = ()
 
 
+class _NoRegions(Table):
+    enabled: bool = False
+
+
 @pytest.mark.parametrize("changes,says", [
     ({"market": ""}, "zed: market must be an import path"),
     ({"provider": "ZedProvider"}, "zed: provider must be an import path"),
     ({"sandbox": ""}, "zed: sandbox must be an import path"),
     ({"settings": dict}, "zed: settings must be a providers.settings.Table"),
     ({"settings": _NoEnabled}, "zed: its settings need an `enabled` key"),
+    ({"settings": _NoRegions}, "zed: its settings need .* a `regions` list"),
     ({"node_name_problem": None}, "zed: node_name_problem must be a function"),
     ({"name": "Zed Cloud"}, "a cloud's name must be"),
     ({"title": ""}, "zed: title and each SDK module name"),
+    ({"boot": "hostname"}, "zed: boot must be a BootHooks"),
 ])
 def test_a_registration_that_lacks_a_part_is_refused(changes, says):
     with pytest.raises(RegistrationError, match=says):
         _zed(**changes)
+
+
+def test_a_notice_watch_needs_the_metadata_url_it_polls():
+    with pytest.raises(RegistrationError, match="needs the metadata service's URL"):
+        BootHooks(whoami="x", notice_watch="broker_watch_notices() { :; }")
 
 
 def _catalog_copy(tmp_path, network_extra: str = "", with_zed_rows: bool = False):
@@ -206,6 +218,12 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
         out["quote"] = (r.exit_code, sorted({{o["provider"] for o in json.loads(r.stdout)["offers"]}}) if r.exit_code == 0 else r.output)
         r = CliRunner().invoke(app, ["catalog", "show", "--provider", "mars", "--config", {str(tmp_path / 'broker.toml')!r}])
         out["choices"] = (r.exit_code, r.output.strip())
+        r = CliRunner().invoke(app, ["quote", "--gpu", "H100:8", "--hours", "1", "--providers", "mars",
+                                     "--config", {str(tmp_path / 'broker.toml')!r}])
+        out["quote_choices"] = (r.exit_code, r.output.strip())
+        from providers.bootstrap import BootContext, render
+        out["boot"] = render("container", BootContext("l-1", "zed-a", "zed", "zed-1", node_names=("zed-a", "zed-b"),
+                                                      settings={{"image": "x", "command": "y"}}))
         clouds = Clouds()
         try:
             out["sandbox"] = clouds.provider_tables()["zed"]
@@ -226,6 +244,9 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     assert out["name_rule"] == "does not start with zed-"
     assert out["quote"] == [0, ["zed"]], out["quote"]
     assert out["choices"][0] == 2 and "--provider must be aws, gcp, azure or zed, got 'mars'" in out["choices"][1]
+    assert out["quote_choices"][0] == 2
+    assert "unknown provider 'mars'; known: aws, gcp, azure, zed." in out["quote_choices"][1]
+    assert "BROKER_NODE_NAME=$(hostname)" in out["boot"]
     assert out["sandbox"] == {"enabled": True, "regions": ["zed-1"], "token": "t"}
 
 
