@@ -11,8 +11,9 @@ of clouds, the ``[providers]`` settings table, each dispatch (building the provi
 refresh, a quota refresh after a launch met a quota error, node-name checks), the CLI's choices,
 the catalog's tables, the house test's SDK rule and the sandbox's wiring derive from the registry.
 
-1. ``providers/<cloud>/`` (the package name is the cloud's name, 2-16 lowercase letters and
-   digits):
+1. ``providers/<cloud>/`` (a package of its own; the cloud's name, which the registration
+   carries, is 2-16 lowercase letters and digits, and the package may be named otherwise, e.g.
+   ``lambda_cloud`` for ``lambda``, a Python keyword):
 
    - ``settings.py``: the ``[providers.<cloud>]`` schema, a :class:`providers.settings.Table` with
      ``enabled: bool = False``, ``regions`` (the regions quotes may use) and every key the cloud needs, checked in ``__post_init__`` with

@@ -28,9 +28,10 @@ from tests.throwaway_cloud import REGISTRATION as ZED, ZedSettings
 CLOUDS = [r.name for r in registry.REGISTRY]
 
 
-def test_the_registry_holds_the_three_clouds_in_order():
-    assert registry.names() == ("aws", "gcp", "azure")
-    assert registry.choices() == "aws, gcp or azure"
+def test_the_registry_lists_aws_gcp_and_azure_first_and_says_its_names_as_a_sentence():
+    assert registry.names()[:3] == ("aws", "gcp", "azure")
+    assert registry.choices() == ", ".join(registry.names()[:-1]) + " or " + registry.names()[-1]
+    assert registry.choices().startswith("aws, gcp")
 
 
 @pytest.mark.parametrize("name", CLOUDS)
@@ -48,9 +49,10 @@ def test_every_registered_cloud_has_every_part(name):
     assert terms.sla_pct > 0 and terms.egress_tiers and terms.as_of and terms.source
     assert any(o.provider == name for o in bundled().offerings), f"{name}: no rows in prices.csv"
     assert reg.node_name_problem("") and reg.node_name_problem("node-1") == ""
-    assert reg.sdk_modules and all(importlib.util.find_spec(m) for m in reg.sdk_modules)
+    assert all(importlib.util.find_spec(m) for m in reg.sdk_modules), f"{name}: an SDK module is not installed"
     assert callable(reg.load("sandbox"))
-    assert reg.boot.whoami, f"{name}: its nodes cannot learn their names at boot (registration boot.whoami)"
+    # Boot hooks are optional: without whoami a multi-node lease on the cloud is refused at launch.
+    assert isinstance(reg.boot, BootHooks)
     with open(ROOT / "deploy" / "broker.example.toml", "rb") as f:
         assert name in tomllib.load(f)["providers"], f"{name}: no [providers.{name}] in the example config"
 
@@ -156,10 +158,11 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     from tests import throwaway_cloud as z
 
     source = (ROOT / "providers" / "registry.py").read_text()
-    last = "    azure.REGISTRATION,\n)"
-    assert last in source, "the registry's list ends with azure's line"
+    start = source.index("REGISTRY: tuple[CloudRegistration, ...] = (\n")
+    end = source.index("\n)\n", start) + 1  # the list's closing parenthesis, on a line of its own
     line = "    __import__('tests.throwaway_cloud', fromlist=['x']).REGISTRATION,\n"
-    patched = source.replace(last, last[:-1] + line + ")")
+    patched = source[:end] + line + source[end:]
+    known = registry.names() + ("zed",)
     catalog = _catalog_copy(tmp_path, z.NETWORK, with_zed_rows=True)
     (tmp_path / "broker.toml").write_text(textwrap.dedent(f"""\
         owner = "t"
@@ -243,9 +246,10 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     assert out["quotas"] == ["Zed GPUs"] and out["needs"] == ["gpus"]
     assert out["name_rule"] == "does not start with zed-"
     assert out["quote"] == [0, ["zed"]], out["quote"]
-    assert out["choices"][0] == 2 and "--provider must be aws, gcp, azure or zed, got 'mars'" in out["choices"][1]
+    assert out["choices"][0] == 2
+    assert f"--provider must be {', '.join(known[:-1])} or zed, got 'mars'" in out["choices"][1]
     assert out["quote_choices"][0] == 2
-    assert "unknown provider 'mars'; known: aws, gcp, azure, zed." in out["quote_choices"][1]
+    assert f"unknown provider 'mars'; known: {', '.join(known)}." in out["quote_choices"][1]
     assert "BROKER_NODE_NAME=$(hostname)" in out["boot"]
     assert out["sandbox"] == {"enabled": True, "regions": ["zed-1"], "token": "t"}
 
