@@ -260,3 +260,41 @@ def test_zed_is_not_registered_outside_that_test():
     assert isinstance(registry.build("aws", {"regions": ["us-east-1"], "image_id": "ami-0abc12345def67890",
                                              "endpoint_url": "http://127.0.0.1:1", "credentials": "anonymous"},
                                      "t"), Provider)
+
+
+def test_a_quota_refresh_asks_each_cloud_what_it_asked_before_the_registry(tmp_path, monkeypatch):
+    """AWS and GCP read a region's quotas alone and name the quota each instance type draws on
+    from the catalog; Azure asks for the usages its last full fetch found, and low-priority cores."""
+    import providers.market.aws as aws_market
+    import providers.market.azure as azure_market
+    import providers.market.gcp as gcp_market
+    from broker import market, market_store
+    from broker.config import load as load_config
+    from broker.store import Store
+    from providers.market import Quota, QuotaNeed, Snapshot
+
+    asked: dict[str, tuple] = {}
+
+    def fake(cloud):
+        def fetch_quotas(raw, catalog, region, *names):
+            asked[cloud] = (region, *names)
+            return [Quota(region, f"{cloud}-key", "GPUs", 8.0, 0.0)]
+        return fetch_quotas
+
+    for cloud, module in (("aws", aws_market), ("gcp", gcp_market), ("azure", azure_market)):
+        monkeypatch.setattr(module, "fetch_quotas", fake(cloud))
+    cfg = load_config(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 'b.db'}"})
+    store = Store(cfg.db_url)
+    stored = Snapshot("azure", 1.0, needs=[QuotaNeed("Standard_ND96isr_H100_v5", "on_demand", "standardNDSH100v5Family", 96.0)])
+    market_store.save(store.engine, stored, 1.0, "")
+
+    for cloud, region in (("aws", "us-east-1"), ("gcp", "us-central1"), ("azure", "eastus")):
+        got = market.refresh_quotas(cfg, store.engine, cloud, region, 2.0)
+        assert [q.key for q in got] == [f"{cloud}-key"]
+    assert asked["aws"] == ("us-east-1",) and asked["gcp"] == ("us-central1",)
+    assert asked["azure"] == ("eastus", {"standardNDSH100v5Family", "lowPriorityCores"})
+    rows = market_store.load(store.engine)
+    assert rows["aws"].snapshot.needs == aws_market.needs_of(bundled()) != []
+    assert rows["gcp"].snapshot.needs == gcp_market.needs_of(bundled()) != []
+    assert [n.key for n in rows["azure"].snapshot.needs] == ["standardNDSH100v5Family"]
+    assert [q.key for q in rows["azure"].snapshot.quotas] == ["azure-key"]
