@@ -11,7 +11,7 @@ whose message is one sentence naming the full dotted key (and the key probably m
     config: budgets.default.usd_per_hr is not a setting (did you mean usd_per_hour?)
 
 What comes out is typed: ``cfg.lifecycle`` is a :class:`LifecycleSettings`, ``cfg.providers.aws``
-an :class:`providers.settings.AwsSettings`, ``cfg.autoscaler.trigger_config()`` a
+an :class:`providers.aws.settings.AwsSettings`, ``cfg.autoscaler.trigger_config()`` a
 :class:`policies.triggers.TriggerConfig`; nothing downstream parses a table again.
 ``deploy/broker.example.toml`` documents every key (a test loads it through this schema).
 """
@@ -36,9 +36,9 @@ from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
-from broker.watchers import registry as schedulers
-from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
-                                convert)
+from broker.watchers import registry as scheduler_registry
+from providers.registry import ProvidersSettings, names as registered_clouds
+from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
 __all__ = ["Config", "ConfigError", "Budget", "LifecycleSettings", "AutoscalerSettings", "load",
            "default_db_url", "default_state_dir"]
@@ -165,7 +165,7 @@ class QuoteSettings(Table):
 class ReservationSettings(Table):
     """``[[reservations]]``: capacity the organisation already holds."""
 
-    provider: Literal["aws", "gcp", "azure"]
+    provider: Literal[registered_clouds()]  # type: ignore[valid-type]
     region: Annotated[str, Meta(min_length=1)]
     instance_type: Annotated[str, Meta(min_length=1)]
     reservation_id: Annotated[str, Meta(min_length=1)]
@@ -392,7 +392,7 @@ class TelemetrySettings(Table):
 # the whole file
 
 #: One top-level table per registered scheduler kind (``[slurm]``, ...): broker.watchers.registry.
-SchedulerTables = schedulers.settings_struct(__name__)
+SchedulerTables = scheduler_registry.settings_struct(__name__)
 
 
 class Config(SchedulerTables):  # type: ignore[misc,valid-type]
@@ -421,7 +421,7 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
-        schedulers.check(self)  # what an enabled scheduler needs of the other tables
+        scheduler_registry.check(self)  # what an enabled scheduler needs of the other tables
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
             raise ValueError(
@@ -457,7 +457,7 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     @property
     def schedulers(self) -> Mapping[str, Any]:
         """Scheduler kind name -> its settings table (enabled or not)."""
-        return schedulers.settings_of(self)
+        return scheduler_registry.settings_of(self)
 
     @property
     def auth_tokens(self) -> dict[str, str]:
