@@ -36,7 +36,7 @@ from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
-from broker.watchers import registry as schedulers
+from broker.watchers import registry as scheduler_registry
 from providers.registry import ProvidersSettings, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
@@ -392,7 +392,7 @@ class TelemetrySettings(Table):
 # the whole file
 
 #: One top-level table per registered scheduler kind (``[slurm]``, ...): broker.watchers.registry.
-SchedulerTables = schedulers.settings_struct(__name__)
+SchedulerTables = scheduler_registry.settings_struct(__name__)
 
 
 class Config(SchedulerTables):  # type: ignore[misc,valid-type]
@@ -421,7 +421,7 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
-        schedulers.check(self)  # what an enabled scheduler needs of the other tables
+        scheduler_registry.check(self)  # what an enabled scheduler needs of the other tables
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
             raise ValueError(
@@ -457,7 +457,7 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     @property
     def schedulers(self) -> Mapping[str, Any]:
         """Scheduler kind name -> its settings table (enabled or not)."""
-        return schedulers.settings_of(self)
+        return scheduler_registry.settings_of(self)
 
     @property
     def auth_tokens(self) -> dict[str, str]:
