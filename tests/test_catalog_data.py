@@ -17,7 +17,7 @@ import pytest
 
 DATA = Path(__file__).resolve().parent.parent / "providers" / "data"
 
-PROVIDERS = {"aws", "gcp", "azure"}
+PROVIDERS = {"aws", "gcp", "azure", "lambda"}
 GPU_MODELS = {"H200", "H100", "A100", "A10G", "A10", "L4", "L40S", "T4", "V100"}
 INTERCONNECTS = {"efa", "tcpx", "tcpxo", "infiniband", "ethernet"}
 GEOS = {"us", "eu", "asia", "ca", "sa", "au", "me"}
