@@ -165,7 +165,7 @@ class QuoteSettings(Table):
 class ReservationSettings(Table):
     """``[[reservations]]``: capacity the organisation already holds."""
 
-    provider: Literal["aws", "gcp", "azure"]
+    provider: Literal["aws", "gcp", "azure", "lambda"]
     region: Annotated[str, Meta(min_length=1)]
     instance_type: Annotated[str, Meta(min_length=1)]
     reservation_id: Annotated[str, Meta(min_length=1)]

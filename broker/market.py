@@ -19,7 +19,7 @@ from typing import Annotated, Any, Callable, Iterable
 from msgspec import Meta
 
 from broker.errors import ConfigError
-from providers.base import ProviderError
+from providers.base import PROVIDERS, ProviderError
 from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
@@ -116,7 +116,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     now = time.time() if now is None else now
     names = list(providers) if providers else enabled_providers(config)
     for name in names:
-        if name not in PROVIDER_SETTINGS or getattr(config.providers, name) == PROVIDER_SETTINGS[name]():
+        if name not in PROVIDER_SETTINGS or config.providers.table(name) == PROVIDER_SETTINGS[name]():
             raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
                               field="provider")
     catalog = bundled(config.catalog.path or None)
@@ -125,7 +125,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     for name in names:
         old = stored.get(name)
         try:
-            snap = fetcher(name, getattr(config.providers, name), catalog, now)
+            snap = fetcher(name, config.providers.table(name), catalog, now)
         except (ProviderError, ValueError) as e:
             market_store.record_failure(db, name, now, str(e))
             kept = old.snapshot.fetched_at if old is not None else 0.0
@@ -228,7 +228,7 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
     for cloud, dist in dists.items():
         mine = sum(1 for _, c in own.get(cloud, ()) if not c)
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
-    enabled = sorted(config.providers.enabled()) or ["aws", "azure", "gcp"]
+    enabled = sorted(config.providers.enabled()) or sorted(PROVIDERS)
     rest = [p for p in enabled if p not in dists]
     source = ""
     if parts:
@@ -285,7 +285,7 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
 
     now = time.time() if now is None else now
     catalog = bundled(config.catalog.path or None)
-    raw = getattr(config.providers, provider)
+    raw = config.providers.table(provider)
     stored = market_store.load(db).get(provider)
     if provider == "aws":
         from providers.market.aws import fetch_quotas
@@ -293,10 +293,15 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
     elif provider == "gcp":
         from providers.market.gcp import fetch_quotas
         quotas = fetch_quotas(raw, catalog, region)
-    else:
+    elif provider == "lambda":
+        from providers.market.lambda_cloud import fetch_quotas
+        quotas = fetch_quotas(raw, catalog, region)
+    elif provider == "azure":
         from providers.market.azure import fetch_quotas
         names = {n.key for n in stored.snapshot.needs} if stored is not None else set()
         quotas = fetch_quotas(raw, catalog, region, names | {"lowPriorityCores"})
+    else:
+        raise ValueError(f"no quota reader for provider {provider!r}")
     from providers.market import Snapshot
 
     snap = stored.snapshot if stored is not None else Snapshot(provider, now)

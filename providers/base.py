@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 MICROS = 1_000_000
 
-PROVIDERS = ("aws", "gcp", "azure")
+PROVIDERS = ("aws", "gcp", "azure", "lambda")
 
 
 class Market(str, enum.Enum):

@@ -270,7 +270,8 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
 
 # How a node learns its own name at boot, per cloud: AWS from its Name tag (instance metadata
 # tags, enabled at launch; the tag is written just after launch, so wait for it), GCP from the
-# instance name, Azure from the VM name. All three are the lease's node names.
+# instance name, Azure from the VM name, Lambda from the hostname it was launched with. All are
+# the lease's node names.
 _WHOAMI = {
     "aws": (
         't=$(curl -sf -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" '
@@ -285,6 +286,8 @@ _WHOAMI = {
             'http://metadata.google.internal/computeMetadata/v1/instance/name)'),
     "azure": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata: true" '
               '"http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text")'),
+    # Lambda has no metadata service: the provider launches each node with its name as hostname.
+    "lambda": "BROKER_NODE_NAME=$(hostname)",
 }
 
 

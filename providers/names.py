@@ -8,6 +8,8 @@ a name a cloud would refuse, or answer garbage to, is the caller's error at once
   ending with a hyphen; at most 63.
 - Azure Linux VM names: 1-64 of letters, digits, ``.`` and ``-``, not ending with ``.`` or ``-``
   (the computer name is the same).
+- Lambda Cloud: the node name is the instance's hostname (how a node learns its name at boot):
+  1-63 lowercase letters, digits and hyphens, starting with a letter or digit.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import re
 
 _AWS_PUNCT = set(" _.:/=+-@")
 GCP_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # providers.gcp.names.NAME_RE, without the SDK
+LAMBDA_NAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")  # providers.lambda_cloud.provider.HOSTNAME_RE
 AZURE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,62}[A-Za-z0-9])?$")
 
 
@@ -41,5 +44,9 @@ def node_name_problem(provider: str, name: str) -> str:
         if not AZURE_NAME.match(name):
             return ("is not an Azure VM name (1-64 letters, digits, '.' and '-', not ending with "
                     "'.' or '-')")
+        return ""
+    if provider == "lambda":
+        if not LAMBDA_NAME.match(name):
+            return "is not a Lambda hostname (1-63 lowercase letters, digits and hyphens, not starting with a hyphen)"
         return ""
     return ""

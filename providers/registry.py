@@ -8,7 +8,7 @@ from providers.base import Provider
 from providers.settings import PROVIDER_SETTINGS, ProvidersSettings, Table, provider_settings
 
 _CLASSES = {"aws": "providers.aws:AwsProvider", "gcp": "providers.gcp:GcpProvider",
-            "azure": "providers.azure:AzureProvider"}
+            "azure": "providers.azure:AzureProvider", "lambda": "providers.lambda_cloud:LambdaProvider"}
 
 
 def build(name: str, settings: Table | Mapping[str, Any], owner: str) -> Provider:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-__all__ = ["AwsSettings", "AzureSettings", "GcpSettings", "PROVIDER_SETTINGS", "ProvidersSettings",
+__all__ = ["AwsSettings", "AzureSettings", "GcpSettings", "LambdaSettings", "PROVIDER_SETTINGS", "ProvidersSettings",
            "SettingsError", "Table", "convert", "is_loopback_url"]
 
 #: No number anywhere in the configuration may be larger than this in magnitude (nor NaN or inf).
@@ -467,6 +467,44 @@ class AzureSettings(Table):
                       f"publisher:offer:sku:version or an image id, got {v!r}")
 
 
+LAMBDA_API_URL = "https://cloud.lambda.ai"
+
+
+class LambdaSettings(Table):
+    """``[providers.lambda]``: Lambda Cloud's API endpoint, where the API key is, the SSH key every
+    instance gets (Lambda requires exactly one) and the image family.
+
+    The API key is read from ``api_key_file`` or, when that is empty, from the ``LAMBDA_API_KEY``
+    environment variable; it is never a setting itself, so it is never written to a config file
+    or printed with the settings. ``endpoint`` empty = ``$LAMBDA_API_ENDPOINT`` or Lambda's own."""
+
+    enabled: bool = False
+    endpoint: str = ""
+    api_key_file: str = ""
+    regions: tuple[str, ...] = ()
+    ssh_key_name: str = ""
+    image_family: str = ""
+    timeout_s: Seconds = 30.0
+    retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
+    backoff_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 1.0
+
+    def __post_init__(self) -> None:
+        self.endpoint = self.endpoint.strip().rstrip("/")
+        if self.endpoint:
+            if not re.match(r"^https?://[^/\s]+$", self.endpoint):
+                raise bad("endpoint", f"must be an http(s) URL with no path, got {self.endpoint!r}")
+            if self.endpoint.lower().startswith("http://") and not is_loopback_url(self.endpoint):
+                raise bad("endpoint", "may use plain http only on a loopback address")
+        self.regions = tuple(r.strip().lower() for r in self.regions)
+        if not all(re.match(r"^[a-z]+(-[a-z]+)*-\d+$", r) for r in self.regions):
+            raise bad("regions", "must be a list of Lambda region names such as us-east-1")
+        if len(self.ssh_key_name) > 64:
+            raise bad("ssh_key_name", "is longer than the 64 characters Lambda allows")
+        if self.enabled and not self.ssh_key_name:
+            raise bad("ssh_key_name", "is required: the name of an SSH key already added to the Lambda account "
+                      "(Lambda launches every instance with exactly one)")
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -476,13 +514,20 @@ class ProvidersSettings(Table):
     aws: AwsSettings = msgspec.field(default_factory=AwsSettings)
     gcp: GcpSettings = msgspec.field(default_factory=GcpSettings)
     azure: AzureSettings = msgspec.field(default_factory=AzureSettings)
+    lambda_: LambdaSettings = msgspec.field(default_factory=LambdaSettings, name="lambda")
+
+    def table(self, name: str) -> Table:
+        """The settings of provider ``name`` (``lambda`` lives in the attribute ``lambda_``)."""
+        return getattr(self, _ATTR.get(name, name))
 
     def enabled(self) -> dict[str, Table]:
         """Name → settings of every enabled provider."""
-        return {n: s for n in PROVIDER_SETTINGS if (s := getattr(self, n)).enabled}
+        return {n: s for n in PROVIDER_SETTINGS if (s := self.table(n)).enabled}
 
 
-PROVIDER_SETTINGS: dict[str, type[Table]] = {"aws": AwsSettings, "gcp": GcpSettings, "azure": AzureSettings}
+PROVIDER_SETTINGS: dict[str, type[Table]] = {"aws": AwsSettings, "gcp": GcpSettings, "azure": AzureSettings,
+                                              "lambda": LambdaSettings}
+_ATTR = {"lambda": "lambda_"}  # "lambda" is a Python keyword: the attribute has a trailing underscore
 
 
 def provider_settings(name: str, raw: Any) -> Table:

@@ -247,6 +247,8 @@ def fetch(provider: str, settings: Mapping[str, Any], catalog: Any, now: float) 
         from providers.market.gcp import fetch as f
     elif provider == "azure":
         from providers.market.azure import fetch as f
+    elif provider == "lambda":
+        from providers.market.lambda_cloud import fetch as f
     else:
         raise ValueError(f"unknown provider {provider!r}")
     return f(settings, catalog, now)
