@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_sandbox.aws import AwsCloud
 from broker_sandbox.clouds import Clouds
 from broker_sandbox.gcp_billing import FakeCloudBilling
 
@@ -56,10 +55,10 @@ class Sandbox:
         for name in STATE_FILES:
             (self.home / name).unlink(missing_ok=True)
         try:
-            self.clouds, self.billing = Clouds(), FakeCloudBilling().start()
+            self.clouds, self.billing = Clouds(with_lambda=True), FakeCloudBilling().start()
             path = self.home / "broker.toml"
             path.write_text(_toml(config(self.clouds, self.billing, self.home)))
-            env = {**os.environ, **AwsCloud.client_env(), "BROKER_HOME": str(self.home)}
+            env = {**os.environ, **self.clouds.client_env(), "BROKER_HOME": str(self.home)}
             env.pop("BROKER_CONFIG", None)
             with open(self.log, "ab") as logf:
                 self.proc = subprocess.Popen(
