@@ -198,6 +198,7 @@ def test_a_429_launch_is_retried_but_a_5xx_launch_is_not(lam: LambdaProvider, fa
 
 @pytest.mark.parametrize("bad, code", [
     (dict(market=Market.SPOT), "MARKET_NOT_SOLD"),
+    (dict(market=Market.RESERVED), "MARKET_NOT_SOLD"),
     (dict(names=("Not_A_Hostname",)), "INVALID_NAME"),
 ])
 def test_bad_specs_are_refused_before_any_call(lam: LambdaProvider, fake_lambda: FakeLambdaCloud, bad: dict,
@@ -328,3 +329,11 @@ def test_stop_reason_of_a_terminated_instance_is_user(lam: LambdaProvider, fake_
 
     i = _to_instance(RemoteInstance(id="x", status="terminated"))
     assert i.state is InstanceState.TERMINATED and i.stop_reason is StopReason.USER
+
+
+def test_node_names_are_checked_as_lambda_hostnames_before_a_lease_is_made() -> None:
+    from providers.names import node_name_problem
+
+    assert node_name_problem("lambda", "train-node-0") == ""
+    for bad in ("Train_Node", "-leading-hyphen", "x" * 64, ""):
+        assert node_name_problem("lambda", bad), bad
