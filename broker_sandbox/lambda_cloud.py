@@ -194,7 +194,8 @@ class FakeLambdaCloud:
         """A ``[providers.lambda]`` table pointing at this fake (the key comes from ``$LAMBDA_API_KEY``
         or ``api_key_file``: it is never a setting)."""
         out: dict[str, Any] = {"enabled": True, "endpoint": self.url, "regions": regions or ["us-east-1", "us-west-1"],
-                               "ssh_key_name": SSH_KEY_NAME, "timeout_s": 5, "retries": 1, "backoff_s": 0.01}
+                               "ssh_key_name": SSH_KEY_NAME, "timeout_s": 5, "retries": 1, "backoff_s": 0.01,
+                               "launch_interval_s": 0}
         out.update(extra)
         return out
 

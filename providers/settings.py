@@ -487,6 +487,7 @@ class LambdaSettings(Table):
     timeout_s: Seconds = 30.0
     retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
     backoff_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 1.0
+    launch_interval_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 12.0  # Lambda: one launch per 12 s
 
     def __post_init__(self) -> None:
         self.endpoint = self.endpoint.strip().rstrip("/")

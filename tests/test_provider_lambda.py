@@ -337,3 +337,27 @@ def test_node_names_are_checked_as_lambda_hostnames_before_a_lease_is_made() -> 
     assert node_name_problem("lambda", "train-node-0") == ""
     for bad in ("Train_Node", "-leading-hyphen", "x" * 64, ""):
         assert node_name_problem("lambda", bad), bad
+
+
+def test_a_node_not_listed_yet_after_its_launch_is_read_by_id(lam: LambdaProvider, fake_lambda: FakeLambdaCloud,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    real = lam.client.instances
+    calls = {"n": 0}
+
+    def lagging():  # the listing right after the launch does not show the new instance yet
+        calls["n"] += 1
+        return [] if calls["n"] == 2 else real()
+
+    monkeypatch.setattr(lam.client, "instances", lagging)
+    got = lam.launch(spec())
+    assert [i.node_name for i in got] == ["lease-1-n0"] and len(fake_lambda.instances()) == 1
+    assert any(c.path.startswith("/api/v1/instances/") for c in fake_lambda.calls)
+
+
+def test_launches_are_paced_by_launch_interval(fake_lambda: FakeLambdaCloud, key_env: None) -> None:
+    import time
+
+    p = LambdaProvider.from_config(fake_lambda.provider_settings(launch_interval_s=0.5), owner=OWNER)
+    t0 = time.monotonic()
+    p.launch(spec(count=3))
+    assert time.monotonic() - t0 >= 1.0  # three calls, two gaps

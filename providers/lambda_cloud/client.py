@@ -9,6 +9,7 @@ the key and a trailing colon is the alternative it documents for ``curl -u``).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Generator, Sequence
@@ -164,7 +165,9 @@ def endpoint_of(settings: LambdaSettings, environ: Any = None) -> str:
 class LambdaClient:
     """The account's API: instance types, instances, launch and terminate. Throttled and transient
     answers are retried ``settings.retries`` times with back-off (a launch only after a 429, which
-    the API answers before doing anything: a launch that timed out may have happened)."""
+    the API answers before doing anything: a launch that timed out may have happened). Launches
+    are paced ``settings.launch_interval_s`` apart (the API allows one per 12 s), and a throttled
+    launch waits at least that long before its retry."""
 
     def __init__(self, settings: LambdaSettings, key: ApiKey, *, endpoint: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -173,6 +176,8 @@ class LambdaClient:
         self._http = httpx.Client(base_url=self.endpoint, auth=_Bearer(key), timeout=settings.timeout_s,
                                   headers={"Accept": "application/json"}, transport=transport,
                                   follow_redirects=False)
+        self._launch_lock = threading.Lock()
+        self._last_launch = float("-inf")
 
     def __repr__(self) -> str:
         return f"LambdaClient({self.endpoint})"
@@ -197,8 +202,15 @@ class LambdaClient:
             raise
 
     def launch(self, body: dict[str, Any], region: str) -> list[str]:
-        return self._call("POST", "/api/v1/instance-operations/launch", _Launch, body=body, region=region,
-                          launch=True).data.instance_ids
+        with self._launch_lock:  # one launch at a time, paced
+            wait = self._last_launch + self.settings.launch_interval_s - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                return self._call("POST", "/api/v1/instance-operations/launch", _Launch, body=body,
+                                  region=region, launch=True).data.instance_ids
+            finally:
+                self._last_launch = time.monotonic()
 
     def terminate(self, ids: Sequence[str]) -> list[RemoteInstance]:
         return self._call("POST", "/api/v1/instance-operations/terminate", _Terminate,
@@ -217,6 +229,8 @@ class LambdaClient:
                 if last or not e.retryable or (launch and not isinstance(e, ThrottledError)):
                     raise
                 wait = min(getattr(e, "retry_after", 0.0) or pause, MAX_WAIT_S)
+                if launch:
+                    wait = max(wait, self.settings.launch_interval_s)
                 log.info("lambda.retry", path=path, code=e.code, attempt=attempt + 1, wait_s=round(wait, 2))
                 time.sleep(wait)
                 pause = min(pause * 2, MAX_WAIT_S)

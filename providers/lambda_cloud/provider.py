@@ -94,6 +94,7 @@ class LambdaProvider:
         if stale:
             lg.warning("lambda.launch.stale", instances=[r.id for r in stale])
             self.client.terminate([r.id for r in stale])
+        launched: dict[str, str] = {}
         for name in names:
             if name in keep:
                 continue
@@ -105,9 +106,9 @@ class LambdaProvider:
             if len(ids) != 1:
                 self._abort(spec, TransientError(f"launch of {name} answered {len(ids)} instance ids, not 1",
                                                  provider=NAME, code="LAUNCH_ANSWER", region=spec.region), lg)
+            launched[name] = ids[0]
             lg.info("lambda.launch", node=name, instance=ids[0])
-        by_node = {r.tag(TAG_NODE): r for r in self._lease_or_abort(spec, lg)
-                   if r.status in _ALIVE and _region(r) == spec.region}
+        by_node = self._listed(spec, launched, lg)
         vanished = [n for n in names if n not in by_node]
         if vanished:
             self._abort(spec, TransientError(f"instances {vanished} are not listed after their launch",
@@ -144,9 +145,15 @@ class LambdaProvider:
             body["image"] = {"family": self.settings.image_family}
         return body
 
-    def _lease_or_abort(self, spec: LaunchSpec, lg: Any) -> list[RemoteInstance]:
+    def _listed(self, spec: LaunchSpec, launched: Mapping[str, str], lg: Any) -> dict[str, RemoteInstance]:
+        """The lease's live nodes by name; a node just launched but not listed yet is asked for by id."""
         try:
-            return self._lease(spec.lease_id)
+            by_node = {r.tag(TAG_NODE): r for r in self._lease(spec.lease_id)
+                       if r.status in _ALIVE and _region(r) == spec.region}
+            for name, iid in launched.items():
+                if name not in by_node and (r := self.client.instance(iid)) is not None and r.status in _ALIVE:
+                    by_node[name] = r
+            return by_node
         except ProviderError as e:
             self._abort(spec, e, lg)
             raise  # unreachable: _abort raises
