@@ -19,8 +19,8 @@ from typing import Annotated, Any, Callable, Iterable
 from msgspec import Meta
 
 from broker.errors import ConfigError
-from providers.base import PROVIDERS, ProviderError
-from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
+from providers.base import ProviderError
+from providers.settings import NUMBER_LIMIT, Table
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
@@ -115,8 +115,10 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     fetcher = fetcher or fetch
     now = time.time() if now is None else now
     names = list(providers) if providers else enabled_providers(config)
+    from providers.registry import configured, names as registered
+
     for name in names:
-        if name not in PROVIDER_SETTINGS or config.providers.table(name) == PROVIDER_SETTINGS[name]():
+        if name not in registered() or not configured(config.providers, name):
             raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
                               field="provider")
     catalog = bundled(config.catalog.path or None)
@@ -125,7 +127,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     for name in names:
         old = stored.get(name)
         try:
-            snap = fetcher(name, config.providers.table(name), catalog, now)
+            snap = fetcher(name, getattr(config.providers, name), catalog, now)
         except (ProviderError, ValueError) as e:
             market_store.record_failure(db, name, now, str(e))
             kept = old.snapshot.fetched_at if old is not None else 0.0
@@ -228,7 +230,9 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
     for cloud, dist in dists.items():
         mine = sum(1 for _, c in own.get(cloud, ()) if not c)
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
-    enabled = sorted(config.providers.enabled()) or sorted(PROVIDERS)
+    from providers.registry import names as registered
+
+    enabled = sorted(config.providers.enabled()) or sorted(registered())
     rest = [p for p in enabled if p not in dists]
     source = ""
     if parts:
@@ -282,34 +286,19 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
     them over the last snapshot; returns them. Quotes made after this see what is really left."""
     from broker import market_store
     from providers.catalog import bundled
+    from providers.market import Snapshot
+    from providers.registry import market_source
 
+    source = market_source(provider)  # an unknown cloud is an error (providers.registry.UnknownCloud)
     now = time.time() if now is None else now
     catalog = bundled(config.catalog.path or None)
-    raw = config.providers.table(provider)
     stored = market_store.load(db).get(provider)
-    if provider == "aws":
-        from providers.market.aws import fetch_quotas
-        quotas = fetch_quotas(raw, catalog, region)
-    elif provider == "gcp":
-        from providers.market.gcp import fetch_quotas
-        quotas = fetch_quotas(raw, catalog, region)
-    elif provider == "lambda":
-        from providers.market.lambda_cloud import fetch_quotas
-        quotas = fetch_quotas(raw, catalog, region)
-    elif provider == "azure":
-        from providers.market.azure import fetch_quotas
-        names = {n.key for n in stored.snapshot.needs} if stored is not None else set()
-        quotas = fetch_quotas(raw, catalog, region, names | {"lowPriorityCores"})
-    else:
-        raise ValueError(f"no quota reader for provider {provider!r}")
-    from providers.market import Snapshot
-
-    snap = stored.snapshot if stored is not None else Snapshot(provider, now)
+    known = stored.snapshot if stored is not None else None
+    quotas = source.quotas(getattr(config.providers, provider), catalog, region, known)
+    snap = known if known is not None else Snapshot(provider, now)
     snap.quotas = [q for q in snap.quotas if q.region != region] + list(quotas)
-    if not snap.needs and provider in ("aws", "gcp"):
-        from importlib import import_module
-
-        snap.needs = import_module(f"providers.market.{provider}").needs_of(catalog)
+    if not snap.needs:
+        snap.needs = source.needs(catalog, known)
     market_store.save(db, snap, now, stored.last_error if stored is not None else "")
     _log().info("market.quotas_refreshed", provider=provider, region=region,
              left={q.key: q.left for q in quotas})
