@@ -456,6 +456,21 @@ def _make_handler(fake: FakeLambdaCloud) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def sandbox_cloud(market: bool = False) -> Any:
+    """Lambda Cloud's fake for :class:`broker_sandbox.clouds.Clouds` (its registration's ``sandbox``),
+    with the fake API key in the environment a broker process gets.
+
+    The fake always runs (``clouds.lambda_cloud``), but its ``[providers.lambda]`` table is enabled
+    only for ``broker sandbox`` (``market=True``): the suite's multi-cloud tests were written for
+    AWS, GCP and Azure and rank their offers among those three; Lambda's own tests enable it."""
+    from broker_sandbox import SandboxCloud
+
+    fake = FakeLambdaCloud().start()
+    return SandboxCloud(fakes={"lambda_cloud": fake},
+                        table=lambda: fake.provider_settings(enabled=market),
+                        alive=lambda: fake.instances(), env={"LAMBDA_API_KEY": API_KEY})
+
+
 @pytest.fixture
 def fake_lambda() -> Iterator[FakeLambdaCloud]:
     """A started fake Lambda Cloud API for one test."""

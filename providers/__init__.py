@@ -12,7 +12,8 @@ refresh, a quota refresh after a launch met a quota error, node-name checks), th
 the catalog's tables, the house test's SDK rule and the sandbox's wiring derive from the registry.
 
 1. ``providers/<cloud>/`` (the package name is the cloud's name, 2-16 lowercase letters and
-   digits):
+   digits; a name that is a Python keyword takes a suffix: Lambda Cloud's ``lambda`` lives in
+   ``providers/lambda_cloud/``):
 
    - ``settings.py``: the ``[providers.<cloud>]`` schema, a :class:`providers.settings.Table` with
      ``enabled: bool = False`` and every key the cloud needs, checked in ``__post_init__`` with

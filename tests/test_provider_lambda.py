@@ -28,7 +28,8 @@ from providers.base import (
 )
 from providers.lambda_cloud import ApiKey, LambdaClient, LambdaProvider, classify
 from providers.lambda_cloud.provider import TAG_NODE
-from providers.settings import SettingsError, provider_settings
+from providers.registry import provider_settings
+from providers.settings import SettingsError
 from tests.clouds.lambda_cloud import API_KEY, FakeLambdaCloud, fake_lambda  # noqa: F401  (fixture)
 
 OWNER = "broker-test"
@@ -329,7 +330,7 @@ def test_stop_reason_of_a_terminated_instance_is_user(lam: LambdaProvider, fake_
 
 
 def test_node_names_are_checked_as_lambda_hostnames_before_a_lease_is_made() -> None:
-    from providers.names import node_name_problem
+    from providers.registry import node_name_problem
 
     assert node_name_problem("lambda", "train-node-0") == ""
     for bad in ("Train_Node", "-leading-hyphen", "x" * 64, ""):

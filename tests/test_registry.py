@@ -28,9 +28,9 @@ from tests.throwaway_cloud import REGISTRATION as ZED, ZedSettings
 CLOUDS = [r.name for r in registry.REGISTRY]
 
 
-def test_the_registry_holds_the_three_clouds_in_order():
-    assert registry.names() == ("aws", "gcp", "azure")
-    assert registry.choices() == "aws, gcp or azure"
+def test_the_registry_holds_the_four_clouds_in_order():
+    assert registry.names() == ("aws", "gcp", "azure", "lambda")
+    assert registry.choices() == "aws, gcp, azure or lambda"
 
 
 @pytest.mark.parametrize("name", CLOUDS)
@@ -144,8 +144,8 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     from tests import throwaway_cloud as z
 
     source = (ROOT / "providers" / "registry.py").read_text()
-    last = "    azure.REGISTRATION,\n)"
-    assert last in source, "the registry's list ends with azure's line"
+    last = "    lambda_cloud.REGISTRATION,\n)"
+    assert last in source, "the registry's list ends with Lambda Cloud's line"
     line = "    __import__('tests.throwaway_cloud', fromlist=['x']).REGISTRATION,\n"
     patched = source.replace(last, last[:-1] + line + ")")
     catalog = _catalog_copy(tmp_path, z.NETWORK, with_zed_rows=True)
@@ -225,7 +225,7 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     assert out["quotas"] == ["Zed GPUs"] and out["needs"] == ["gpus"]
     assert out["name_rule"] == "does not start with zed-"
     assert out["quote"] == [0, ["zed"]], out["quote"]
-    assert out["choices"][0] == 2 and "--provider must be aws, gcp, azure or zed, got 'mars'" in out["choices"][1]
+    assert out["choices"][0] == 2 and "--provider must be aws, gcp, azure, lambda or zed, got 'mars'" in out["choices"][1]
     assert out["sandbox"] == {"enabled": True, "regions": ["zed-1"], "token": "t"}
 
 

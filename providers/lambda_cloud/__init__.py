@@ -26,8 +26,26 @@ How the pieces of the protocol map onto the Lambda Cloud API (spec 1.8.3,
 """
 from __future__ import annotations
 
-from providers.lambda_cloud.client import ApiKey, LambdaClient
-from providers.lambda_cloud.errors import NAME, classify, from_body
-from providers.lambda_cloud.provider import LambdaProvider
+import importlib
+from typing import Any
 
-__all__ = ["NAME", "ApiKey", "LambdaClient", "LambdaProvider", "classify", "from_body"]
+from providers.lambda_cloud.names import node_name_problem
+from providers.lambda_cloud.settings import LambdaSettings
+from providers.registration import CloudRegistration
+
+REGISTRATION = CloudRegistration(
+    name="lambda", title="Lambda Cloud", provider="providers.lambda_cloud.provider:LambdaProvider",
+    settings=LambdaSettings, market="providers.market.lambda_cloud:MARKET", node_name_problem=node_name_problem,
+    sdk_modules=("httpx",), sandbox="broker_sandbox.lambda_cloud:sandbox_cloud")
+
+# The httpx-bound names, imported on first use so that reading the registration loads no httpx.
+_LAZY = {"ApiKey": "client", "LambdaClient": "client", "NAME": "errors", "classify": "errors",
+         "from_body": "errors", "LambdaProvider": "provider"}
+
+__all__ = ["REGISTRATION", "LambdaSettings", "node_name_problem", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -20,7 +20,8 @@ import structlog
 
 from providers.base import ProviderError, ThrottledError, TransientError
 from providers.lambda_cloud.errors import NAME, NOT_FOUND, from_body, unreadable
-from providers.settings import LAMBDA_API_URL, LambdaSettings, SettingsError
+from providers.lambda_cloud.settings import LAMBDA_API_URL, LambdaSettings
+from providers.settings import SettingsError
 
 log = structlog.get_logger("providers.lambda")
 

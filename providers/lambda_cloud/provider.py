@@ -1,7 +1,6 @@
 """Launching, reading and tearing down a lease on Lambda Cloud (:class:`LambdaProvider`)."""
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Sequence
 
 from providers.base import (
@@ -18,11 +17,11 @@ from providers.base import (
 )
 from providers.lambda_cloud.client import ApiKey, LambdaClient, RemoteInstance, TypeAvailability, log
 from providers.lambda_cloud.errors import NAME, NOT_FOUND
-from providers.settings import LambdaSettings, provider_settings
+from providers.lambda_cloud.names import HOSTNAME_RE
+from providers.lambda_cloud.settings import LambdaSettings
+from providers.settings import provider_table
 
 TAG_NODE = "broker-node"
-#: Lambda hostnames: 1-63 lowercase letters, digits and hyphens, starting with a letter or digit.
-HOSTNAME_RE = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
 MAX_NAME = 64  # the instance ``name``
 USER_DATA_MAX = 1 << 20  # cloud-init user data: plain text, at most 1 MB
 
@@ -47,8 +46,7 @@ class LambdaProvider:
     def from_config(cls, settings: LambdaSettings | Mapping[str, Any], owner: str) -> "LambdaProvider":
         """From the typed ``[providers.lambda]`` settings (or a raw table, checked by the schema);
         the API key from ``api_key_file`` or ``$LAMBDA_API_KEY``."""
-        parsed = provider_settings(NAME, settings)
-        assert isinstance(parsed, LambdaSettings)
+        parsed = provider_table(LambdaSettings, NAME, settings)
         return cls(parsed, owner, LambdaClient(parsed, ApiKey.load(parsed)))
 
     def __repr__(self) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from providers.market import LivePrice, Quota, Snapshot, Zones, instance_types, rfc3339
-from providers.settings import LambdaSettings, provider_settings
+from providers.lambda_cloud.settings import LambdaSettings
+from providers.market import LivePrice, Quota, QuotaNeed, Snapshot, Zones, instance_types, rfc3339
+from providers.settings import provider_table
 
 SOURCE = "lambda:instance_types"
 
@@ -21,10 +22,9 @@ def _cents_to_micros(cents: int | str) -> int:
 
 
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    from providers.lambda_cloud import ApiKey, LambdaClient
+    from providers.lambda_cloud.client import ApiKey, LambdaClient
 
-    settings = provider_settings("lambda", raw)
-    assert isinstance(settings, LambdaSettings)
+    settings = provider_table(LambdaSettings, "lambda", raw)
     types = instance_types(catalog, "lambda")
     regions = sorted(set(settings.regions) or {r for (p, r) in catalog.regions if p == "lambda"})
     snap = Snapshot("lambda", now)
@@ -49,7 +49,21 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     return snap
 
 
-def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
-    """Lambda publishes no quota API: nothing to refresh (a quota error blocks the offer instead)."""
-    return []
+class LambdaMarket:
+    """Lambda Cloud's :class:`providers.market.MarketSource`: prices and where there is capacity,
+    from one call. Lambda publishes no quota API: a quota error blocks the offering instead."""
+
+    sources = ("price_list", "zones")
+
+    def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
+        return fetch(settings, catalog, now)
+
+    def quotas(self, settings: Any, catalog: Any, region: str, known: Snapshot | None) -> list[Quota]:
+        return []
+
+    def needs(self, catalog: Any, known: Snapshot | None) -> list[QuotaNeed]:
+        return []
+
+
+MARKET = LambdaMarket()
 
