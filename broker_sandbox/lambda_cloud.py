@@ -32,7 +32,7 @@ It serves the paths and JSON of the Lambda Cloud API spec 1.8.3
 Fault injection, like the other fakes: ``inject(kind, times, match)`` and ``fail_rate(p, kinds)``
 with kinds ``capacity`` and ``quota`` (launches only), ``throttle`` (429 in the API's JSON),
 ``ratelimit`` (429 as Cloudflare's plain "error code: 1015", which Lambda's rate-limit page
-describes), ``5xx`` (503 ``provider/internal-unavailable``, the spec's example of a provider
+describes; ``throttle``'s JSON code is assumed, the spec names none for 429), ``5xx`` (503 ``provider/internal-unavailable``, the spec's example of a provider
 error), ``auth`` (401), ``forbidden`` (403 ``global/account-inactive``), ``slow`` (answers after
 ``slow_seconds``), ``html`` (a proxy's 502 page) and ``garbage`` (a 200 that is not JSON).
 Test controls: :meth:`kill` (terminated outside the broker), :meth:`seed_instance` (an instance
@@ -298,7 +298,9 @@ class FakeLambdaCloud:
             "capacity": ApiError(400, "instance-operations/launch/insufficient-capacity",
                                  "Not enough capacity to fulfill launch request.",
                                  "Choose an instance type with more availability, or try again later."),
-            "quota": ApiError(400, "global/quota-exceeded", "Quota exceeded.", "Contact Support to increase your quota."),
+            "quota": ApiError(400, "global/quota-exceeded", "Quota exceeded.",
+                              "Contact Support to increase your quota."),
+            # The spec lists no code for a 429; this one is assumed (the client goes by the status).
             "throttle": ApiError(429, "global/too-many-requests", "Too many requests.", "Try again shortly."),
             "5xx": ApiError(503, "provider/internal-unavailable", "Provider unavailable", "Try again shortly"),
             "auth": ApiError(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.",

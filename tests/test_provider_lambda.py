@@ -322,8 +322,8 @@ def test_an_unreachable_endpoint_is_a_transient_error(monkeypatch: pytest.Monkey
 
 
 def test_stop_reason_of_a_terminated_instance_is_user(lam: LambdaProvider, fake_lambda: FakeLambdaCloud) -> None:
-    from providers.lambda_cloud.provider import _to_instance
     from providers.lambda_cloud.client import RemoteInstance
+    from providers.lambda_cloud.provider import _to_instance
 
     i = _to_instance(RemoteInstance(id="x", status="terminated"))
     assert i.state is InstanceState.TERMINATED and i.stop_reason is StopReason.USER
