@@ -30,11 +30,12 @@ It serves the paths and JSON of the Lambda Cloud API spec 1.8.3
   ``global/invalid-api-key``. Every error is ``{"error": {"code", "message", "suggestion"}}``.
 
 Fault injection, like the other fakes: ``inject(kind, times, match)`` and ``fail_rate(p, kinds)``
-with kinds ``capacity`` and ``quota`` (launches only), ``throttle`` (429 in the API's JSON),
-``ratelimit`` (429 as Cloudflare's plain "error code: 1015", which Lambda's rate-limit page
-describes; ``throttle``'s JSON code is assumed, the spec names none for 429), ``5xx`` (503 ``provider/internal-unavailable``, the spec's example of a provider
-error), ``auth`` (401), ``forbidden`` (403 ``global/account-inactive``), ``slow`` (answers after
-``slow_seconds``), ``html`` (a proxy's 502 page) and ``garbage`` (a 200 that is not JSON).
+with kinds ``capacity`` and ``quota`` (launches only), ``throttle`` (429 in the API's envelope;
+its code is assumed, the spec names none for 429), ``ratelimit`` (429 as Cloudflare's plain
+"error code: 1015", which Lambda's rate-limit page describes), ``5xx`` (503
+``provider/internal-unavailable``, the spec's example of a provider error), ``auth`` (401),
+``forbidden`` (403 ``global/account-inactive``), ``slow`` (answers after ``slow_seconds``),
+``html`` (a proxy's 502 page) and ``garbage`` (a 200 that is not JSON).
 Test controls: :meth:`kill` (terminated outside the broker), :meth:`seed_instance` (an instance
 the broker did not make, e.g. an orphan), :attr:`calls`.
 """
