@@ -20,6 +20,7 @@ from msgspec import Meta
 
 from broker.errors import ConfigError
 from providers.base import ProviderError
+from providers.registry import configured, market_source, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Table
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
@@ -115,10 +116,8 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     fetcher = fetcher or fetch
     now = time.time() if now is None else now
     names = list(providers) if providers else enabled_providers(config)
-    from providers.registry import configured, names as registered
-
     for name in names:
-        if name not in registered() or not configured(config.providers, name):
+        if name not in registered_clouds() or not configured(config.providers, name):
             raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
                               field="provider")
     catalog = bundled(config.catalog.path or None)
@@ -230,10 +229,7 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
     for cloud, dist in dists.items():
         mine = sum(1 for _, c in own.get(cloud, ()) if not c)
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
-    from providers.catalog import bundled
-    from providers.registry import names as registered
-
-    enabled = sorted(config.providers.enabled()) or sorted(registered())
+    enabled = sorted(config.providers.enabled()) or sorted(registered_clouds())
     # Only clouds that sell spot capacity have spot judged at all (Lambda Cloud sells none).
     spot_clouds = {o.provider for o in bundled(config.catalog.path or None).offerings if o.market.value == "spot"}
     rest = [p for p in enabled if p not in dists and p in spot_clouds]
@@ -290,7 +286,6 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
     from broker import market_store
     from providers.catalog import bundled
     from providers.market import Snapshot
-    from providers.registry import market_source
 
     source = market_source(provider)  # an unknown cloud is an error (providers.registry.UnknownCloud)
     now = time.time() if now is None else now

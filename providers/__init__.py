@@ -11,12 +11,12 @@ of clouds, the ``[providers]`` settings table, each dispatch (building the provi
 refresh, a quota refresh after a launch met a quota error, node-name checks), the CLI's choices,
 the catalog's tables, the house test's SDK rule and the sandbox's wiring derive from the registry.
 
-1. ``providers/<cloud>/`` (the package name is the cloud's name, 2-16 lowercase letters and
-   digits; a name that is a Python keyword takes a suffix: Lambda Cloud's ``lambda`` lives in
-   ``providers/lambda_cloud/``):
+1. ``providers/<cloud>/`` (a package of its own; the cloud's name, which the registration
+   carries, is 2-16 lowercase letters and digits, and the package may be named otherwise, e.g.
+   ``lambda_cloud`` for ``lambda``, a Python keyword):
 
    - ``settings.py``: the ``[providers.<cloud>]`` schema, a :class:`providers.settings.Table` with
-     ``enabled: bool = False`` and every key the cloud needs, checked in ``__post_init__`` with
+     ``enabled: bool = False``, ``regions`` (the regions quotes may use) and every key the cloud needs, checked in ``__post_init__`` with
      :func:`providers.settings.bad` (sentences name the key);
    - a module with the :class:`providers.base.Provider` (``launch``, ``describe``,
      ``list_managed``, ``terminate``, and a ``from_config(settings, owner=...)`` classmethod;
@@ -26,9 +26,14 @@ the catalog's tables, the house test's SDK rule and the sandbox's wiring derive 
      it has, at least ``"price_list"``; ``fetch``, ``quotas``, ``needs``); it may live in the
      package or in ``providers/market/<cloud>.py``;
    - a node-name rule, ``node_name_problem(name) -> str`` ("" when the cloud takes the name);
+   - ``boot.py``: what its node does at boot on its own, a
+     :class:`providers.registration.BootHooks` (learn its name from the cloud's metadata, so the
+     nodes of a multi-node lease tell themselves apart; watch its own interruption notices when
+     the broker cannot read them from the cloud's API);
    - ``__init__.py`` builds ``REGISTRATION = CloudRegistration(name=..., title=..., provider=
      "providers.<cloud>.launch:Class", settings=Schema, market="module:OBJECT",
-     node_name_problem=..., sdk_modules=(...), sandbox="broker_sandbox.<cloud>:sandbox_cloud")``
+     node_name_problem=..., sdk_modules=(...), sandbox="broker_sandbox.<cloud>:sandbox_cloud",
+     boot=BOOT)``
      (:class:`providers.registration.CloudRegistration`) and imports nothing that loads its SDK.
 
 2. ``providers/registry.py``: the line ``<cloud>.REGISTRATION,`` in ``REGISTRY`` (and the
@@ -45,7 +50,6 @@ the catalog's tables, the house test's SDK rule and the sandbox's wiring derive 
    instances); ``broker sandbox`` and ``tests/clouds`` then run it with the others.
 
 ``tests/test_registry.py`` fails when a registered cloud lacks any of these parts, and shows a
-cloud added by its registration line alone picked up by the settings, dispatch, CLI and catalog.
-What a cloud's node does at boot (its metadata service, in ``providers/bootstrap.py``) is not in
-the registration yet: a multi-node lease on a cloud without an entry there is refused at launch.
+cloud added by its registration line alone picked up by the settings, dispatch, CLI, catalog,
+quotes, boot scripts and sandbox.
 """

@@ -19,6 +19,27 @@ _NAME = re.compile(r"[a-z][a-z0-9]{1,15}\Z")
 _PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
+@dataclass(frozen=True, slots=True)
+class BootHooks:
+    """What a cloud's node does at boot on its own (shell, in :mod:`providers.bootstrap`'s script).
+
+    ``whoami``: sets ``BROKER_NODE_NAME`` to this node's name from the cloud's metadata, so the
+    nodes of a multi-node lease, which share one script, tell themselves apart ("": a lease of
+    more than one node on this cloud is refused at boot-script time).
+    ``notice_watch``: defines ``broker_watch_notices()``, which polls the metadata service at
+    ``$notice_md`` (``metadata_url`` unless the template's ``notice_metadata_url`` says otherwise)
+    and calls ``broker_notice KIND SOURCE`` once ("": the broker reads this cloud's interruption
+    notices itself)."""
+
+    whoami: str = ""
+    metadata_url: str = ""
+    notice_watch: str = ""
+
+    def __post_init__(self) -> None:
+        if self.notice_watch and not self.metadata_url:
+            raise RegistrationError("a boot notice watch needs the metadata service's URL")
+
+
 class RegistrationError(ValueError):
     """A registration lacks a part or names one wrongly (one sentence naming the cloud and part)."""
 
@@ -33,7 +54,7 @@ class CloudRegistration:
     ``provider``: ``"module:Class"`` of the :class:`providers.base.Provider`, built by its
     ``from_config(settings, owner=...)``.
     ``settings``: the ``[providers.NAME]`` schema, a :class:`providers.settings.Table` with an
-    ``enabled`` key (false by default).
+    ``enabled`` key (false by default) and ``regions`` (the regions quotes may use; empty: any).
     ``market``: ``"module:OBJECT"`` of its :class:`providers.market.MarketSource`: price list,
     spot history, placement scores, zones, quotas and reservations, each as far as the cloud has it.
     ``node_name_problem``: the cloud's rule for the node names a client may give: why it would
@@ -43,6 +64,7 @@ class CloudRegistration:
     ``sandbox``: ``"module:function"`` that starts the cloud's fakes for ``broker sandbox`` and the
     tests (a :class:`broker_sandbox.SandboxCloud`).
     ``title``: how sentences name it ("AWS").
+    ``boot``: what its node does at boot on its own (:class:`BootHooks`).
     """
 
     name: str
@@ -53,6 +75,7 @@ class CloudRegistration:
     node_name_problem: Callable[[str], str]
     sdk_modules: tuple[str, ...]
     sandbox: str
+    boot: BootHooks = BootHooks()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -63,10 +86,14 @@ class CloudRegistration:
                                         f"got {getattr(self, part)!r}")
         if not (isinstance(self.settings, type) and issubclass(self.settings, Table)):
             raise RegistrationError(f"cloud {self.name}: settings must be a providers.settings.Table schema")
-        if "enabled" not in self.settings.__struct_fields__ or self.settings().enabled is not False:
-            raise RegistrationError(f"cloud {self.name}: its settings need an `enabled` key, false by default")
+        keys = self.settings.__struct_fields__
+        if "enabled" not in keys or "regions" not in keys or self.settings().enabled is not False:
+            raise RegistrationError(f"cloud {self.name}: its settings need an `enabled` key, false by default, "
+                                    "and a `regions` list (the regions quotes may use)")
         if not callable(self.node_name_problem):
             raise RegistrationError(f"cloud {self.name}: node_name_problem must be a function of a name")
+        if not isinstance(self.boot, BootHooks):
+            raise RegistrationError(f"cloud {self.name}: boot must be a BootHooks")
         if not self.title or any(not m or not isinstance(m, str) for m in self.sdk_modules):
             raise RegistrationError(f"cloud {self.name}: title and each SDK module name must be non-empty")
 

@@ -8,7 +8,8 @@
 - ``policies/`` is pure: nothing from ``broker/``, from ``providers/`` only the domain types and
   the catalog's types, and no clock (time is a parameter).
 - ``providers/`` never imports ``broker/``, and a cloud SDK is imported at module level only by
-  the provider packages, so ``broker serve`` listens before any SDK is loaded.
+  that cloud's own modules (its registration's provider package and market source), so
+  ``broker serve`` listens before any SDK is loaded.
 """
 from __future__ import annotations
 
@@ -311,6 +312,16 @@ def test_the_clock_check_finds_clock_reads():
                      "d = dt.datetime.fromisoformat('2026-01-01').timestamp()\ne = snapshot.now\n")
     assert clock_reads(tree) == [(1, "imports time"), (3, "imports time"), (4, "calls dt.datetime.now()"),
                                  (5, "calls dt.date.today()"), (6, "calls time.time()")]
+
+
+def test_the_sdk_rule_lets_each_cloud_import_only_its_own_sdk():
+    assert _sdk_allowed("providers/aws/client.py", "boto3")
+    assert _sdk_allowed("providers/aws/__init__.py", "botocore.exceptions")
+    assert _sdk_allowed("providers/market/gcp.py", "google.cloud.billing_v1")
+    assert not _sdk_allowed("providers/market/gcp.py", "boto3")
+    assert not _sdk_allowed("providers/azure/launch.py", "google.auth")
+    assert not _sdk_allowed("providers/catalog.py", "boto3")
+    assert not _sdk_allowed("broker/market.py", "azure.core")
 
 
 def test_cloud_sdks_are_imported_at_module_level_only_by_the_provider_packages():

@@ -20,7 +20,7 @@ from providers import registry
 from providers.base import Provider
 from providers.catalog import DATA_DIR, CatalogError, bundled, load
 from providers.market import SOURCES, MarketSource
-from providers.registration import CloudRegistration, RegistrationError
+from providers.registration import BootHooks, CloudRegistration, RegistrationError
 from providers.settings import Table
 from tests.conftest import ROOT
 from tests.throwaway_cloud import REGISTRATION as ZED, ZedSettings
@@ -28,9 +28,10 @@ from tests.throwaway_cloud import REGISTRATION as ZED, ZedSettings
 CLOUDS = [r.name for r in registry.REGISTRY]
 
 
-def test_the_registry_holds_the_four_clouds_in_order():
-    assert registry.names() == ("aws", "gcp", "azure", "lambda")
-    assert registry.choices() == "aws, gcp, azure or lambda"
+def test_the_registry_lists_aws_gcp_and_azure_first_and_says_its_names_as_a_sentence():
+    assert registry.names()[:3] == ("aws", "gcp", "azure")
+    assert registry.choices() == ", ".join(registry.names()[:-1]) + " or " + registry.names()[-1]
+    assert registry.choices().startswith("aws, gcp")
 
 
 @pytest.mark.parametrize("name", CLOUDS)
@@ -48,8 +49,10 @@ def test_every_registered_cloud_has_every_part(name):
     assert terms.sla_pct > 0 and terms.egress_tiers and terms.as_of and terms.source
     assert any(o.provider == name for o in bundled().offerings), f"{name}: no rows in prices.csv"
     assert reg.node_name_problem("") and reg.node_name_problem("node-1") == ""
-    assert reg.sdk_modules and all(importlib.util.find_spec(m) for m in reg.sdk_modules)
+    assert all(importlib.util.find_spec(m) for m in reg.sdk_modules), f"{name}: an SDK module is not installed"
     assert callable(reg.load("sandbox"))
+    # Boot hooks are optional: without whoami a multi-node lease on the cloud is refused at launch.
+    assert isinstance(reg.boot, BootHooks)
     with open(ROOT / "deploy" / "broker.example.toml", "rb") as f:
         assert name in tomllib.load(f)["providers"], f"{name}: no [providers.{name}] in the example config"
 
@@ -72,19 +75,30 @@ class _NoEnabled(Table):
     regions: tuple[str, ...] = ()
 
 
+class _NoRegions(Table):
+    enabled: bool = False
+
+
 @pytest.mark.parametrize("changes,says", [
     ({"market": ""}, "zed: market must be an import path"),
     ({"provider": "ZedProvider"}, "zed: provider must be an import path"),
     ({"sandbox": ""}, "zed: sandbox must be an import path"),
     ({"settings": dict}, "zed: settings must be a providers.settings.Table"),
     ({"settings": _NoEnabled}, "zed: its settings need an `enabled` key"),
+    ({"settings": _NoRegions}, "zed: its settings need .* a `regions` list"),
     ({"node_name_problem": None}, "zed: node_name_problem must be a function"),
     ({"name": "Zed Cloud"}, "a cloud's name must be"),
     ({"title": ""}, "zed: title and each SDK module name"),
+    ({"boot": "hostname"}, "zed: boot must be a BootHooks"),
 ])
 def test_a_registration_that_lacks_a_part_is_refused(changes, says):
     with pytest.raises(RegistrationError, match=says):
         _zed(**changes)
+
+
+def test_a_notice_watch_needs_the_metadata_url_it_polls():
+    with pytest.raises(RegistrationError, match="needs the metadata service's URL"):
+        BootHooks(whoami="x", notice_watch="broker_watch_notices() { :; }")
 
 
 def _catalog_copy(tmp_path, network_extra: str = "", with_zed_rows: bool = False):
@@ -144,10 +158,11 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     from tests import throwaway_cloud as z
 
     source = (ROOT / "providers" / "registry.py").read_text()
-    last = "    lambda_cloud.REGISTRATION,\n)"
-    assert last in source, "the registry's list ends with Lambda Cloud's line"
+    start = source.index("REGISTRY: tuple[CloudRegistration, ...] = (\n")
+    end = source.index("\n)\n", start) + 1  # the list's closing parenthesis, on a line of its own
     line = "    __import__('tests.throwaway_cloud', fromlist=['x']).REGISTRATION,\n"
-    patched = source.replace(last, last[:-1] + line + ")")
+    patched = source[:end] + line + source[end:]
+    known = registry.names() + ("zed",)
     catalog = _catalog_copy(tmp_path, z.NETWORK, with_zed_rows=True)
     (tmp_path / "broker.toml").write_text(textwrap.dedent(f"""\
         owner = "t"
@@ -206,6 +221,12 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
         out["quote"] = (r.exit_code, sorted({{o["provider"] for o in json.loads(r.stdout)["offers"]}}) if r.exit_code == 0 else r.output)
         r = CliRunner().invoke(app, ["catalog", "show", "--provider", "mars", "--config", {str(tmp_path / 'broker.toml')!r}])
         out["choices"] = (r.exit_code, r.output.strip())
+        r = CliRunner().invoke(app, ["quote", "--gpu", "H100:8", "--hours", "1", "--providers", "mars",
+                                     "--config", {str(tmp_path / 'broker.toml')!r}])
+        out["quote_choices"] = (r.exit_code, r.output.strip())
+        from providers.bootstrap import BootContext, render
+        out["boot"] = render("container", BootContext("l-1", "zed-a", "zed", "zed-1", node_names=("zed-a", "zed-b"),
+                                                      settings={{"image": "x", "command": "y"}}))
         clouds = Clouds()
         try:
             out["sandbox"] = clouds.provider_tables()["zed"]
@@ -225,7 +246,11 @@ def test_a_cloud_added_by_one_registry_line_is_picked_up_everywhere(tmp_path):
     assert out["quotas"] == ["Zed GPUs"] and out["needs"] == ["gpus"]
     assert out["name_rule"] == "does not start with zed-"
     assert out["quote"] == [0, ["zed"]], out["quote"]
-    assert out["choices"][0] == 2 and "--provider must be aws, gcp, azure, lambda or zed, got 'mars'" in out["choices"][1]
+    assert out["choices"][0] == 2
+    assert f"--provider must be {', '.join(known[:-1])} or zed, got 'mars'" in out["choices"][1]
+    assert out["quote_choices"][0] == 2
+    assert f"unknown provider 'mars'; known: {', '.join(known)}." in out["quote_choices"][1]
+    assert "BROKER_NODE_NAME=$(hostname)" in out["boot"]
     assert out["sandbox"] == {"enabled": True, "regions": ["zed-1"], "token": "t"}
 
 
@@ -235,3 +260,41 @@ def test_zed_is_not_registered_outside_that_test():
     assert isinstance(registry.build("aws", {"regions": ["us-east-1"], "image_id": "ami-0abc12345def67890",
                                              "endpoint_url": "http://127.0.0.1:1", "credentials": "anonymous"},
                                      "t"), Provider)
+
+
+def test_a_quota_refresh_asks_each_cloud_what_it_asked_before_the_registry(tmp_path, monkeypatch):
+    """AWS and GCP read a region's quotas alone and name the quota each instance type draws on
+    from the catalog; Azure asks for the usages its last full fetch found, and low-priority cores."""
+    import providers.market.aws as aws_market
+    import providers.market.azure as azure_market
+    import providers.market.gcp as gcp_market
+    from broker import market, market_store
+    from broker.config import load as load_config
+    from broker.store import Store
+    from providers.market import Quota, QuotaNeed, Snapshot
+
+    asked: dict[str, tuple] = {}
+
+    def fake(cloud):
+        def fetch_quotas(raw, catalog, region, *names):
+            asked[cloud] = (region, *names)
+            return [Quota(region, f"{cloud}-key", "GPUs", 8.0, 0.0)]
+        return fetch_quotas
+
+    for cloud, module in (("aws", aws_market), ("gcp", gcp_market), ("azure", azure_market)):
+        monkeypatch.setattr(module, "fetch_quotas", fake(cloud))
+    cfg = load_config(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 'b.db'}"})
+    store = Store(cfg.db_url)
+    stored = Snapshot("azure", 1.0, needs=[QuotaNeed("Standard_ND96isr_H100_v5", "on_demand", "standardNDSH100v5Family", 96.0)])
+    market_store.save(store.engine, stored, 1.0, "")
+
+    for cloud, region in (("aws", "us-east-1"), ("gcp", "us-central1"), ("azure", "eastus")):
+        got = market.refresh_quotas(cfg, store.engine, cloud, region, 2.0)
+        assert [q.key for q in got] == [f"{cloud}-key"]
+    assert asked["aws"] == ("us-east-1",) and asked["gcp"] == ("us-central1",)
+    assert asked["azure"] == ("eastus", {"standardNDSH100v5Family", "lowPriorityCores"})
+    rows = market_store.load(store.engine)
+    assert rows["aws"].snapshot.needs == aws_market.needs_of(bundled()) != []
+    assert rows["gcp"].snapshot.needs == gcp_market.needs_of(bundled()) != []
+    assert [n.key for n in rows["azure"].snapshot.needs] == ["standardNDSH100v5Family"]
+    assert [q.key for q in rows["azure"].snapshot.quotas] == ["azure-key"]

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from providers.base import Instance, InstanceState, LaunchSpec
 from providers.market import LivePrice, Quota, QuotaNeed, Snapshot, rfc3339
-from providers.registration import CloudRegistration
+from providers.registration import BootHooks, CloudRegistration
 from providers.settings import Table, bad
 
 INSTANCE_TYPE = "z1.h100x8"
@@ -89,7 +89,7 @@ def sandbox_cloud(market: bool = False) -> Any:
 REGISTRATION = CloudRegistration(
     name="zed", title="Zed", provider="tests.throwaway_cloud:ZedProvider", settings=ZedSettings,
     market="tests.throwaway_cloud:MARKET", node_name_problem=node_name_problem, sdk_modules=(),
-    sandbox="tests.throwaway_cloud:sandbox_cloud")
+    sandbox="tests.throwaway_cloud:sandbox_cloud", boot=BootHooks(whoami="BROKER_NODE_NAME=$(hostname)"))
 
 # Its catalog data: what providers/data/ would hold for it.
 NETWORK = """

@@ -6,7 +6,6 @@ from typing import Optional
 import typer
 
 from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
-from providers import registry
 
 catalog_app = typer.Typer(
     name="catalog", no_args_is_help=True, rich_markup_mode=None,
@@ -49,7 +48,7 @@ def _load(config: Optional[str]):
 
 @catalog_app.command("refresh", help=REFRESH_HELP)
 def refresh_cmd(
-    provider: Optional[str] = typer.Option(None, "--provider", help=f"Only this provider ({', '.join(registry.names())})."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Only this cloud, e.g. aws (a wrong name lists them)."),
     config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
@@ -58,6 +57,8 @@ def refresh_cmd(
 
     check_format(fmt)
     cfg = _load(config)
+    from providers import registry  # here, not at the top: `broker --help` reads no cloud's settings
+
     if provider is not None and provider not in registry.names():
         exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
     if provider is None and not market.enabled_providers(cfg):
@@ -103,6 +104,8 @@ def show_cmd(
 
     check_format(fmt)
     cfg = _load(config)
+    from providers import registry  # here, not at the top: `broker --help` reads no cloud's settings
+
     if provider is not None and provider not in registry.names():
         exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
     db = market_store.reader(cfg.db_url)

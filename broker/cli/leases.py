@@ -10,7 +10,6 @@ import typer
 from broker.cli.app import (app, check_format, console, exit_refused, exit_usage, print_json,
                             server_option_default)
 from broker.lease import LeaseState
-from providers import registry
 
 SERVER_HELP = "Broker address host:port (env BROKER_SERVER, default 127.0.0.1:50051)."
 
@@ -78,7 +77,7 @@ message says which).
 def launch(
     quote_id: Optional[str] = typer.Option(None, "--quote-id", help="Stored quote to launch from."),
     offer: int = typer.Option(1, "--offer", help="Rank of the quote's offer to launch."),
-    provider: Optional[str] = typer.Option(None, "--provider", help=f"{registry.choices()} (explicit launch)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="The cloud, by its registered name (explicit launch)."),
     region: Optional[str] = typer.Option(None, "--region"),
     zone: str = typer.Option("", "--zone", help="Zone (default: the region's first)."),
     instance_type: Optional[str] = typer.Option(None, "--instance-type"),

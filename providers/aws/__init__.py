@@ -59,6 +59,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from providers.aws.boot import BOOT
 from providers.aws.names import node_name_problem
 from providers.aws.settings import AwsSettings
 from providers.registration import CloudRegistration
@@ -66,7 +67,7 @@ from providers.registration import CloudRegistration
 REGISTRATION = CloudRegistration(
     name="aws", title="AWS", provider="providers.aws.launch:AwsProvider", settings=AwsSettings,
     market="providers.market.aws:MARKET", node_name_problem=node_name_problem,
-    sdk_modules=("boto3", "botocore"), sandbox="broker_sandbox.aws:sandbox_cloud")
+    sdk_modules=("boto3", "botocore"), sandbox="broker_sandbox.aws:sandbox_cloud", boot=BOOT)
 
 # The SDK-bound names, imported on first use so that reading the registration loads no SDK.
 _LAZY = {"Ec2Client": "client", "_session": "client", "PROVIDER": "errors", "map_error": "errors",

@@ -66,6 +66,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from providers.azure.boot import BOOT
 from providers.azure.names import node_name_problem
 from providers.azure.settings import ARM_URL, AzureSettings  # noqa: F401  (the price fetcher shares the ARM endpoint)
 from providers.registration import CloudRegistration
@@ -73,7 +74,7 @@ from providers.registration import CloudRegistration
 REGISTRATION = CloudRegistration(
     name="azure", title="Azure", provider="providers.azure.launch:AzureProvider", settings=AzureSettings,
     market="providers.market.azure:MARKET", node_name_problem=node_name_problem,
-    sdk_modules=("azure",), sandbox="broker_sandbox.azure:sandbox_cloud")
+    sdk_modules=("azure",), sandbox="broker_sandbox.azure:sandbox_cloud", boot=BOOT)
 
 # The SDK-bound names, imported on first use so that reading the registration loads no SDK.
 _LAZY = {"ANONYMOUS": "auth", "_auth_policy": "auth", "_LoopbackBearerPolicy": "auth", "_make_credential": "auth",

@@ -43,6 +43,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from providers.gcp.boot import BOOT
 from providers.gcp.names import label_key, label_value, node_name_problem, placement_name, request_id
 from providers.gcp.settings import GcpSettings
 from providers.registration import CloudRegistration
@@ -51,7 +52,7 @@ REGISTRATION = CloudRegistration(
     name="gcp", title="Google Cloud", provider="providers.gcp.launch:GcpProvider", settings=GcpSettings,
     market="providers.market.gcp:MARKET", node_name_problem=node_name_problem,
     sdk_modules=("google.cloud", "google.api_core", "google.auth", "google.oauth2"),
-    sandbox="broker_sandbox.gcp:sandbox_cloud")
+    sandbox="broker_sandbox.gcp:sandbox_cloud", boot=BOOT)
 
 # The SDK-bound names, imported on first use so that reading the registration loads no SDK.
 _LAZY = {"ComputeClient": "client", "SCOPES": "credentials", "load_credentials": "credentials",

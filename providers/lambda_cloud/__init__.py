@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from providers.lambda_cloud.boot import BOOT
 from providers.lambda_cloud.names import node_name_problem
 from providers.lambda_cloud.settings import LambdaSettings
 from providers.registration import CloudRegistration
@@ -36,7 +37,7 @@ from providers.registration import CloudRegistration
 REGISTRATION = CloudRegistration(
     name="lambda", title="Lambda Cloud", provider="providers.lambda_cloud.provider:LambdaProvider",
     settings=LambdaSettings, market="providers.market.lambda_cloud:MARKET", node_name_problem=node_name_problem,
-    sdk_modules=("httpx",), sandbox="broker_sandbox.lambda_cloud:sandbox_cloud")
+    sdk_modules=("httpx",), sandbox="broker_sandbox.lambda_cloud:sandbox_cloud", boot=BOOT)
 
 # The httpx-bound names, imported on first use so that reading the registration loads no httpx.
 _LAZY = {"ApiKey": "client", "LambdaClient": "client", "NAME": "errors", "classify": "errors",
