@@ -311,8 +311,8 @@ class Cluster:
         :func:`policies.waits.forecast`, from what a scheduler reports: the running jobs' time
         run and runtimes (none when the trace does not know it), the queue's runtimes."""
         jobs, start = self.jobs, self.start
-        running = [(jobs[i].gpus, int(t - start[i]), int(math.ceil(jobs[i].duration_s)) if jobs[i].runtime_known
+        running = [(jobs[i].gpus, int(t - start[i]), math.ceil(jobs[i].duration_s) if jobs[i].runtime_known
                     else 0) for i in self.running]
-        queue = [(jobs[i].gpus, int(math.ceil(jobs[i].duration_s)) if jobs[i].runtime_known else 0)
+        queue = [(jobs[i].gpus, math.ceil(jobs[i].duration_s) if jobs[i].runtime_known else 0)
                  for i in order]
         return forecast(queue, running, self.free_total, self.N)

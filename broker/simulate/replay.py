@@ -1,9 +1,10 @@
 """The replay: one event loop per policy over one trace, with the autoscaler's trigger.
 
-Every ``tick_s`` while anything is pending the autoscaler calls
-:func:`policies.triggers.evaluate` with the queue's signals, the jobs overdue by the wait rule
-and, for the threshold trigger, the jobs it would send first; a decision's ``wake_at`` adds a
-tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
+Every ``tick_s`` while anything is pending the autoscaler predicts every pending job's wait
+with the service's predictor (:func:`policies.waits.forecast`: the running jobs' ends, the
+queue's runtimes), then calls :func:`policies.triggers.evaluate` with the queue's signals, the
+jobs overdue by the wait rule (waited or predicted past their target) and, for the threshold
+trigger, the jobs it would send first; a decision's ``wake_at`` adds a tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
 
 The verdict is :func:`policies.triggers.allocation_verdict` (the allocation alone); under
 *mixed* the replay does what the service does with the diagnosis' capacity jobs: the oldest
