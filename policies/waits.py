@@ -69,8 +69,9 @@ def forecast(queue: Sequence[tuple[int, int]], running: Sequence[tuple[int, int,
             ends.append((max(0, left), gpus))
     heapq.heapify(ends)
     out = [0.0] * len(queue)
-    for size in sorted({g for g, _ in queue}):
-        idx = [k for k, (g, _) in enumerate(queue) if g <= size]
+    last = {g: k for k, (g, _) in enumerate(queue)}  # no job after a size's last one matters to it
+    for size in sorted(last):
+        idx = [k for k, (g, _) in enumerate(queue[:last[size] + 1]) if g <= size]
         for k, w in zip(idx, _play(queue, idx, ends, free_gpus, capacity_gpus, typical)):
             if queue[k][0] == size:
                 out[k] = w
@@ -81,24 +82,27 @@ def _play(queue: Sequence[tuple[int, int]], idx: Sequence[int], ends0: list[tupl
           free_gpus: int, capacity_gpus: int, typical: int) -> list[float]:
     """The queued jobs ``idx`` (in order) played forward from the running jobs' ``ends0``."""
     ends: list = list(ends0)
-    free, clock, ahead = free_gpus, 0.0, 0.0
+    pop, push, fluid = heapq.heappop, heapq.heappush, fluid_wait_s
+    free, clock, ahead = free_gpus, 0, 0.0
     out: list[float] = []
+    append = out.append
     for k in idx:
         gpus, runtime = queue[k]
         if gpus > capacity_gpus:
-            out.append(math.inf)
+            append(math.inf)
             continue
         while free < gpus and ends:
-            at, g = heapq.heappop(ends)
-            clock = max(clock, at)
+            at, g = pop(ends)
+            if at > clock:
+                clock = at
             free += g
         run = runtime if runtime > 0 else typical
         if free < gpus:  # GPUs held by work nobody reported: the queue-ahead estimate
-            out.append(max(clock, fluid_wait_s(gpus, ahead, free_gpus, capacity_gpus)))
+            append(max(clock, fluid(gpus, ahead, free_gpus, capacity_gpus)))
         else:
-            out.append(clock)
+            append(clock)
             free -= gpus
-            heapq.heappush(ends, (clock + run, gpus))
+            push(ends, (clock + run, gpus))
         ahead += gpus * run
     return out
 
