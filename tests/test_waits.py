@@ -117,3 +117,22 @@ def test_a_snapshot_document_carries_the_running_jobs_ends():
     assert snapshot_from_dict({"taken_at": 0, "running": [{"job_id": "r", "gpus": 1}]}).running[0].remaining_s is None
     with pytest.raises(ValueError, match=r"running\[0\]\.time_limit_s must not be negative"):
         snapshot_from_dict({"taken_at": 0, "running": [{"job_id": "r", "gpus": 1, "time_limit_s": -1}]})
+
+
+def test_a_pushed_snapshot_carries_the_running_jobs_ends():
+    from broker import queue_pb
+    from broker.queue_api import checked_snapshot
+    from broker.v1 import broker_pb2 as pb
+
+    def msg(**run):
+        return pb.QueueSnapshot(source="s", running=[pb.RunningJob(job_id="r", gpus=8, nodes=["n1"], **run)],
+                                nodes=[pb.ClusterNode(name="n1", state="alloc", gpus_total=8, gpus_allocated=8)])
+
+    m = msg(runtime_s=30, time_limit_s=3600, est_runtime_s=600)
+    fast = queue_pb.fast_snapshot(m, 0.0)
+    assert fast is not None and fast.running[0].remaining_s == 570
+    assert checked_snapshot(m, 0.0).running == fast.running  # the validator's path agrees
+    bad = msg(time_limit_s=-1)
+    assert queue_pb.fast_snapshot(bad, 0.0) is None
+    with pytest.raises(ValueError, match=r"running\[0\]\.time_limit_s"):
+        checked_snapshot(bad, 0.0)
