@@ -70,20 +70,20 @@ def test_kubernetes_enabled_bursts_like_slurm_and_the_node_joins_with_kubeadm(cl
             "autoscaler": AUTOSCALER, "slurm": OVERDUE.slurm_table(tmp_path / "slurm", now)})
         sdiag, sdec = decide(slurm_cfg, build_watchers(slurm_cfg)["slurm:eq"].snapshot(now), now)
         assert (d.action, d.trigger) == (sdec.action, sdec.trigger) == ("burst", "wait")
-        assert [OVERDUE.kube_id(c.job.job_id) for c in d.jobs] == [c.job.job_id for c in sdec.jobs] == ["301"]
+        assert [OVERDUE.kube_id(c.job.job_id) for c in d.jobs] == [c.job.job_id for c in sdec.jobs] == ["301", "302"]
         assert svc.diagnose(None).verdict == sdiag.verdict
 
-        # one lease for the job, launched with the kubeadm template
-        leases = svc.store.list_leases()
-        assert len(leases) == 1, [r.reason for r in svc.decisions()]
-        lease = leases[0]
-        assert (lease.bootstrap, lease.job["job_id"], lease.job["source"]) == ("kubernetes", "ml/job-301",
-                                                                                "kubernetes:prod")
-        assert lease.state is LeaseState.RUNNING
+        # one lease per job, launched with the kubeadm template
+        leases = {l.job["job_id"]: l for l in svc.store.list_leases()}
+        assert set(leases) == {"ml/job-301", "ml/job-302"}, [r.reason for r in svc.decisions()]
+        assert {(l.bootstrap, l.job["source"], l.state) for l in leases.values()} == {
+            ("kubernetes", "kubernetes:prod", LeaseState.RUNNING)}
+        lease = leases["ml/job-301"]
         scripts = boot_scripts(clouds)
-        assert len(scripts) == lease.nodes == 1
+        assert len(scripts) == 2
+        script = next(s for s in scripts if f"BROKER_LEASE_ID={lease.lease_id}" in s)
         node_name = lease.instances[0]["node_name"]
-        result = run(scripts[0], tmp_path, {"kubeadm": RECORD})
+        result = run(script, tmp_path, {"kubeadm": RECORD})
         assert result.returncode == 0, result.stderr
         args, _ = recorded(tmp_path, "kubeadm")
         assert args == ["join", "127.0.0.1:6443", "--token", TOKEN, "--discovery-token-ca-cert-hash", CA_HASH,
@@ -106,7 +106,7 @@ def test_kubernetes_enabled_bursts_like_slurm_and_the_node_joins_with_kubeadm(cl
         joined = next(n for n in snap.nodes if n.name == node_name)
         assert joined.state == "cloud" and snap.gpus_total == 32  # burst capacity is not on-prem
         svc.autoscaler.tick()
-        assert len(svc.store.list_leases()) == 1  # not burst twice
+        assert len(svc.store.list_leases()) == 2  # not burst twice
 
 
 def _until(pred, timeout_s: float = 15.0):

@@ -69,7 +69,8 @@ def same_queue(cluster, slurm, k8s):
     assert {j.job_id: j.qos for j in slurm.pending} == {cluster.kube_id(j.job_id): j.job_class for j in k8s.pending}
     node = lambda n: (n.name, n.state, n.gpus_total, n.gpus_allocated, n.gpus_free, n.gpu_model.lower())
     assert [node(n) for n in k8s.nodes] == [node(n) for n in slurm.nodes]
-    assert sorted(cluster.kube_id(r.job_id) for r in k8s.running) == sorted(r.job_id for r in slurm.running)
+    run = lambda r: (r.gpus, r.nodes, r.runtime_s, r.time_limit_s, r.est_runtime_s)
+    assert {cluster.kube_id(r.job_id): run(r) for r in k8s.running} == {r.job_id: run(r) for r in slurm.running}
 
 
 def same_decision(cluster, diags, decisions):
@@ -114,5 +115,6 @@ def test_an_overdue_job_of_a_short_kubernetes_queue_goes_out_by_the_wait_trigger
     same_queue(OVERDUE, slurm, k8s)
     (sd, sdec), (kd, kdec) = decide(cfg, slurm, now), decide(cfg, k8s, now)
     assert sdec.action == "burst" and sdec.trigger == "wait", sdec.reason
-    assert [c.job.job_id for c in sdec.jobs] == ["301"]
+    # the wait predictor plays the queue forward from the running jobs' limits: both are overdue
+    assert [c.job.job_id for c in sdec.jobs] == ["301", "302"]
     same_decision(OVERDUE, (sd, kd), (sdec, kdec))

@@ -46,7 +46,9 @@ What each record becomes:
   suffixes (``NVIDIA-A100-SXM4-80GB`` → ``A100``).
 
 * **Running jobs** (:class:`~policies.queue.RunningJob`): GPU pods bound to a node and not
-  finished.
+  finished, running since ``status.startTime``, with their ``activeDeadlineSeconds`` as the time
+  limit and the hints' runtime as the estimate (the wait predictor plays the queue forward from
+  their expected ends).
 """
 from __future__ import annotations
 
@@ -275,8 +277,10 @@ def running_pod(p: Mapping[str, Any], now: float, scope: Scope) -> RunningJob | 
         return None
     started = timestamp(status.get("startTime"))
     ns = meta.get("namespace", "")
+    hints, _ = _hinted(meta, now)
     return RunningJob(job_id=_key(p), gpus=gpus, user=ns, queue=ns, nodes=(spec["nodeName"],),
-                      runtime_s=max(0, int(now - started)) if started else 0)
+                      runtime_s=max(0, int(now - started)) if started else 0,
+                      time_limit_s=quantity(spec.get("activeDeadlineSeconds")), est_runtime_s=hints.runtime_s)
 
 
 def queue_records(pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]],
