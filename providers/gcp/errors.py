@@ -2,12 +2,15 @@
 ``error.errors[].code`` alike, with the scope failover acts on."""
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any, Sequence
 
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
+from google.protobuf import json_format
 
 from providers.base import (
     AuthError,
@@ -70,10 +73,28 @@ def _not_an_answer(status: int) -> str:
     return f"GCP answered {said}, not a Compute API answer (a proxy's or load balancer's page, or garbage)"
 
 
+_answer = threading.local()  # the HTTP status of this thread's last Compute answer (see note_status)
+
+#: What the REST transport raises for a 2xx whose body it cannot read: not JSON, cut short, or
+#: JSON of another shape than the method's (its own errors are GoogleAPICallError).
+UNREADABLE = (json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+def note_status(response: requests.Response, *_args: Any, **_kwargs: Any) -> requests.Response:
+    """A ``requests`` response hook on every Compute client's session: remember the answer's HTTP
+    status, for the sentence of an answer that cannot be read."""
+    _answer.status = response.status_code
+    return response
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Any error a Compute call raised, as the provider error that decides failover."""
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, UNREADABLE):  # a 2xx whose body is garbage: retryable, named by its status
+        status = int(getattr(_answer, "status", 0) or 0)
+        return TransientError(_not_an_answer(status), provider=NAME, code=f"HTTP{status}" if status else
+                              "UnreadableAnswer", region=region, zone=zone)
     if isinstance(exc, gexc.GoogleAPICallError):
         status = exc.code if isinstance(exc.code, int) else 0
         if not exc.errors and not exc.reason and _looks_like_a_page(exc.message or str(exc)):
