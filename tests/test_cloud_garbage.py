@@ -212,3 +212,40 @@ def test_a_terminate_answered_with_a_garbage_2xx_is_unavailable_and_finished_lat
         getattr(clouds, provider).clear_faults()
         svc.reconciler.run_pass()
         assert svc.store.get_lease(lease.lease_id).state is LeaseState.RELEASED
+
+
+def test_a_gcp_instance_whose_metadata_no_answer_can_carry_never_stops_the_gcp_reconcile_pass(clouds, tmp_path):  # noqa: F811
+    with service(tmp_path, clouds) as svc, serving(svc) as stub:
+        good = stub.Launch(pb.LaunchRequest(idempotency_key="k-g", offering=OFFERS["gcp"]), timeout=60).lease
+        # written outside the broker: a lone surrogate, which Compute's JSON escapes and protobuf refuses
+        clouds.gcp.seed_instance("us-central1-a", "stray-1", machine_type="g2-standard-8",
+                                 labels={"broker-owner": "broker-test"},
+                                 metadata={"items": [{"key": "broker-lease", "value": "l-\ud800x"}]})
+        assert [i.instance_id for i in svc.lifecycle.providers["gcp"].list_managed()].count("stray-1") == 1
+        report = svc.reconciler.run_pass()
+        assert report.skipped_providers == [] and report.errors == 1
+        assert report.orphans_terminated == 1  # its lease cannot be read: an orphan (grace 0 here)
+        assert clouds.gcp.instance("stray-1") is None or clouds.gcp.instance("stray-1")["status"] != "RUNNING"
+        assert svc.store.get_lease(good.lease_id).state is LeaseState.RUNNING
+        assert svc.metrics.registry.get_sample_value("broker_provider_errors_total",
+                                                     {"provider": "gcp", "code": "UnreadableLabel"}) >= 1
+
+
+def test_an_azure_vm_whose_lease_tag_is_no_text_stays_its_running_lease_s(clouds, tmp_path):  # noqa: F811
+    from tests.lease_kit import events
+
+    with service(tmp_path, clouds) as svc, serving(svc) as stub:
+        a = stub.Launch(pb.LaunchRequest(idempotency_key="k-a", offering=OFFERS["azure"]), timeout=60).lease
+        b = stub.Launch(pb.LaunchRequest(idempotency_key="k-b", offering=OFFERS["azure"]), timeout=60).lease
+        (a_node,) = [i.node_name for i in a.instances]
+        with clouds.azure._lock:  # a tag rewritten outside the broker: a lone surrogate, which ARM's JSON escapes
+            next(vm for vm in clouds.azure._vms.values() if vm.name == a_node).body["tags"]["broker:lease"] = "l-\ud800"
+        report = svc.reconciler.run_pass()
+        assert report.skipped_providers == [] and report.errors == 1
+        assert report.orphans_terminated == 0 and clouds.azure.vm(a_node) is not None  # a still lists it
+        assert svc.store.get_lease(a.lease_id).state is LeaseState.RUNNING
+        assert svc.store.get_lease(b.lease_id).state is LeaseState.RUNNING
+        told = [e for e in events(svc.store, a.lease_id) if e[0] == "instance_unreadable"]
+        assert len(told) == 1 and "broker:lease" in told[0][3]
+        assert svc.metrics.registry.get_sample_value("broker_provider_errors_total",
+                                                     {"provider": "azure", "code": "UnreadableTag"}) >= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any, Sequence
 
@@ -80,10 +81,23 @@ _answer = threading.local()  # the HTTP status of this thread's last Compute ans
 UNREADABLE = (json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError)
 
 
+# A JSON escape of a lone UTF-16 surrogate (a high one not followed by a low one, or a low one
+# alone), not itself an escaped backslash's "u": no text, and protobuf refuses the whole answer.
+_LONE_SURROGATE = re.compile(rb"(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+UNREADABLE_TEXT = "\ufffd"  # what a value that JSON cannot carry as text reads as
+
+
 def note_status(response: requests.Response, *_args: Any, **_kwargs: Any) -> requests.Response:
     """A ``requests`` response hook on every Compute client's session: remember the answer's HTTP
-    status, for the sentence of an answer that cannot be read."""
+    status, for the sentence of an answer that cannot be read, and make a lone surrogate in a 2xx
+    answer (one metadata value written outside the broker) U+FFFD, so that value is reported by
+    the inventory instead of failing every instance of the listing with it."""
     _answer.status = response.status_code
+    if 200 <= response.status_code < 300:
+        body = response.content
+        if body and (b"\\ud" in body or b"\\uD" in body):
+            response._content = _LONE_SURROGATE.sub(rb"\\ufffd", body)
     return response
 
 
