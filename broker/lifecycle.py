@@ -394,7 +394,7 @@ class Lifecycle:
         spec = self.spec_for(lease)
         try:
             return self._checked(provider, spec, t)
-        except ProviderError:
+        except (ProviderError, BrokerError, StaleLease):
             raise
         except Exception as e:  # a provider's bug: this offer failed, said in one line
             said = (str(e).strip().splitlines() or [""])[0][:200]
