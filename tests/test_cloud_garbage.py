@@ -249,3 +249,19 @@ def test_an_azure_vm_whose_lease_tag_is_no_text_stays_its_running_lease_s(clouds
         assert len(told) == 1 and "broker:lease" in told[0][3]
         assert svc.metrics.registry.get_sample_value("broker_provider_errors_total",
                                                      {"provider": "azure", "code": "UnreadableTag"}) >= 1
+
+
+@pytest.mark.parametrize("raw, read", [
+    (b"<a>node\x01a</a>", "<a>node\ufffda</a>"),
+    (b"<a>node&#1;a &#x1F; &#xFFFF; &#65534;</a>", "<a>node\ufffda \ufffd \ufffd \ufffd</a>"),
+    ("<a>node\uffff \ufffe</a>".encode(), "<a>node\ufffd \ufffd</a>"),
+    (b"<a>\xed\xa0\x80</a>", "<a>\ufffd\ufffd\ufffd</a>"),  # an encoded surrogate is no UTF-8
+    (b"<a>tab\tok &#9; &#x85; &amp; \xc3\xa9</a>", "<a>tab\tok &#9; &#x85; &amp; \u00e9</a>"),
+])
+def test_what_xml_cannot_carry_reads_as_the_replacement_character(raw, read):
+    from xml.etree import ElementTree
+
+    from providers.aws.errors import readable
+
+    assert readable(raw).decode() == read
+    ElementTree.fromstring(readable(raw))  # parses
