@@ -45,7 +45,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                "sys.stderr.write(json.dumps(sorted(m for m in sys.modules if m.startswith('broker.cli.'))))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-c", snippet, *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-c", snippet, *args], check=False, capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)
 
 
