@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from providers import aws, azure, gcp
+from providers import aws, azure, gcp, lambda_cloud
 from providers.base import AuthError, Provider
 from providers.registration import CloudRegistration
 from providers.settings import SettingsError, Table, provider_table
@@ -24,6 +24,7 @@ REGISTRY: tuple[CloudRegistration, ...] = (
     aws.REGISTRATION,
     gcp.REGISTRATION,
     azure.REGISTRATION,
+    lambda_cloud.REGISTRATION,
 )
 
 
