@@ -109,3 +109,16 @@ def test_efa_type_with_no_known_cards_is_not_quoted_as_a_fabric():
     assert P5.fabric_gbps == 3200 and G5.fabric_gbps == G5.interconnect_gbps
 
 
+
+
+def test_the_quote_reads_the_same_row_a_gang_without_known_fabric_nics_is_excluded():
+    from dataclasses import replace
+
+    from policies.cost import instance_reason
+    from policies.demand import Demand
+
+    d = Demand(gpus=16, hours=10, gpu_model="H100").validate()
+    reason, nodes = instance_reason(d, P5)
+    assert reason is None and nodes == 2
+    reason, _ = instance_reason(d, replace(P5, fabric_nics=0))
+    assert reason is not None and "no interconnect for a 2-node job" in reason.text

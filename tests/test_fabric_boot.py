@@ -61,3 +61,21 @@ def test_gpudirect_and_infiniband_nodes_export_their_nccl_settings(tmp_path, pro
 def test_a_cloud_without_that_fabric_sets_nothing(tmp_path):
     script = render("slurm", ctx(provider="lambda", region="us-east-1", fabric=Fabric.EFA, settings=SETTINGS))
     assert "FI_PROVIDER" not in script and 'broker_fabric_vars=""' in script
+
+
+@pytest.mark.parametrize("provider,instance_type,nodes,fabric", [
+    ("aws", "p5.48xlarge", 2, Fabric.EFA),
+    ("aws", "p5.48xlarge", 1, Fabric.ETHERNET),
+    ("gcp", "a3-megagpu-8g", 2, Fabric.TCPXO),
+    ("aws", "g5.xlarge", 2, Fabric.ETHERNET),
+    ("aws", "no-such-type", 2, Fabric.ETHERNET),
+])
+def test_the_service_renders_a_lease_with_its_catalog_rows_fabric(provider, instance_type, nodes, fabric):
+    from types import SimpleNamespace
+
+    from broker.service import Service
+    from providers.catalog import bundled
+
+    service = SimpleNamespace(engine=SimpleNamespace(catalog=bundled()))
+    lease = SimpleNamespace(provider=provider, instance_type=instance_type)
+    assert Service._fabric(service, lease, nodes) is fabric
