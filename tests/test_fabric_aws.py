@@ -28,6 +28,9 @@ def nics(params: dict[str, str]) -> list[dict[str, str]]:
 def test_catalog_gives_each_efa_type_its_network_cards():
     assert (P5.fabric, P5.fabric_nics) == (Fabric.EFA, 32)
     assert (P4D.fabric, P4D.fabric_nics) == (Fabric.EFA, 4)
+    assert bundled().instance("aws", "p5en.48xlarge").fabric_nics == 16
+    assert bundled().instance("aws", "p4de.24xlarge").fabric_nics == 4
+    assert bundled().instance("azure", "Standard_ND96isr_H100_v5").fabric is Fabric.INFINIBAND
     assert G5.fabric is Fabric.ETHERNET and G5.fabric_for(2) is Fabric.ETHERNET
     assert P5.fabric_for(1) is Fabric.ETHERNET and P5.fabric_for(2) is Fabric.EFA
 
