@@ -105,7 +105,10 @@ class Service:
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog, self.budgets, clock)
-        self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
+        from broker.watchers.registry import build_watchers
+
+        self.schedulers = build_watchers(config)  # source -> watcher, of each enabled scheduler kind
+        self.notices = Notices(self.reconciler, schedulers=lambda: self.schedulers.values(),
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
@@ -389,12 +392,6 @@ class Service:
             loops.append(self._loop(f"notices-{src.provider}", getattr(src, "poll_s", 1.0), self._leading(poll)))
         return loops
 
-    def _scontrol(self):
-        from broker.slurm.commands import Scontrol
-
-        s = self.config.slurm
-        return Scontrol(s.scontrol, s.env, s.command_timeout_s)
-
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and
         re-price with it (failover goes on meanwhile; only the offering that met it is blocked)."""
@@ -481,6 +478,9 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        from broker.watchers.registry import stop_watchers
+
+        stop_watchers(getattr(self, "schedulers", {}))  # watchers with threads of their own
         for t in self._threads:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:
