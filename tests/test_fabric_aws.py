@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from providers.aws.fabric import fabric_group_name
-from providers.base import Fabric, Market
+from providers.base import TAG_OWNER, Fabric, Market
 from providers.catalog import bundled
 from tests.clouds.aws import aws_cloud, aws_cloud_server  # noqa: F401  (fixtures)
 from tests.test_provider_aws import OWNER, make_provider, run_calls, server_side, spec
@@ -50,8 +50,7 @@ def test_two_node_p5_gang_gets_32_efas_a_fabric_group_and_a_cluster_group(aws_cl
     (group,) = ec2.describe_security_groups(
         Filters=[{"Name": "group-name", "Values": [fabric_group_name(OWNER)]}])["SecurityGroups"]
     assert {n["SecurityGroupId.1"] for n in got} == {group["GroupId"]}
-    assert {"Key": "broker-owner", "Value": OWNER} in group.get("Tags", []) or any(
-        t["Value"] == OWNER for t in group.get("Tags", []))
+    assert {"Key": TAG_OWNER, "Value": OWNER} in group["Tags"]
     (rule,) = [r for r in group["IpPermissions"] if r["IpProtocol"] == "-1"]
     assert [g["GroupId"] for g in rule["UserIdGroupPairs"]] == [group["GroupId"]]
     srv = server_side(aws_cloud, "lease-f1")
@@ -125,3 +124,20 @@ def test_the_quote_reads_the_same_row_a_gang_without_known_fabric_nics_is_exclud
     assert reason is None and nodes == 2
     reason, _ = instance_reason(d, replace(P5, fabric_nics=0))
     assert reason is not None and "no interconnect for a 2-node job" in reason.text
+
+
+def test_efa_interfaces_use_the_configured_subnet_and_groups_in_its_vpc(aws_cloud):
+    ec2 = aws_cloud.client("us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    mine = ec2.create_security_group(GroupName="ops", Description="ops", VpcId=vpc)["GroupId"]
+    p = make_provider(aws_cloud, subnet_ids={"us-east-1": subnet}, security_group_ids=[mine])
+    p.launch(spec("lease-f7", count=2, it=P4D))
+    (params,) = run_calls(aws_cloud)
+    got = nics(params)
+    assert {n["SubnetId"] for n in got} == {subnet}
+    (fabric,) = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [fabric_group_name(OWNER)]}])["SecurityGroups"]
+    assert fabric["VpcId"] == vpc
+    assert all([n["SecurityGroupId.1"], n["SecurityGroupId.2"]] == [fabric["GroupId"], mine] for n in got)
+    assert "SubnetId" not in params and "SecurityGroupId.1" not in params
