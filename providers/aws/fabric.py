@@ -7,7 +7,8 @@ EFA's OS bypass needs a security group allowing all traffic to and from itself; 
 one such group per VPC, named for its owner and tagged with it, and adds the configured groups."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from providers.base import TAG_OWNER, InvalidRequestError
 
