@@ -910,6 +910,7 @@ class FakeGcpCompute(GcpMarketMixin):
                                              "not specified")
         if not body.get("networkInterfaces"):
             raise HttpError(400, "required", "Required field 'resource.networkInterfaces' not specified")
+        self._validate_nics(_tail(body.get("machineType", "")), body["networkInterfaces"])
         sched = body.get("scheduling") or {}
         model = sched.get("provisioningModel", "STANDARD")
         spot = model == "SPOT" or sched.get("preemptible") is True
@@ -981,6 +982,28 @@ class FakeGcpCompute(GcpMarketMixin):
                 raise _invalid("resource.metadata.items.key", item.get("key"), "Invalid metadata key.")
         if sum(len(i.get("key", "")) + len(i.get("value", "")) for i in items) > 512 * 1024:
             raise _invalid("resource.metadata", "", "Metadata is larger than 512 KB.")
+
+    @staticmethod
+    def _validate_nics(machine_type: str, nics: list[dict]) -> None:
+        """Compute's NIC rules: a known nicType, each NIC of a VM in its own VPC network, at most 8
+        NICs (A3 machine types: 9), and gVNIC for A3's GPU NICs."""
+        limit = 9 if machine_type.startswith("a3-") else 8
+        if len(nics) > limit:
+            raise _invalid("resource.networkInterfaces", len(nics),
+                           f"Machine type '{machine_type}' supports at most {limit} network interfaces.")
+        seen: set[str] = set()
+        for i, nic in enumerate(nics):
+            kind = nic.get("nicType", "")
+            if kind not in ("", "GVNIC", "VIRTIO_NET", "IDPF", "MRDMA", "IRDMA"):
+                raise _invalid(f"resource.networkInterfaces[{i}].nicType", kind, "Unknown NIC type.")
+            net = _tail(nic.get("network") or "default")
+            if net in seen:
+                raise _invalid(f"resource.networkInterfaces[{i}].network", nic.get("network"),
+                               "Networks must be distinct for NICs attached to a VM.")
+            seen.add(net)
+            if len(nics) > 1 and machine_type.startswith("a3-") and kind != "GVNIC":
+                raise _invalid(f"resource.networkInterfaces[{i}].nicType", kind or "VIRTIO_NET",
+                               "GPUDirect network interfaces require nicType GVNIC.")
 
     # -- machine and accelerator types ---------------------------------------------------------
 

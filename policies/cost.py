@@ -133,7 +133,7 @@ def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]
         ref = gpu_perf.get(REFERENCE_GPU, 1.0)
         h *= ref / gpu_perf.get(o.instance.gpu.upper(), ref)
     if nodes > 1:
-        per_gpu = o.instance.interconnect_gbps / max(1, o.instance.gpus)
+        per_gpu = o.instance.fabric_gbps / max(1, o.instance.gpus)
         h *= 1.0 + MAX_INTERCONNECT_STRETCH * max(0.0, 1.0 - per_gpu / FULL_SPEED_GBPS_PER_GPU)
     return h
 
@@ -158,9 +158,9 @@ def instance_reason(d: Demand, it: InstanceType) -> tuple[Reason | None, int]:
     nodes = nodes_for(d, it.gpus)
     if nodes is None:
         return Reason(shape, f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs"), 0
-    if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
+    if nodes > 1 and it.fabric_gbps < MIN_MULTINODE_GBPS:
         return Reason(shape, f"no interconnect for a {nodes}-node job: {it.interconnect} at "
-                             f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
+                             f"{it.fabric_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
     return None, nodes
 
 

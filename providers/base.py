@@ -22,6 +22,19 @@ class Market(str, enum.Enum):
         return self.value
 
 
+class Fabric(str, enum.Enum):
+    """The node-to-node network an instance type is sold with (the catalog's ``interconnect``)."""
+
+    EFA = "efa"  # AWS Elastic Fabric Adapter: one EFA per network card
+    TCPX = "tcpx"  # GCP A3 High: gVNIC plus GPUDirect-TCPX NICs
+    TCPXO = "tcpxo"  # GCP A3 Mega: gVNIC plus GPUDirect-TCPXO NICs
+    INFINIBAND = "infiniband"  # Azure ND: InfiniBand HCAs, wired by the size and image
+    ETHERNET = "ethernet"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceType:
     """A GPU machine shape of one provider (the same in every region that sells it)."""
@@ -39,10 +52,34 @@ class InstanceType:
     accelerator_type: str = ""
     # The SDK's name when it differs from the catalog name (GCP N1 + attachment rows).
     machine_type: str = ""
+    # Network cards carrying the fabric: AWS EFA network cards, GCP GPU NICs besides the host's
+    # gVNIC, Azure InfiniBand HCAs; 0 for Ethernet.
+    fabric_nics: int = 0
 
     @property
     def sdk_machine_type(self) -> str:
         return self.machine_type or self.name
+
+    @property
+    def fabric(self) -> Fabric:
+        """The fabric the type is sold with; Ethernet for unknown names or a type without NICs."""
+        try:
+            kind = Fabric(self.interconnect)
+        except ValueError:
+            return Fabric.ETHERNET
+        return kind if self.fabric_nics > 0 else Fabric.ETHERNET
+
+    @property
+    def fabric_gbps(self) -> int:
+        """Node-to-node bandwidth a gang launch of this type really gets: the catalog's figure when
+        the type is plain Ethernet or its fabric NICs are known (the launch wires them), else 0."""
+        if self.interconnect == Fabric.ETHERNET.value or self.fabric is not Fabric.ETHERNET:
+            return self.interconnect_gbps
+        return 0
+
+    def fabric_for(self, nodes: int) -> Fabric:
+        """The fabric a launch of ``nodes`` nodes wires up: only a multi-node gang needs one."""
+        return self.fabric if nodes > 1 else Fabric.ETHERNET
 
 
 @dataclass(frozen=True, slots=True)

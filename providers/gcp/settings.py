@@ -27,7 +27,9 @@ class GcpSettings(Table):
     boot_disk_type: str = "pd-balanced"
     service_account: str = ""
     external_ip: bool = False
-    compact_placement: bool = False
+    compact_placement: bool = True
+    # Extra GPU NICs of A3 gangs: network/subnetwork "<prefix>-<i>" (see providers/gcp/fabric.py).
+    gpu_network_prefix: str = "broker-gpu"
     timeout_s: Seconds = 60.0
     operation_timeout_s: Seconds = 900.0
     billing_api_endpoint: str = ""  # Cloud Billing Catalog (live prices); empty = Google's
@@ -42,6 +44,9 @@ class GcpSettings(Table):
         self.image = self.image.strip() or GCP_DEFAULT_IMAGE
         self.network = self.network.strip() or "global/networks/default"
         self.boot_disk_type = self.boot_disk_type.strip() or "pd-balanced"
+        self.gpu_network_prefix = self.gpu_network_prefix.strip() or "broker-gpu"
+        if not re.match(r"[a-z]([-a-z0-9]{0,55}[a-z0-9])?\Z", self.gpu_network_prefix):
+            raise bad("gpu_network_prefix", "must be a lowercase network name prefix (letters, digits, '-')")
         self.regions = tuple(r.strip() for r in self.regions)
         if not all(self.regions):
             raise bad("regions", "must list region names")
