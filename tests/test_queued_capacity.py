@@ -14,6 +14,7 @@ from providers.base import Market
 from providers.market import fetch
 from providers.market.overlay import overlay
 from tests.clouds.aws import aws_cloud, aws_cloud_server  # noqa: F401  (fixtures)
+from tests.clouds.gcp import fake_gcp  # noqa: F401  (fixture)
 
 NOW = 1_796_000_000.0  # 2026-11-30T00:53:20Z
 H = 3600.0
@@ -121,3 +122,81 @@ def test_a_block_is_quoted_but_not_launched_unless_buying_is_on(aws_cloud, mini_
     early = quote_to_dict(on.quote(dataclasses.replace(d, deadline=NOW + 20 * H), now=NOW))
     (ex,) = [e for e in early["excluded"] if e["market"] == "queued"]
     assert ex["kind"] == "deadline" and ex["reason"].startswith("starts at 2026-12-01T06:53Z, after the deadline")
+
+
+# -- GCP: flex-start, quoted with its expected start and launched with FLEX_START ----------------
+
+def test_flex_start_is_quoted_with_its_start_through_the_cli(mini_catalog_dir, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import tomli_w
+
+    from broker.views import parse_iso
+    from tests.conftest import ROOT
+
+    gcp = {"enabled": True, "project": "p", "regions": ["us-central1"], "credentials": "anonymous",
+           "api_endpoint": "http://127.0.0.1:9", "flex_start": True, "flex_start_wait_h": 3.0,
+           "flex_start_max_run_h": 48.0}
+    cfg = tmp_path / "broker.toml"
+    cfg.write_bytes(tomli_w.dumps({"owner": "t", "catalog": {"path": str(mini_catalog_dir)},
+                                   "providers": {"gcp": gcp}}).encode())
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def quote(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "broker.cli", "quote", "--config", str(cfg), "--gpu", "H100:8",
+                               "--top", "0", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+
+    before = time.time()
+    r = quote("--hours", "10", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    (q,) = [o for o in json.loads(r.stdout)["offers"] if o["market"] == "queued"]
+    assert (q["provider"], q["instance_type"], q["max_run_hours"], q["upfront_usd"]) == ("gcp", "a3-highgpu-8g", 48.0, 0.0)
+    assert before + 3 * H - 60 <= parse_iso(q["starts_at"]) <= time.time() + 3 * H + 60
+    assert q["cost_usd"]["compute"] == 882.5  # paid per hour as it runs: 88.25 x 10 h
+    table = quote("--hours", "10")
+    assert table.returncode == 0, table.stderr
+    assert f"queued: starts at {q['starts_at'][:13]}" in table.stdout and "paid per hour, runs at most 48 h" in table.stdout
+    # a job longer than the run limit is excluded, saying so
+    long = quote("--hours", "60", "-o", "json")
+    assert long.returncode == 0, long.stderr
+    (ex,) = [e for e in json.loads(long.stdout)["excluded"] if e["market"] == "queued"]
+    assert ex["reason"] == "runs 60.0 h, longer than the 48 h this queued capacity allows"
+
+
+def test_flex_start_insert_carries_its_scheduling_and_the_mocked_gcp_takes_it(fake_gcp):
+    from providers.gcp import GcpProvider
+    from tests.test_provider_gcp import A3, OWNER, settings, spec
+
+    gcp = GcpProvider.from_config(settings(fake_gcp.url), owner=OWNER)
+    [inst] = gcp.launch(dataclasses.replace(spec("lease-flex", market=Market.QUEUED), max_run_h=10.5))
+    assert inst.market is Market.QUEUED and inst.instance_type == A3.name
+    sched = fake_gcp.instance("lease-flex-n0")["scheduling"]
+    assert sched["provisioningModel"] == "FLEX_START" and int(sched["maxRunDuration"]["seconds"]) == 37800
+    assert sched["instanceTerminationAction"] == "DELETE" and sched["automaticRestart"] is False
+
+
+@pytest.mark.parametrize("sched, field", [
+    ({"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE", "onHostMaintenance": "TERMINATE"},
+     "maxRunDuration"),
+    ({"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE", "onHostMaintenance": "TERMINATE",
+      "maxRunDuration": {"seconds": "604801"}}, "maxRunDuration.seconds"),
+    ({"provisioningModel": "FLEX_START", "instanceTerminationAction": "STOP", "onHostMaintenance": "TERMINATE",
+      "maxRunDuration": {"seconds": "3600"}}, "instanceTerminationAction"),
+])
+def test_the_mocked_gcp_refuses_a_flex_start_vm_the_real_api_would(fake_gcp, sched, field):
+    import urllib.error
+    import urllib.request
+
+    body = {"name": "flex-bad", "machineType": "zones/us-central1-b/machineTypes/a3-highgpu-8g",
+            "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/x/global/images/y"}}],
+            "networkInterfaces": [{"network": "global/networks/default"}], "scheduling": sched}
+    req = urllib.request.Request(f"{fake_gcp.url}/compute/v1/projects/test-project/zones/us-central1-b/instances",
+                                 data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    err = json.loads(e.value.read())["error"]
+    assert e.value.code == 400 and field in err["message"] and err["errors"][0]["reason"] in ("invalid", "required")
+    assert fake_gcp.instance("flex-bad") is None
