@@ -394,16 +394,18 @@ class QuoteEngine:
         return self._unbought(keep, excluded)
 
     def _unbought(self, priced: list[PricedOffer], excluded: list[Exclusion]) -> list[PricedOffer]:
-        """Capacity Block offerings stay quoted (start and fee) but out of launch unless this
-        broker may buy them (``[market] buy_capacity_blocks``)."""
+        """Capacity Block offerings stay quoted (start and fee) but out of launch: a block must be
+        bought (``[market] buy_capacity_blocks``) and then waited for, which launches do not do
+        yet; once bought it is a capacity reservation like any other."""
         keep = []
         for p in priced:
             o = p.offering
-            if o.market is Market.QUEUED and o.upfront_micros and not self.buy_capacity_blocks:
+            if o.market is Market.QUEUED and o.upfront_micros:
+                why = ("buying one at launch is not built yet" if self.buy_capacity_blocks
+                       else "[market] buy_capacity_blocks is off")
                 excluded.append(Exclusion(
                     o, f"not launchable here: capacity block {o.offer_id} starts at {utc(o.starts_at)} for "
-                       f"${usd(o.upfront_micros * p.nodes):,.2f} up front, and [market] buy_capacity_blocks "
-                       f"is off", ExclusionKind.NOT_LAUNCHABLE))
+                       f"${usd(o.upfront_micros * p.nodes):,.2f} up front, and {why}", ExclusionKind.NOT_LAUNCHABLE))
             else:
                 keep.append(p)
         return keep

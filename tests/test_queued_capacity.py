@@ -97,7 +97,7 @@ def _engine(cat, buy: bool):
 
 
 @pytest.mark.parametrize("bulk", [True, False])
-def test_a_block_is_quoted_but_not_launched_unless_buying_is_on(aws_cloud, mini_catalog, bulk):
+def test_a_block_is_quoted_with_start_and_fee_but_never_launched_unbought(aws_cloud, mini_catalog, bulk):
     from broker.views import quote_to_dict
 
     aws_cloud.market.add_capacity_block("us-east-1a", "p5.48xlarge", NOW + 30 * H, "10")
@@ -112,14 +112,22 @@ def test_a_block_is_quoted_but_not_launched_unless_buying_is_on(aws_cloud, mini_
     assert ex["kind"] == "not_launchable" and "[market] buy_capacity_blocks is off" in ex["reason"]
     assert (ex["starts_at"], ex["upfront_usd"], ex["max_run_hours"]) == ("2026-12-01T06:53:20Z", 240.0, 24.0)
 
+    # buying on: still out of launch, since a launch cannot yet buy a block and wait for it
     on = _engine(cat, buy=True)
     on.bulk = bulk
     doc = quote_to_dict(on.quote(d, now=NOW))
+    (ex,) = [e for e in doc["excluded"] if e["market"] == "queued"]
+    assert ex["kind"] == "not_launchable" and ex["reason"].endswith("and buying one at launch is not built yet")
+    # prices only (no cloud enabled): the block is ranked by its whole fee
+    from broker.quote import QuoteEngine
+
+    prices = QuoteEngine(cat, bulk=bulk)
+    doc = quote_to_dict(prices.quote(d, now=NOW))
     (q,) = [o for o in doc["offers"] if o["market"] == "queued"]
     assert (q["starts_at"], q["upfront_usd"], q["cost_usd"]["compute"]) == ("2026-12-01T06:53:20Z", 240.0, 240.0)
     assert doc["offers"][0] == q  # $240 for the block beats $983 on demand
     # a deadline before the block starts rules it out, saying when it starts
-    early = quote_to_dict(on.quote(dataclasses.replace(d, deadline=NOW + 20 * H), now=NOW))
+    early = quote_to_dict(prices.quote(dataclasses.replace(d, deadline=NOW + 20 * H), now=NOW))
     (ex,) = [e for e in early["excluded"] if e["market"] == "queued"]
     assert ex["kind"] == "deadline" and ex["reason"].startswith("starts at 2026-12-01T06:53Z, after the deadline")
 
@@ -200,3 +208,29 @@ def test_the_mocked_gcp_refuses_a_flex_start_vm_the_real_api_would(fake_gcp, sch
     err = json.loads(e.value.read())["error"]
     assert e.value.code == 400 and field in err["message"] and err["errors"][0]["reason"] in ("invalid", "required")
     assert fake_gcp.instance("flex-bad") is None
+
+
+def test_the_grpc_quote_carries_the_start_fee_and_run_limit(mini_catalog):
+    from broker.convert import quote_body_pb, quote_from_pb
+    from broker.quote import QuoteEngine
+    from broker.v1 import broker_pb2 as pb
+    from broker.views import quote_to_dict
+    from providers.catalog import Catalog
+
+    block = dataclasses.replace(_queued(mini_catalog, starts_at=NOW + 30 * H, max_run_h=24,
+                                        upfront_micros=240_000_000), instance=mini_catalog.instance("aws", "p5.48xlarge"),
+                                region="us-east-1", zones=("us-east-1a",), offer_id="cb-0123456789abcdef0")
+    flex = _queued(mini_catalog, wait_s=2 * H, max_run_h=168)
+    c = mini_catalog
+    cat = Catalog(c.instances, c.regions, c.terms, c.gpu_perf, tuple(c.offerings) + (block, flex), c.committed_micros, c.as_of)
+    q = QuoteEngine(cat).quote(Demand(gpus=8, hours=10, gpu_model="H100", deadline=NOW + 20 * H), now=NOW)
+    m = pb.Quote(quote_id=q.quote_id)
+    m.MergeFrom(quote_body_pb(q))
+    (o,) = [o for o in m.offers if o.market == pb.MARKET_QUEUED]
+    assert (o.provider, o.starts_at, o.upfront_usd, o.max_run_hours) == ("gcp", "2026-11-30T02:53:20Z", 0.0, 168.0)
+    (e,) = [e for e in m.excluded if e.market == pb.MARKET_QUEUED]
+    assert (e.provider, e.starts_at, e.upfront_usd, e.max_run_hours) == ("aws", "2026-12-01T06:53:20Z", 240.0, 24.0)
+    back, local = quote_from_pb(m), quote_to_dict(q)
+    assert [x for x in back["offers"] if x["market"] == "queued"][0]["starts_at"] == "2026-11-30T02:53:20Z"
+    assert [x for x in back["excluded"] if x["market"] == "queued"] == \
+        [x for x in local["excluded"] if x["market"] == "queued"]
