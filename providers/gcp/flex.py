@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from providers.base import Market, Offering
 
 # Machine families flex-start serves (accelerator-optimized); N1 shapes with attached GPUs are not.
-FLEX_START_FAMILIES = ("a2-", "a3-", "a4-", "g2-", "g4-")
+FLEX_START_FAMILIES = ("a2-", "a3-", "a4-", "g2-")
 MAX_RUN_S = 7 * 24 * 3600  # the longest maxRunDuration Compute Engine accepts for flex-start
 
 
