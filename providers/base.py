@@ -17,6 +17,9 @@ class Market(str, enum.Enum):
     ON_DEMAND = "on_demand"
     SPOT = "spot"
     RESERVED = "reserved"
+    # Queued capacity: bought ahead for a start time the cloud names (AWS Capacity Blocks for ML)
+    # or granted when capacity frees (GCP flex-start), for at most a fixed run time.
+    QUEUED = "queued"
 
     def __str__(self) -> str:  # "spot", not "Market.SPOT"
         return self.value
@@ -111,10 +114,23 @@ class Offering:
     quota_limit: float = 0.0
     quota_per_node: float = 0.0
     quota_label: str = ""
+    # Queued offerings only: the earliest start (epoch seconds; 0 = none named) or, where the
+    # cloud names none, the expected wait from the quote's time; the longest run the capacity
+    # allows (hours); the fee paid up front for the whole block (0 = paid per hour as it runs)
+    # and the cloud's id of the offering (AWS CapacityBlockOfferingId).
+    starts_at: float = 0.0
+    wait_s: float = 0.0
+    max_run_h: float = 0.0
+    upfront_micros: int = 0
+    offer_id: str = ""
 
     @property
     def provider(self) -> str:
         return self.instance.provider
+
+    def start_after(self, now: float) -> float:
+        """When capacity of this offering is expected at the earliest, seen at ``now``."""
+        return max(now + self.wait_s, self.starts_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +151,7 @@ class LaunchSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     reservation: str = ""  # capacity reservation id / name / group when market is RESERVED
     max_price_micros: int = 0  # spot bid cap (0 = up to on-demand)
+    max_run_h: float = 0.0  # queued capacity: the longest the nodes may run (GCP maxRunDuration)
 
 
 class InstanceState(str, enum.Enum):

@@ -138,6 +138,8 @@ class AwsProvider(Ec2Inventory):
                       f"{USER_DATA_LIMIT}", "UserDataTooLarge", Scope.CLOUD)
         if spec.market is Market.RESERVED and not spec.reservation:
             raise bad("a reserved launch needs spec.reservation", "NoReservation")
+        if spec.market is Market.QUEUED:  # a Capacity Block is launched into once bought: reserved
+            raise bad("a capacity block offering cannot be launched before it is bought", "CapacityBlockNotBought")
 
     def _adopt(self, spec: LaunchSpec, live: list[dict], dead: list[dict], log: Any) -> list[Instance]:
         region = spec.region

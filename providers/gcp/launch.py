@@ -218,6 +218,8 @@ class GcpProvider(ComputeInventory):
                                                           key=RESERVATION_KEY, values=[spec.reservation])
             else:
                 affinity = compute_v1.ReservationAffinity(consume_reservation_type="NO_RESERVATION")
+        if spec.market is Market.QUEUED:
+            scheduling = flex_start(spec)
         nic = compute_v1.NetworkInterface(network=s.network)
         if s.subnetworks.get(spec.region):
             nic.subnetwork = s.subnetworks[spec.region]
@@ -293,3 +295,15 @@ class GcpProvider(ComputeInventory):
         except Exception as e:
             self._abort(spec, zone, map_error(e, region=spec.region, zone=zone), lg)
             raise  # unreachable: _abort raises
+
+
+def flex_start(spec: LaunchSpec) -> compute_v1.Scheduling:
+    """A flex-start VM's scheduling (Dynamic Workload Scheduler): started when capacity frees,
+    deleted after ``spec.max_run_h`` (seven days when unset)."""
+    from providers.gcp.flex import flex_start_scheduling
+
+    d = flex_start_scheduling(spec.max_run_h or 168.0)
+    return compute_v1.Scheduling(provisioning_model=d["provisioningModel"],
+                                 max_run_duration=compute_v1.Duration(seconds=d["maxRunDuration"]["seconds"]),
+                                 instance_termination_action=d["instanceTerminationAction"],
+                                 on_host_maintenance=d["onHostMaintenance"], automatic_restart=False)

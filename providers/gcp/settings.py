@@ -35,6 +35,11 @@ class GcpSettings(Table):
     billing_api_endpoint: str = ""  # Cloud Billing Catalog (live prices); empty = Google's
     # How often the leader lists compute.instances.preempted operations (0 = never).
     preemption_poll_s: Annotated[float, msgspec.Meta(ge=0, le=NUMBER_LIMIT)] = 10.0
+    # Flex-start (Dynamic Workload Scheduler) as queued capacity: Google names no start ahead, so
+    # the quote assumes this wait; a flex-start VM runs at most flex_start_max_run_h (<= 7 days).
+    flex_start: bool = False
+    flex_start_wait_h: Annotated[float, msgspec.Meta(ge=0, le=168)] = 2.0
+    flex_start_max_run_h: Annotated[float, msgspec.Meta(gt=0, le=168)] = 168.0
 
     def __post_init__(self) -> None:
         self.project, self.api_endpoint = self.project.strip(), self.api_endpoint.strip()
