@@ -127,23 +127,3 @@ class Budgets:
                                      f"jobs {self.on_exhausted.replace('_', ' ')}", now,
                                      data={"tenant": tenant, "cap": cap, "level": level, "used": round(fraction, 4)})
 
-
-#: ``[budgets] on_exhausted``: what a tenant's running jobs do once its budget is spent (new spend
-#: is refused either way). ``finish_running``: they finish (its idle leases are released);
-#: ``checkpoint_and_stop``: they are requeued from their checkpoint and their leases released.
-ON_EXHAUSTED = ("finish_running", "checkpoint_and_stop")
-
-
-def budget_policy(data: dict) -> None:
-    """``[budgets]`` holds tenants' tables and the one policy key ``on_exhausted``: move the key
-    to where the schema reads it (``budget_policy``), checked here so the error names it as typed."""
-    budgets = data.get("budgets")
-    if not isinstance(budgets, dict) or "on_exhausted" not in budgets:
-        return
-    from broker.errors import ConfigError
-
-    value = budgets.pop("on_exhausted")
-    if value not in ON_EXHAUSTED:
-        raise ConfigError(f"config: budgets.on_exhausted must be {' or '.join(ON_EXHAUSTED)}, got {str(value)[:64]!r}",
-                          field="budgets.on_exhausted")
-    data["budget_policy"] = {"on_exhausted": value}

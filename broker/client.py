@@ -6,6 +6,7 @@ from typing import Any, Iterator
 import grpc
 
 from broker import convert
+from broker.errors import ANSWERED
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
@@ -34,8 +35,6 @@ def _client_error(e: grpc.RpcError, target: str) -> ClientError:
     """The server's own answer, told apart from a transport failure by the mark the server puts
     on every status it sends (a launch that failed in the cloud with a connection error is an
     answer, not a dead broker)."""
-    from broker.convert import ANSWERED
-
     code = e.code()
     answered = any(k == ANSWERED for k, _ in (e.trailing_metadata() or ()))
     if code == grpc.StatusCode.UNAVAILABLE and not answered:

@@ -12,16 +12,13 @@ from broker.v1 import broker_pb2 as pb
 from policies.causes import Verdict
 from policies.cost import ExclusionKind
 from policies.demand import Demand
+from broker.times import as_of, iso
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.quote import Quote
     from broker.service import LaunchOrder
-
-#: Trailing metadata the server puts on every status it sends: a client tells the broker's own
-#: UNAVAILABLE (a cloud down, a database lost) from no broker answering at all.
-ANSWERED = "broker-answered"
 
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
@@ -170,7 +167,7 @@ def quote_response_bytes(q: "Quote", body: bytes) -> bytes:
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
     """The same dict `broker quote --format json` prints in-process."""
-    from broker.views import as_of, demand_to_dict, iso
+    from broker.views import demand_to_dict
 
     return {
         "quote_id": q.quote_id,
@@ -271,8 +268,6 @@ def lease_to_pb(d: dict[str, Any]) -> pb.Lease:
 
 
 def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
-    from broker.views import iso
-
     return {
         "lease_id": m.lease_id, "state": STATE_FROM_PB.get(m.state, "unknown"), "state_reason": m.state_reason,
         "provider": m.provider, "region": m.region, "zone": m.zone, "instance_type": m.instance_type,
@@ -291,8 +286,6 @@ EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
 
 def decision_from_pb(d: pb.Decision) -> dict[str, Any]:
     """A decision as `broker decisions --format json` and `broker watch` print it."""
-    from broker.views import iso
-
     return {"decision_id": d.decision_id, "at": iso(from_ts(d.at)), "action": d.action, "reason": d.reason,
             "job_ids": list(d.job_ids), "lease_id": d.lease_id}
 
@@ -300,8 +293,6 @@ def decision_from_pb(d: pb.Decision) -> dict[str, Any]:
 def event_from_pb(m: pb.WatchLeasesResponse) -> dict[str, Any]:
     """A lease event in the CLI's one JSON dialect: the lease exactly as `broker lease --format
     json` prints it, lower-case kinds, RFC 3339 times."""
-    from broker.views import iso
-
     out: dict[str, Any] = {"event_id": m.event_id, "kind": EVENT_FROM_PB.get(m.kind, "unspecified"),
                            "at": iso(from_ts(m.at)), "message": m.message}
     if m.HasField("lease"):

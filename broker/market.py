@@ -21,6 +21,7 @@ from msgspec import Meta
 from broker.errors import ConfigError
 from providers.base import ProviderError
 from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
+from broker.times import iso
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
@@ -70,8 +71,6 @@ class Outcome:
             return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
                     f"{self.reservations} reservations; kept the last good data where these failed: "
                     + "; ".join(self.errors))
-        from broker.views import iso
-
         kept = f"kept the data of {iso(self.kept_from)}" if self.kept_from else "no earlier data: the bundled catalog stays"
         return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
 
@@ -110,7 +109,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     data and is named in the outcome (and told to ``on_source_error(provider, source)``)."""
     from broker import market_store
     from providers.catalog import bundled
-    from providers.market import fetch
+    from providers.market.dispatch import fetch
 
     fetcher = fetcher or fetch
     now = time.time() if now is None else now

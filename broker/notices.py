@@ -32,6 +32,7 @@ from broker.lease import Lease, LeaseState
 from broker.leader import NotLeader
 from providers.base import Market, ProviderError, offering_key
 from providers.notices import Notice, NoticeKind
+from broker.times import iso
 
 log = structlog.get_logger("broker.notices")
 
@@ -212,8 +213,6 @@ def _sentence(lease: Lease, notice: Notice, out: Outcome) -> str:
             NoticeKind.STOPPING: "instance stopping", NoticeKind.REBALANCE: "rebalance recommendation"}[notice.kind]
     parts = [f"{what} ({notice.source}) for {', '.join(notice.instance_ids[:3])}"]
     if notice.not_before:
-        from broker.views import iso
-
         parts.append(f"expected at {iso(notice.not_before)}")
     job = lease.job.get("job_id")
     if out.requeued:

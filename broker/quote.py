@@ -19,13 +19,14 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
-from broker.errors import InvalidArgument
+from broker.errors import ConfigError, InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer
 from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
-from providers.catalog import Catalog
+from providers.catalog import Catalog, bundled
+from broker.times import iso
 
 if TYPE_CHECKING:
     from policies.bulk import Table
@@ -115,8 +116,6 @@ class StoredQuote:
     def pick(self, rank: int, now: float) -> tuple[Target, list[Target]]:
         """Offer ``rank`` (1-based) and the others in rank order, its failover alternatives."""
         if self.valid_until < now:
-            from broker.views import iso
-
             raise InvalidArgument(f"quote {self.quote_id} expired at {iso(self.valid_until)}; ask for a new quote.",
                                   field="quote_offer.quote_id")
         if not 1 <= rank <= len(self.targets):
@@ -421,9 +420,6 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True,
     """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
     ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`);
     ``bulk`` as for :class:`QuoteEngine`."""
-    from broker.errors import ConfigError
-    from providers.catalog import bundled
-
     catalog = catalog or bundled(config.catalog.path or None)
     reservations = [
         Reservation(provider=r.provider, region=r.region, instance_type=r.instance_type, nodes=r.nodes,
@@ -441,12 +437,3 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True,
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
 
-
-def quote_engine_from_config(path: str | None) -> QuoteEngine:
-    """The engine of an in-process quote (one quote, then the process ends: scalar pricing): the
-    config's catalog with the stored live market."""
-    from broker import market, market_store
-    from broker.config import load
-
-    config = load(path)
-    return market.quote_engine(config, market_store.reader(config.db_url, config.store.connect_timeout_s), log_refused=False, bulk=False)

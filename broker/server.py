@@ -17,7 +17,7 @@ import grpc
 import structlog
 
 from broker import convert
-from broker.errors import BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
+from broker.errors import ANSWERED, BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
 from broker.lifecycle import lease_view
 from broker.quote import DerivedCache
 from broker.service import Service, WatchedEvent
@@ -223,7 +223,7 @@ class _ErrorStatus(grpc.ServerInterceptor):
 def _fail(context, method: str, e: Exception):
     if context.code() is not None:  # the handler aborted with a status of its own
         raise e
-    context.set_trailing_metadata(((convert.ANSWERED, "1"),))
+    context.set_trailing_metadata(((ANSWERED, "1"),))
     if isinstance(e, BrokerError):
         context.abort(outcome(e).status, str(e))
     from providers.base import ProviderError
@@ -257,11 +257,3 @@ def preencoded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
     return grpc.unary_unary_rpc_method_handler(handler.unary_unary, handler.request_deserializer, send)
 
-
-def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
-    """A server for a built ``service`` bound to ``listen`` (not yet started), SERVING once started."""
-    from broker.serving import open_server
-
-    server, port, gate = open_server(service.config, listen)
-    gate.open(service)
-    return server, port

@@ -1,37 +1,13 @@
 """Domain objects as JSON-friendly dicts: the one shape shared by the CLI, the store and tests."""
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from policies.cost import PricedOffer
 from policies.demand import Demand
 from broker.quote import Quote, usd
+from broker.times import as_of, iso, parse_iso  # noqa: F401  (demand_from_dict, market_fields; iso re-exported)
 
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def as_of(text: str) -> str:
-    """A catalog or price date as RFC 3339 in UTC, like every other timestamp in the JSON
-    ("2025-06-01" -> "2025-06-01T00:00:00Z"); empty stays empty, anything unreadable as it is."""
-    t = (text or "").strip()
-    if not t:
-        return ""
-    try:
-        d = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        return t
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=dt.timezone.utc)
-    return d.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def parse_iso(text: str) -> float:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def demand_to_dict(d: Demand) -> dict[str, Any]:

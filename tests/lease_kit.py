@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from broker import config as cfgmod
-from broker.server import build_server
+from broker.serving import build_server
 from broker.service import Service
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc

@@ -6,6 +6,7 @@ from typing import Optional
 import typer
 
 from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+from broker.times import iso
 
 catalog_app = typer.Typer(
     name="catalog", no_args_is_help=True, rich_markup_mode=None,
@@ -98,7 +99,7 @@ def show_cmd(
     import time
 
     from broker import market, market_store
-    from broker.views import iso, market_fields
+    from broker.views import market_fields
 
     check_format(fmt)
     cfg = _load(config)

@@ -235,23 +235,6 @@ class MarketError(ProviderError):
 Fetcher = Callable[..., Snapshot]
 
 
-def fetch(provider: str, settings: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    """Ask ``provider``'s APIs about every offering of ``catalog`` in its configured regions.
-
-    A failing part (one API, one region) is recorded in :attr:`Snapshot.errors` and the rest is
-    still returned; an error that leaves nothing to return raises :class:`ProviderError`.
-    """
-    if provider == "aws":
-        from providers.market.aws import fetch as f
-    elif provider == "gcp":
-        from providers.market.gcp import fetch as f
-    elif provider == "azure":
-        from providers.market.azure import fetch as f
-    else:
-        raise ValueError(f"unknown provider {provider!r}")
-    return f(settings, catalog, now)
-
-
 def rfc3339(ts: float) -> str:
     import datetime as dt
 
