@@ -6,10 +6,11 @@ from typing import Mapping
 
 from broker.config import Budget
 from broker.jobs import running
-from broker.lease import LIVE, Lease, LeaseState, cost_so_far
+from broker.lease import LIVE, EventKind, Lease, LeaseState, cost_so_far
 from broker.store import Store
 from policies.budget import Caps, launch_refusal, to_release
 from providers.base import MICROS
+from broker.errors import OverBudget
 
 
 #: What spend and rate caps are computed from.
@@ -74,8 +75,6 @@ class Budgets:
         """Refuse (OverBudget) a launch at ``new_rate_micros`` that breaks a cap.
         ``leases``: the tenant's counted leases as read inside the insert's transaction
         (see :meth:`admission`); None reads them now."""
-        from broker.errors import OverBudget
-
         caps = self.caps(tenant)
         if caps is None:
             return
@@ -122,7 +121,7 @@ class Budgets:
                 if key in self._warned:
                     continue
                 self._warned.add(key)
-                self.store.add_event("", "budget_warning", f"tenant {tenant} has used {fraction:.0%} of "
+                self.store.add_event("", EventKind.BUDGET_WARNING, f"tenant {tenant} has used {fraction:.0%} of "
                                      f"{cap} = {limit / MICROS:g}; at 100 % new spend is refused and running "
                                      f"jobs {self.on_exhausted.replace('_', ' ')}", now,
                                      data={"tenant": tenant, "cap": cap, "level": level, "used": round(fraction, 4)})

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 import grpc
 
 from broker import convert
-from broker.errors import ANSWERED
+from broker.errors import ANSWERED, FROM_STATUS, BrokerError, outcome
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
@@ -17,8 +17,6 @@ class ClientError(Exception):
     broker.errors, whose table gives the CLI's exit code), or no broker answering at all."""
 
     def __init__(self, code: grpc.StatusCode, message: str, *, answered: bool = True) -> None:
-        from broker.errors import FROM_STATUS, BrokerError
-
         super().__init__(message)
         self.code = code
         self.answered = answered  # False: nothing answered (down, unreachable), not a refusal
@@ -26,8 +24,6 @@ class ClientError(Exception):
 
     @property
     def exit_code(self) -> int:
-        from broker.errors import outcome
-
         return outcome(self.error).exit_code
 
 

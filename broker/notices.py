@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 import structlog
 
-from broker.lease import Lease, LeaseState
+from broker.lease import EventKind, Lease, LeaseState
 from broker.leader import NotLeader
 from providers.base import Market, ProviderError, offering_key
 from providers.notices import Notice, NoticeKind
@@ -36,7 +36,7 @@ from broker.times import iso
 
 log = structlog.get_logger("broker.notices")
 
-EVENT = "interruption_notice"
+EVENT = EventKind.INTERRUPTION_NOTICE
 NOTICE_COLUMNS = ("lease_id", "provider", "instances")
 
 
@@ -129,16 +129,16 @@ class Notices:
 
         if lease.state is not LeaseState.RUNNING:
             return Outcome(lease.lease_id, False, note=f"lease is {lease.state}")
-        slurm = self.scontrol is not None and bool(lease.job.get("node_names")) and not lease.job.get("job_id")
-        if lease.job.get("notice_at") or self._noted(lease, notice):
+        slurm = self.scontrol is not None and bool(lease.job.node_names) and not lease.job.job_id
+        if lease.job.notice_at or self._noted(lease, notice):
             self.count(notice.provider, notice.kind.value, "repeated")
-            return Outcome(lease.lease_id, notice.kind.acts, lease.job.get("replaced_by", ""),
+            return Outcome(lease.lease_id, notice.kind.acts, lease.job.replaced_by,
                            note="notice already acted on")
         self.reconciler.fence()
         now = self.clock()
         out = Outcome(lease.lease_id, notice.kind.acts)
         preempted = notice.kind is NoticeKind.PREEMPTION or (
-            notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT.value)
+            notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT)
         if not notice.kind.acts or slurm:
             if slurm and notice.kind.acts:
                 if preempted:
@@ -153,7 +153,7 @@ class Notices:
                 "not_before": notice.not_before, "detail": notice.detail, "blocked": out.blocked,
                 "requeued": out.requeued})
         else:
-            nodes = {i.get("instance_id"): i.get("node_name", "") for i in lease.instances}
+            nodes = {i.instance_id: i.node_name for i in lease.instances}
             node = next((nodes[i] for i in notice.instance_ids if i in nodes), "")
             kind = "preemption" if preempted else "maintenance"
             _, replacement = on_notice(self.lc, lease, LeaseNotice(lease.lease_id, kind, node,
@@ -175,7 +175,7 @@ class Notices:
 
     def _slurm_checkpoint(self, lease: Lease, notice: Notice) -> tuple[list[str], str]:
         """Drain the lease's Slurm nodes and requeue the jobs running on them."""
-        nodes = list(lease.job["node_names"])
+        nodes = list(lease.job.node_names)
         sc = self.scontrol()
         sc.drain(nodes, f"broker: {notice.kind.value} notice")
         jobs = sc.running_on(nodes)
@@ -214,7 +214,7 @@ def _sentence(lease: Lease, notice: Notice, out: Outcome) -> str:
     parts = [f"{what} ({notice.source}) for {', '.join(notice.instance_ids[:3])}"]
     if notice.not_before:
         parts.append(f"expected at {iso(notice.not_before)}")
-    job = lease.job.get("job_id")
+    job = lease.job.job_id
     if out.requeued:
         parts.append(f"Slurm jobs {', '.join(out.requeued)} requeued")
     elif job and out.acted:

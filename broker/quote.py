@@ -6,7 +6,7 @@ pure :func:`policies.cost.price`; this module adds ranking, reservations, ids an
 
 The hand-off to a launch is typed end to end: a :class:`Quote` gives its launchable offers as
 :class:`Target` s (:meth:`Quote.targets`), the service stores them as a :class:`StoredQuote`
-(its JSON made and read back by pydantic, never by hand), and a Launch reads that back and picks
+(its JSON made and read back by :mod:`broker.records`' one codec, never by hand), and a Launch reads that back and picks
 one offer with :meth:`StoredQuote.pick`.
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
 from broker.errors import ConfigError, InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
+from broker import records
+from broker.records import Target
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer
 from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
@@ -58,27 +60,6 @@ class RankedOffer(NamedTuple):
     @property
     def offering(self) -> Offering:
         return self.priced.offering
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One launchable offering: what a lease asks one cloud for (an offer of a quote, or an
-    explicit launch)."""
-
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    market: Market
-    nodes: int
-    hourly_micros: int  # per node
-    reservation: str = ""
-
-    @classmethod
-    def of(cls, r: RankedOffer) -> "Target":
-        o = r.priced.offering
-        return cls(o.instance.provider, o.region, r.priced.zone, o.instance.name, o.market, r.priced.nodes,
-                   o.hourly_micros, o.reservation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,25 +106,12 @@ class StoredQuote:
         return self.targets[rank - 1], rest
 
     def to_json(self) -> bytes:
-        return _stored_codec().dump_json(self)
+        """The store's JSON of this quote (:mod:`broker.records`' codec, as a lease's demand)."""
+        return records.encode(self).encode()
 
     @staticmethod
     def from_json(body: str | bytes) -> "StoredQuote":
-        return _stored_codec().validate_json(body)
-
-
-_CODEC = None
-
-
-def _stored_codec():
-    """pydantic's (Rust) JSON codec for StoredQuote, built on first use: the CLI's in-process
-    quote never stores one, so it does not pay pydantic's import."""
-    global _CODEC
-    if _CODEC is None:
-        from pydantic import TypeAdapter
-
-        _CODEC = TypeAdapter(StoredQuote)
-    return _CODEC
+        return records.decode_stored_quote(body, StoredQuote)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,13 @@ import structlog
 
 from broker import convert
 from broker.errors import ANSWERED, BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
+from broker.lease import EventKind
 from broker.lifecycle import lease_view
 from broker.quote import DerivedCache
 from broker.service import Service, WatchedEvent
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
+from providers.base import ProviderError
 
 log = structlog.get_logger("broker.server")
 
@@ -113,9 +115,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             out.lease.CopyFrom(self._lease_pb(lease))
             if ev.to_state in convert.STATE_TO_PB:  # the lease as this event left it
                 out.lease.state = convert.STATE_TO_PB[ev.to_state]
-        if ev.kind == "requeue" and data.get("job"):
+        if ev.kind == EventKind.REQUEUE and data.get("job"):
             out.job.CopyFrom(convert.job_to_pb(data["job"]))
-        if ev.kind == "decision":
+        if ev.kind == EventKind.DECISION:
             d = out.decision
             d.decision_id, d.action, d.reason = data.get("decision_id", ""), data.get("action", ""), ev.message
             d.job_ids.extend(data.get("job_ids", []))
@@ -130,7 +132,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def Handoff(self, request: pb.HandoffRequest, context) -> pb.HandoffResponse:
         self._own_lease(context, request.lease_id)
-        lease = self.svc.handoff(request.lease_id, convert.job_from_pb(request.job))
+        lease = self.svc.handoff(request.lease_id, convert.job_record_from_pb(request.job))
         return pb.HandoffResponse(lease=self._lease_pb(lease))
 
     def ReportJob(self, request: pb.ReportJobRequest, context) -> pb.ReportJobResponse:
@@ -226,8 +228,6 @@ def _fail(context, method: str, e: Exception):
     context.set_trailing_metadata(((ANSWERED, "1"),))
     if isinstance(e, BrokerError):
         context.abort(outcome(e).status, str(e))
-    from providers.base import ProviderError
-
     if isinstance(e, ProviderError):  # a cloud's answer a handler let through: say whose and what
         log.warning("rpc_provider_error", method=method, provider=e.provider, code=e.code)
         context.abort(outcome(e).status, str(e)[:500])

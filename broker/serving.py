@@ -15,7 +15,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from broker.errors import ANSWERED
+from broker.errors import ANSWERED, ConfigError
 from broker.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
@@ -192,8 +192,6 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         except OSError as e:
             server.stop(grace=None)
             service.stop()
-            from broker.errors import ConfigError
-
             raise ConfigError(f"config: telemetry.metrics_listen {metrics_listen} cannot be served: "
                               f"{e.strerror or e}", field="telemetry.metrics_listen") from None
     log.info("serving", listen=listen, port=port, db=config.db_url.split("@")[-1],
@@ -238,8 +236,6 @@ def _start_callback(config, service, server):
     except OSError as e:
         server.stop(grace=None)
         service.stop()
-        from broker.errors import ConfigError
-
         raise ConfigError(f"config: server.callback_listen {config.server.callback_listen} cannot be served: "
                           f"{e.strerror or e}", field="server.callback_listen") from None
 

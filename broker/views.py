@@ -6,7 +6,7 @@ from typing import Any
 from policies.cost import PricedOffer
 from policies.demand import Demand
 from broker.quote import Quote, usd
-from broker.times import as_of, iso, parse_iso  # noqa: F401  (demand_from_dict, market_fields; iso re-exported)
+from broker.times import as_of, iso
 
 
 
@@ -19,21 +19,6 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
         "providers": list(d.providers), "regions": list(d.regions), "residency": list(d.residency),
         "min_sla_pct": d.min_sla_pct, "deadline": iso(d.deadline), "tenant": d.tenant,
     }
-
-
-def demand_from_dict(m: dict[str, Any]) -> Demand:
-    deadline = m.get("deadline")
-    return Demand(
-        gpus=int(m["gpus"]), hours=float(m["hours"]), gpu_model=m.get("gpu_model", ""),
-        min_gpu_memory_gb=int(m.get("min_gpu_memory_gb", 0)), nodes=int(m.get("nodes", 0)),
-        data_in_gb=float(m.get("data_in_gb", 0)), data_location=m.get("data_location", "onprem"),
-        data_out_gb=float(m.get("data_out_gb", 0)), interruptible=bool(m.get("interruptible", False)),
-        checkpoint_minutes=int(m.get("checkpoint_minutes", 0)), providers=tuple(m.get("providers", ())),
-        regions=tuple(m.get("regions", ())), residency=tuple(m.get("residency", ())),
-        min_sla_pct=float(m.get("min_sla_pct", 0)),
-        deadline=parse_iso(deadline) if isinstance(deadline, str) else deadline,
-        tenant=m.get("tenant", "default"),
-    )
 
 
 def _money(micros: int) -> float:

@@ -236,7 +236,7 @@ def states(store, lease_id: str) -> list[str]:
     return [to for kind, _, to, _ in events(store, lease_id) if kind == "state_changed"]
 
 
-def instances_of(lease) -> list[dict[str, Any]]:
+def instances_of(lease) -> tuple:
     return lease.instances
 
 

@@ -342,25 +342,28 @@ def _imported(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, kn
     return out
 
 
-def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, dict[str, int]]:
+def import_graph(sources: dict[str, tuple[str, bool]], *, where: str = "all") -> dict[str, dict[str, int]]:
     """module -> {imported module: first line} over EVERY import (module level, in a function,
     in a class), but not those under ``if TYPE_CHECKING`` (never run). ``sources``: module ->
-    (source text, is a package)."""
+    (source text, is a package). ``where="module"``: only the imports run when the module loads;
+    ``where="function"``: only those inside a function."""
     known = set(sources)
     graph: dict[str, dict[str, int]] = {m: {} for m in sources}
 
-    def visit(node: ast.AST, here: str, is_package: bool) -> None:
+    def visit(node: ast.AST, here: str, is_package: bool, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                visit(ast.Module(body=child.orelse, type_ignores=[]), here, is_package)
+                visit(ast.Module(body=child.orelse, type_ignores=[]), here, is_package, in_function)
                 continue
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and (
+                    where == "all" or (where == "function") == in_function):
                 for target in _imported(child, here, is_package, known):
                     graph[here].setdefault(target, child.lineno)
-            visit(child, here, is_package)
+            visit(child, here, is_package, inner)
 
     for name, (source, is_package) in sources.items():
-        visit(ast.parse(source), name, is_package)
+        visit(ast.parse(source), name, is_package, False)
     return graph
 
 
@@ -429,8 +432,9 @@ def _cycle_in(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
 
 
 def _product_sources() -> dict[str, tuple[str, bool]]:
-    return {module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py")
-            for p in product_files() if "_pb2" not in p.name}
+    """Every product module, the generated protobuf modules included (they are graph nodes too)."""
+    files = [*product_files(), *sorted((ROOT / "broker" / "v1").glob("*_pb2*.py"))]
+    return {module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py") for p in files}
 
 
 def test_no_import_cycles_over_all_imports():
@@ -442,6 +446,39 @@ def test_no_import_cycles_over_all_imports():
     found = [" → ".join([*(f"{a} (line {graph[a][b]})" for a, b in zip(c, c[1:])), c[0]])
              for c in import_cycles(graph)]
     assert not found, "import cycles (each module with the line that imports the next):\n" + "\n".join(found)
+
+
+def loaded_with(graph: dict[str, dict[str, int]], module: str) -> set[str]:
+    """Every product module that loading ``module`` loads (``graph``: module-level imports)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for w in graph[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def idle_function_imports(sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """Imports inside a function of a module that loading the module loads anyway: they buy no
+    start-up time, so they belong at the top."""
+    at_load, in_functions = import_graph(sources, where="module"), import_graph(sources, where="function")
+    return [f"{m}:{line} imports {t}" for m in sorted(sources) for t, line in sorted(in_functions[m].items())
+            if t in loaded_with(at_load, m)]
+
+
+def test_an_import_inside_a_function_buys_start_up_time():
+    found = idle_function_imports(_product_sources())
+    assert not found, ("imports inside functions of modules their module loads anyway (move them to the top):\n"
+                       + "\n".join(found))
+
+
+def test_the_idle_import_check_finds_an_import_the_module_already_loads():
+    sources = {m.replace("__", "."): (textwrap.dedent(s), False) for m, s in {
+        "p__a": "import p.b\ndef f():\n    from p.c import x\n    from p.d import y\n",
+        "p__b": "import p.c\n", "p__c": "", "p__d": ""}.items()}
+    assert idle_function_imports(sources) == ["p.a:3 imports p.c"]
 
 
 def _graph_of(**modules: str) -> dict[str, dict[str, int]]:

@@ -88,7 +88,7 @@ def test_an_unknown_boot_template_fails_the_lease_without_a_cloud_call(kit):
         lc.launch(idempotency_key="k", target=target(lc), bootstrap="removed-from-config")
     lease = lc.store.lease_by_key("default", "k")
     assert lease.state is S.FAILED and "boot template 'removed-from-config'" in lease.state_reason
-    assert [a["code"] for a in e.value.attempts] == ["BootScript"]
+    assert [a.code for a in e.value.attempts] == ["BootScript"]
     assert [m for m, _ in clouds["aws"].calls] == []
 
 

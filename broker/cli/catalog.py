@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+from broker.cli.app import app, check_format, console as make_console, exit_error, exit_usage, fitted_table, print_json
 from broker.times import iso
 
 catalog_app = typer.Typer(
@@ -136,8 +136,6 @@ def show_cmd(
 
 
 def _table(rows: list[dict], refreshes: list[dict], warnings: list[str]) -> None:
-    from broker.cli.app import console as make_console, fitted_table
-
     console = make_console()
     columns = [(c, "right" if c in ("$/h", "quota left") else "left")
                for c in ("provider", "region", "instance", "market", "$/h", "source", "as of", "zones", "quota left")]

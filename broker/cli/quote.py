@@ -6,6 +6,7 @@ from typing import Optional
 import typer
 
 from broker.cli.app import app, check_format, exit_refused, exit_usage, print_json
+from broker.cli.app import console as make_console, fitted_table
 from broker.times import parse_iso
 
 HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
@@ -63,8 +64,6 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
 
 
 def _table(doc: dict) -> None:
-    from broker.cli.app import console as make_console, fitted_table
-
     console = make_console()
     d = doc["demand"]
     what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
