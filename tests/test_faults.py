@@ -108,7 +108,7 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
                 reported.append(lease)
                 assert attempts and error
                 for a in attempts:  # each distinct reason named once (the lease lists every attempt)
-                    assert f"{a['code']} ({a['scope'] or 'skipped'})" in error, (a, error)
+                    assert f"{a.code} ({a.scope or 'skipped'})" in error, (a, error)
         assert len(served) + len(reported) == LAUNCHES and served
 
         # -- capacity and quota block their scope; throttling and 5xx retry the same offer ----------
