@@ -14,6 +14,7 @@ from broker.market import Refresher
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from broker.records import Job, LaunchOrder
+from providers.registry import build_enabled, node_name_problem
 from policies.demand import Demand, DemandError
 
 log = structlog.get_logger("broker.service")
@@ -35,8 +36,6 @@ class Service:
         from broker.lifecycle import Lifecycle
         from broker.reconciler import Reconciler
         from broker.store import Store
-        from providers.registry import build_enabled
-
         from broker.auth import Auth
         from broker.limits import Limits
 
@@ -141,8 +140,6 @@ class Service:
             if len(names) != target.nodes or len(set(names)) != len(names):
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
-            from providers.names import node_name_problem
-
             for i, name in enumerate(names):
                 problem = node_name_problem(target.provider, name)
                 if problem:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from providers.base import ProviderError
-from providers.market.dispatch import fetch
+from providers.market import fetch
 from tests.clouds.aws import AwsCloud, aws_cloud, aws_cloud_server  # noqa: F401  (fixtures)
 
 NOW = 1_796_000_000.0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.market.dispatch import fetch
+from providers.market import fetch
 from tests.clouds.azure import fake_arm, fake_arm_server  # noqa: F401  (fixtures)
 from tests.clouds.azure_market import fake_retail, fake_retail_server  # noqa: F401  (fixtures)
 from tests.clouds.three import AZ_SUB, AZ_SUBNET, SSH_KEY

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.market.dispatch import fetch
+from providers.market import fetch
 from providers.market.gcp import sku_key
 from tests.clouds.gcp import fake_gcp  # noqa: F401  (fixture)
 from tests.clouds.gcp_billing import fake_billing, fake_billing_server  # noqa: F401  (fixtures)
