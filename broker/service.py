@@ -14,6 +14,7 @@ from broker.market import Refresher
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from broker.records import Job, LaunchOrder
+from broker.watchers.registry import build_watchers, stop_watchers
 from providers.registry import build_enabled, node_name_problem
 from policies.demand import Demand, DemandError
 
@@ -74,7 +75,8 @@ class Service:
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog, self.budgets, clock)
-        self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
+        self.schedulers = build_watchers(config)  # source -> watcher, of each enabled scheduler kind
+        self.notices = Notices(self.reconciler, schedulers=lambda: self.schedulers.values(),
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
@@ -347,12 +349,6 @@ class Service:
             loops.append(self._loop(f"notices-{src.provider}", getattr(src, "poll_s", 1.0), self._leading(poll)))
         return loops
 
-    def _scontrol(self):
-        from broker.slurm.commands import Scontrol
-
-        s = self.config.slurm
-        return Scontrol(s.scontrol, s.env, s.command_timeout_s)
-
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and
         re-price with it (failover goes on meanwhile; only the offering that met it is blocked)."""
@@ -437,6 +433,7 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        stop_watchers(getattr(self, "schedulers", {}))  # watchers with threads of their own
         for t in self._threads:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:
