@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from broker.attempts import attempt_at, attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.jobs import JobState, job_state_of
@@ -49,6 +51,14 @@ Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the
 class BootScriptError(FailedPrecondition):
     """The lease's boot script cannot be rendered: the lease fails at once (no offer would do
     better), instead of staying in provisioning to be resumed forever."""
+
+
+class ProviderFault(ProviderError):
+    """A provider raised what no provider error covers (a bug, an SDK's surprise) during a launch:
+    the offer fails at once, naming the provider and the exception's class (the traceback goes to
+    the log only), and the launch fails over to the next cloud instead of staying provisioning."""
+
+    default_scope = Scope.CLOUD
 
 
 def lease_view(lease: Lease, now: float) -> dict[str, Any]:
@@ -198,16 +208,16 @@ class Lifecycle:
             blocked = self._blocked_reason(target)
             if blocked or target.provider in refused:
                 scope, why = blocked or (target.provider, refused[target.provider])
-                attempts.append(_attempt(target, "blocked", scope, "blocked", why))
+                attempts.append(attempt_at(target, "blocked", scope, "blocked", why))
                 continue
             tried.add(offer)
             try:
                 lease, instances, error = self._try_offer(lease, target, attempts)
             except BootScriptError as e:  # the lease's own fault: no other offer does better
-                attempts.append(_attempt(target, "BootScript", "", "invalid", str(e)[:300]))
+                attempts.append(attempt_at(target, "BootScript", "", "invalid", str(e)[:300]))
                 return self._fail(self.get(lease.lease_id), attempts)
             if instances is None:
-                if isinstance(error, AuthError):  # the next offer of the same cloud will not do better
+                if isinstance(error, (AuthError, ProviderFault)):  # the same cloud's next offer fares no better
                     refused[target.provider] = f"{error.code or 'auth error'} earlier in this launch"
                 continue
             try:
@@ -241,7 +251,7 @@ class Lifecycle:
             try:
                 instances = self._launch(lease, t)
             except ProviderError as e:
-                attempts.append(_failed(t, e))
+                attempts.append(attempt_record(t, e))
                 log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
                             code=e.code, scope=str(e.scope))
                 if e.retryable and i < tries - 1:
@@ -325,9 +335,9 @@ class Lifecycle:
                 log.warning("attempt_leftovers", lease=lease.lease_id, provider=t.provider, region=t.region,
                             instances=[i.instance_id for i in left])
                 provider.terminate(left)
-        except ProviderError as e:
-            log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider, code=e.code,
-                        error=str(e))
+        except Exception as e:  # noqa: BLE001 - whatever is left carries the lease's tag: an orphan then
+            log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider,
+                        code=getattr(e, "code", type(e).__name__), error=str(e)[:500])
 
     def _launched_too_late(self, lease: Lease, instances: Sequence[Instance]) -> Lease:
         """The launch finished but the lease moved on meanwhile (adopted by the reconciler,
@@ -376,7 +386,18 @@ class Lifecycle:
         if provider is None:
             raise InvalidRequestError(f"provider {t.provider} is not enabled", provider=t.provider,
                                       code="ProviderDisabled", scope=Scope.CLOUD)
-        return self._checked(provider, self.spec_for(lease), t)
+        spec = self.spec_for(lease)
+        try:
+            return self._checked(provider, spec, t)
+        except (ProviderError, BrokerError, StaleLease):
+            raise
+        except Exception as e:  # a provider's bug: this offer failed, said in one line
+            said = (str(e).strip().splitlines() or [""])[0][:200]
+            frame = traceback.extract_tb(e.__traceback__)[-1]  # where, without the frames' values (secrets)
+            log.error("launch_crashed", lease=lease.lease_id, provider=t.provider, region=t.region,
+                      error=f"{type(e).__name__}: {said}", at=f"{frame.filename}:{frame.lineno} in {frame.name}")
+            raise ProviderFault(f"{t.provider} raised {type(e).__name__}{': ' + said if said else ''}",
+                                provider=t.provider, code=type(e).__name__, region=t.region, zone=t.zone) from e
 
     def _checked(self, provider: Provider, spec: LaunchSpec, t: Target) -> list[Instance]:
         """``provider.launch``, holding it to its contract: ``spec.count`` live nodes of the
@@ -528,29 +549,6 @@ class Lifecycle:
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
 
 
-def attempts_summary(attempts: Sequence[Attempt], shown: int = 2) -> str:
-    """The launch attempts in one line, each distinct reason once (the provider's own code, the
-    scope it blocked, its sentence) with where it happened: the first ``shown`` offers and how
-    many more (the lease's ``attempts`` list every one)."""
-    groups: dict[tuple, list[str]] = {}
-    for a in attempts:
-        groups.setdefault((a.code, a.scope or "skipped", a.message), []).append(a.where)
-    parts = []
-    for (code, scope, message), wheres in groups.items():
-        wheres = list(dict.fromkeys(wheres))
-        more = f" and {len(wheres) - shown} more" if len(wheres) > shown else ""
-        parts.append(f"{code} ({scope}) {message} [{', '.join(wheres[:shown])}{more}]")
-    return "; ".join(parts)
-
-
-def launch_failure(lease: Lease) -> FailedPrecondition:
-    """The error of a launch that failed for good (every offer tried or ruled out), with its
-    attempts: FAILED_PRECONDITION, not a retryable UNAVAILABLE — the same request fails again;
-    a new quote (or a new key) is what can help."""
-    return FailedPrecondition(f"lease {lease.lease_id} could not be launched: "
-                              f"{attempts_summary(lease.attempts) or lease.state_reason}", attempts=lease.attempts)
-
-
 def has_work(lease: Lease) -> bool:
     """Does the lease have a job? A job attached (at launch or by a hand-off), or nodes that a
     scheduler runs jobs on (Slurm cloud nodes, named by the job; Slurm powers them down itself).
@@ -565,11 +563,3 @@ def node_names(lease: Lease) -> tuple[str, ...]:
                                                        for i in range(lease.nodes))
 
 
-def _attempt(t: Target, code: str, scope: str, kind: str, message: str) -> Attempt:
-    return Attempt(provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
-                   market=t.market, code=code, scope=scope, kind=kind, message=message)
-
-
-def _failed(t: Target, e: ProviderError) -> Attempt:
-    return _attempt(t, e.code or type(e).__name__, e.scope_key, type(e).__name__.removesuffix("Error").lower(),
-                    e.message[:300])

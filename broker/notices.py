@@ -240,10 +240,10 @@ def notice_sources(providers: dict[str, Any]) -> list[Any]:
     """Every enabled provider's notice source (those that have one configured)."""
     out = []
     for name, p in sorted(providers.items()):
-        make = getattr(p, "notice_source", None)
-        if make is None:
-            continue
         try:
+            make = getattr(p, "notice_source", None)  # a lazily built provider is built here
+            if make is None:
+                continue
             src = make()
         except (ProviderError, ValueError) as e:
             log.warning("notice_source_unavailable", provider=name, error=str(e)[:300])

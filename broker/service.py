@@ -17,6 +17,8 @@ from broker.records import Job, LaunchOrder
 from broker.watchers.registry import build_watchers, stop_watchers
 from providers.registry import build_enabled, node_name_problem
 from policies.demand import Demand, DemandError
+from providers.base import ProviderError
+from providers.registry import LazyProvider
 
 log = structlog.get_logger("broker.service")
 
@@ -52,7 +54,10 @@ class Service:
             self.auth = Auth(config.auth_tokens, issued=issued)
         self.engine = market.quote_engine(config, self.store.engine)
         try:
-            self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
+            # Lazily: the clouds' SDKs cost ~3 s of start-up with all three enabled; they are
+            # built behind the service once it answers (start_background).
+            self.providers = (dict(providers) if providers is not None
+                              else build_enabled(config.providers, config.owner, lazy=True))
         except ValueError as e:  # the providers' settings or the credentials they name
             raise ConfigError(f"config: {e}") from None
         self.budgets = Budgets(self.store, config.budgets, config.budget_policy.on_exhausted)
@@ -329,7 +334,6 @@ class Service:
             if self.autoscaler is not None:
                 loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                         self._leading(self.autoscaler.tick)))
-            loops.extend(self._notice_loops())
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
                               clock=self.clock, on_source_error=lambda provider, source:
@@ -337,6 +341,41 @@ class Service:
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)
+        # The interruption notices need the built providers: their loops start once they are.
+        self._build_providers(then=self._start_notice_loops if lead else None)
+
+    def _start_notice_loops(self) -> None:
+        if not self._stop.is_set():
+            loops = self._notice_loops()
+            self._threads.extend(loops)
+            if loops:
+                log.info("background_started", loops=[t.name for t in loops], contends=True)
+
+    def _build_providers(self, then: Callable[[], None] | None = None) -> None:
+        """Build the lazily made providers in a background thread, one after the other (their SDK
+        imports hold the GIL: in parallel they would not finish sooner), then call ``then``; a
+        call that needs one meanwhile waits for it. One that cannot be built is logged; every
+        use of it says why."""
+        lazy = [p for p in self.providers.values() if isinstance(p, LazyProvider) and not p.built]
+        if not lazy:
+            if then is not None:
+                then()
+            return
+
+        def run() -> None:
+            for p in lazy:
+                if self._stop.is_set():
+                    return
+                t = time.monotonic()
+                try:
+                    p.build()
+                    log.info("provider.built", provider=p.name, seconds=round(time.monotonic() - t, 3))
+                except ProviderError as e:
+                    log.error("provider.unusable", provider=p.name, error=str(e))
+            if then is not None:
+                then()
+
+        threading.Thread(target=run, name="providers-build", daemon=True).start()
 
     def _notice_loops(self) -> list[threading.Thread]:
         """One loop per interruption-notice source (the leader's: an SQS queue is long-polled, GCP's
