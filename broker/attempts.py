@@ -1,24 +1,22 @@
-"""A lease's launch attempts: each as the record a lease keeps, and all of them in the one line a
-failed launch reports (each distinct reason once)."""
+"""A lease's launch attempts: each as the record a lease keeps (:class:`broker.records.Attempt`),
+and all of them in the one line a failed launch reports (each distinct reason once)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from broker.errors import FailedPrecondition
 from broker.lease import Lease
-from broker.quote import Target
+from broker.records import Attempt, Target
 from providers.base import ProviderError
 
 
-def attempts_summary(attempts: Sequence[Mapping[str, Any]], shown: int = 2) -> str:
+def attempts_summary(attempts: Sequence[Attempt], shown: int = 2) -> str:
     """The launch attempts in one line, each distinct reason once (the provider's own code, the
     scope it blocked, its sentence) with where it happened: the first ``shown`` offers and how
     many more (the lease's ``attempts`` list every one)."""
     groups: dict[tuple, list[str]] = {}
     for a in attempts:
-        where = (f"{a['provider']}/{a['region']}{'/' + a['zone'] if a.get('zone') else ''}/"
-                 f"{a['instance_type']}/{a['market']}")
-        groups.setdefault((a["code"], a["scope"] or "skipped", a["message"]), []).append(where)
+        groups.setdefault((a.code, a.scope or "skipped", a.message), []).append(a.where)
     parts = []
     for (code, scope, message), wheres in groups.items():
         wheres = list(dict.fromkeys(wheres))
@@ -35,7 +33,13 @@ def launch_failure(lease: Lease) -> FailedPrecondition:
                               f"{attempts_summary(lease.attempts) or lease.state_reason}", attempts=lease.attempts)
 
 
-def attempt_record(t: Target, e: ProviderError) -> dict:
-    return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
-            "market": t.market.value, "code": e.code or type(e).__name__, "scope": e.scope_key,
-            "kind": type(e).__name__.removesuffix("Error").lower(), "message": e.message[:300]}
+def attempt_at(t: Target, code: str, scope: str, kind: str, message: str) -> Attempt:
+    """An attempt on ``t`` that did not reach the cloud, or failed with ``code``."""
+    return Attempt(provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
+                   market=t.market, code=code, scope=scope, kind=kind, message=message)
+
+
+def attempt_record(t: Target, e: ProviderError) -> Attempt:
+    """The attempt on ``t`` that the cloud refused with ``e``."""
+    return attempt_at(t, e.code or type(e).__name__, e.scope_key, type(e).__name__.removesuffix("Error").lower(),
+                      e.message[:300])

@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping
 
 import grpc
 
-from broker.errors import ConfigError, NotFound, PermissionDenied, Unauthenticated
+from broker.errors import BrokerError, ConfigError, NotFound, PermissionDenied, Unauthenticated, outcome
 
 ANY_TENANT = "*"
 LEASE_PREFIX = "brl_"  # broker.jobs.CREDENTIAL_PREFIX
@@ -231,8 +231,6 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None or not details.method.startswith(SERVICE_PREFIX):
             return handler
-        from broker.errors import BrokerError, outcome
-
         try:
             self.auth.authorize(details.method[len(SERVICE_PREFIX):], details.invocation_metadata)
             return handler
@@ -256,8 +254,6 @@ def check_certificate(cert_file: str, key_file: str, cert_pem: bytes, now: float
     so the broker would run and serve no one."""
     import datetime as dt
     import ssl
-
-    from broker.errors import ConfigError
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
@@ -289,8 +285,6 @@ def server_credentials(server) -> grpc.ServerCredentials | None:
     schema has checked that cert and key go together), or None for plaintext."""
     if not server.tls:
         return None
-    from broker.errors import ConfigError
-
     files = {}
     for key in ("tls_key_file", "tls_cert_file", "tls_client_ca_file"):
         path = getattr(server, key)

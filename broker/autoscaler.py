@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import structlog
 
@@ -30,10 +30,12 @@ from broker.config import AutoscalerSettings
 from broker.lifecycle import LeaseError
 from broker.quote import new_id
 from broker.lease import LIVE, LeaseState
+from broker.records import Job
 from broker.watchers.base import BurstHandoff, JoinNodes, OffloadJobs, SchedulerWatcher, capability
 from policies.demand import Demand, DemandError
 from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
 from policies.queue import PendingJob, QueueSnapshot
+from policies.triggers import DecisionAction as A
 from policies.triggers import (BURST, SCALE_IN, Decision, TriggerConfig, TriggerState,
                                candidates_from_snapshot, evaluate, signals_from_snapshot)
 
@@ -150,13 +152,13 @@ class Autoscaler:
         watched = capability(self.watchers.get(source), BurstHandoff) is not None
         for l in self.svc.store.list_leases(states=LIVE):
             job = l.job
-            mine = job.get("source") == source
-            if not mine and not (watched and not job.get("source") and job.get("node_names")):
+            mine = job.source == source
+            if not mine and not (watched and not job.source and job.node_names):
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
             # Leases of scheduler-managed nodes (resumed by the scheduler) are torn down by it.
-            if mine and l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") \
+            if mine and l.state is LeaseState.RUNNING and not job.job_id and not job.node_names \
                     and l.idle_since:
                 idle[l.lease_id] = l.idle_since
         return gpus, idle
@@ -186,7 +188,7 @@ class Autoscaler:
                 why = f"{p.reason}; the move failed: {e}"
                 if why != st.last_failure:
                     st.last_failure = why
-                    self.svc.store.record_decision(new_id("d"), now, "offload_failed", why, list(p.job_ids),
+                    self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD_FAILED, why, list(p.job_ids),
                                                    data={"source": source})
                 return
             st.offloaded.update(moved)
@@ -194,7 +196,7 @@ class Autoscaler:
         else:
             st.offloaded.update(p.job_ids)
             reason = p.reason
-        self.svc.store.record_decision(new_id("d"), now, "offload", reason, list(p.job_ids),
+        self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD, reason, list(p.job_ids),
                                        data={"source": source, "partition": partition})
 
     def _act(self, source: str, d: Decision, st: SourceState, now: float) -> None:
@@ -210,7 +212,7 @@ class Autoscaler:
                 self.svc.fence()
                 try:
                     target.allow_burst(ids)
-                    store.record_decision(new_id("d"), now, "burst", d.reason, ids,
+                    store.record_decision(new_id("d"), now, A.BURST, d.reason, ids,
                                           data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
                 except Exception as e:
                     for i in ids:
@@ -218,7 +220,7 @@ class Autoscaler:
                     why = f"{d.reason}; hand-off failed: {e}"
                     if why != st.last_failure:  # a hand-off failing every tick is recorded once
                         st.last_failure = why
-                        store.record_decision(new_id("d"), now, "burst_failed", why, ids, data={"source": source})
+                        store.record_decision(new_id("d"), now, A.BURST_FAILED, why, ids, data={"source": source})
             else:
                 for c in d.jobs:
                     self.svc.fence()
@@ -231,10 +233,10 @@ class Autoscaler:
                     self.svc.lifecycle.release(lease_id, "scale-in: idle cloud capacity")
                 except LeaseError:
                     pass
-            store.record_decision(new_id("d"), now, "scale_in", d.reason, [], data={"leases": list(d.scale_in)})
+            store.record_decision(new_id("d"), now, A.SCALE_IN, d.reason, [], data={"leases": list(d.scale_in)})
         if d.action not in (BURST, SCALE_IN) and d.reason != st.last_hold:
             st.last_hold = d.reason
-            store.record_decision(new_id("d"), now, "hold", d.reason, [], data={"source": source})
+            store.record_decision(new_id("d"), now, A.HOLD, d.reason, [], data={"source": source})
 
     def demand_for(self, job: PendingJob, source: str) -> Demand:
         s = self.settings
@@ -255,34 +257,34 @@ class Autoscaler:
             demand = self.demand_for(job, source)
             q = self.svc.quote(demand)
         except (DemandError, ValueError) as e:
-            store.record_decision(new_id("d"), now, "burst_failed", f"job {job.job_id}: no demand: {e}", [job.job_id],
+            store.record_decision(new_id("d"), now, A.BURST_FAILED, f"job {job.job_id}: no demand: {e}", [job.job_id],
                                   data={"source": source})
             return
         if not q.offers:
             reasons = collections.Counter(e.reason for e in q.excluded).most_common(2)
-            store.record_decision(new_id("d"), now, "burst_failed",
+            store.record_decision(new_id("d"), now, A.BURST_FAILED,
                                   f"job {job.job_id}: every offer excluded ({'; '.join(r for r, _ in reasons)})",
                                   [job.job_id], data={"source": source, "quote_id": q.quote_id})
             return
         targets = q.targets(lc.settings.max_failover)
-        jobdoc: dict[str, Any] = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
+        jobdoc = Job(job_id=job.job_id, owner=job.user, queue=job.queue, source=source)
         joiner = capability(self.watchers.get(source), JoinNodes)
         join = joiner.join_spec(job) if joiner is not None else None
         if join is not None and join.env:
-            jobdoc["env"] = dict(join.env)
+            jobdoc = jobdoc.with_(env=dict(join.env))
         try:
             lease, created = lc.create(idempotency_key=f"auto-{source}-{job.job_id}", target=targets[0],
                                        tenant=demand.tenant, demand=demand, alternatives=targets[1:],
                                        quote_id=q.quote_id, offer_rank=1, job=jobdoc,
                                        bootstrap=join.bootstrap if join is not None else "")
-            store.record_decision(new_id("d"), now, "burst",
+            store.record_decision(new_id("d"), now, A.BURST,
                                   f"{d.reason}; job {job.job_id} → {targets[0].provider}/{targets[0].region} "
                                   f"{targets[0].instance_type} ({targets[0].market.value}), quote {q.quote_id}",
                                   [job.job_id], lease.lease_id, data={"source": source, "trigger": d.trigger})
             if created or lease.state is LeaseState.REQUESTED:
                 lc.provision(lease)
         except LeaseError as e:
-            store.record_decision(new_id("d"), now, "burst_failed", f"job {job.job_id}: {e}", [job.job_id],
+            store.record_decision(new_id("d"), now, A.BURST_FAILED, f"job {job.job_id}: {e}", [job.job_id],
                                   data={"source": source})
 
 

@@ -6,10 +6,11 @@ from typing import Mapping
 
 from broker.config import Budget
 from broker.jobs import running
-from broker.lease import LIVE, Lease, LeaseState, cost_so_far
+from broker.lease import LIVE, EventKind, Lease, LeaseState, cost_so_far
 from broker.store import Store
 from policies.budget import Caps, launch_refusal, to_release
 from providers.base import MICROS
+from broker.errors import OverBudget
 
 
 #: What spend and rate caps are computed from.
@@ -74,8 +75,6 @@ class Budgets:
         """Refuse (OverBudget) a launch at ``new_rate_micros`` that breaks a cap.
         ``leases``: the tenant's counted leases as read inside the insert's transaction
         (see :meth:`admission`); None reads them now."""
-        from broker.errors import OverBudget
-
         caps = self.caps(tenant)
         if caps is None:
             return
@@ -122,28 +121,8 @@ class Budgets:
                 if key in self._warned:
                     continue
                 self._warned.add(key)
-                self.store.add_event("", "budget_warning", f"tenant {tenant} has used {fraction:.0%} of "
+                self.store.add_event("", EventKind.BUDGET_WARNING, f"tenant {tenant} has used {fraction:.0%} of "
                                      f"{cap} = {limit / MICROS:g}; at 100 % new spend is refused and running "
                                      f"jobs {self.on_exhausted.replace('_', ' ')}", now,
                                      data={"tenant": tenant, "cap": cap, "level": level, "used": round(fraction, 4)})
 
-
-#: ``[budgets] on_exhausted``: what a tenant's running jobs do once its budget is spent (new spend
-#: is refused either way). ``finish_running``: they finish (its idle leases are released);
-#: ``checkpoint_and_stop``: they are requeued from their checkpoint and their leases released.
-ON_EXHAUSTED = ("finish_running", "checkpoint_and_stop")
-
-
-def budget_policy(data: dict) -> None:
-    """``[budgets]`` holds tenants' tables and the one policy key ``on_exhausted``: move the key
-    to where the schema reads it (``budget_policy``), checked here so the error names it as typed."""
-    budgets = data.get("budgets")
-    if not isinstance(budgets, dict) or "on_exhausted" not in budgets:
-        return
-    from broker.errors import ConfigError
-
-    value = budgets.pop("on_exhausted")
-    if value not in ON_EXHAUSTED:
-        raise ConfigError(f"config: budgets.on_exhausted must be {' or '.join(ON_EXHAUSTED)}, got {str(value)[:64]!r}",
-                          field="budgets.on_exhausted")
-    data["budget_policy"] = {"on_exhausted": value}

@@ -6,6 +6,7 @@ from typing import Any, Iterator
 import grpc
 
 from broker import convert
+from broker.errors import ANSWERED, FROM_STATUS, BrokerError, outcome
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
@@ -16,8 +17,6 @@ class ClientError(Exception):
     broker.errors, whose table gives the CLI's exit code), or no broker answering at all."""
 
     def __init__(self, code: grpc.StatusCode, message: str, *, answered: bool = True) -> None:
-        from broker.errors import FROM_STATUS, BrokerError
-
         super().__init__(message)
         self.code = code
         self.answered = answered  # False: nothing answered (down, unreachable), not a refusal
@@ -25,8 +24,6 @@ class ClientError(Exception):
 
     @property
     def exit_code(self) -> int:
-        from broker.errors import outcome
-
         return outcome(self.error).exit_code
 
 
@@ -34,8 +31,6 @@ def _client_error(e: grpc.RpcError, target: str) -> ClientError:
     """The server's own answer, told apart from a transport failure by the mark the server puts
     on every status it sends (a launch that failed in the cloud with a connection error is an
     answer, not a dead broker)."""
-    from broker.convert import ANSWERED
-
     code = e.code()
     answered = any(k == ANSWERED for k, _ in (e.trailing_metadata() or ()))
     if code == grpc.StatusCode.UNAVAILABLE and not answered:

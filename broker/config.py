@@ -532,10 +532,27 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
                 node = node.setdefault(p, {})
             node[key] = v
     if isinstance(data.get("budgets"), dict) and "on_exhausted" in data["budgets"]:
-        from broker.budget import budget_policy  # [budgets] on_exhausted, beside the tenants' tables
-        budget_policy(data)
+        budget_policy(data)  # [budgets] on_exhausted, beside the tenants' tables
     try:
         return convert(data, Config, "", sources)
     except SettingsError as e:
         raise ConfigError(f"config: {e}", field=e.key) from None
 
+
+#: ``[budgets] on_exhausted``: what a tenant's running jobs do once its budget is spent (new spend
+#: is refused either way). ``finish_running``: they finish (its idle leases are released);
+#: ``checkpoint_and_stop``: they are requeued from their checkpoint and their leases released.
+ON_EXHAUSTED = ("finish_running", "checkpoint_and_stop")
+
+
+def budget_policy(data: dict) -> None:
+    """``[budgets]`` holds tenants' tables and the one policy key ``on_exhausted``: move the key
+    to where the schema reads it (``budget_policy``), checked here so the error names it as typed."""
+    budgets = data.get("budgets")
+    if not isinstance(budgets, dict) or "on_exhausted" not in budgets:
+        return
+    value = budgets.pop("on_exhausted")
+    if value not in ON_EXHAUSTED:
+        raise ConfigError(f"config: budgets.on_exhausted must be {' or '.join(ON_EXHAUSTED)}, got {str(value)[:64]!r}",
+                          field="budgets.on_exhausted")
+    data["budget_policy"] = {"on_exhausted": value}

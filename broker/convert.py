@@ -3,40 +3,29 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.lease import LeaseState
+from broker.lease import EventKind, LeaseState
 from broker.v1 import broker_pb2 as pb
 from policies.causes import Verdict
 from policies.cost import ExclusionKind
 from policies.demand import Demand
+from broker.records import ExplicitOffer, Job, LaunchOrder
+from broker.times import as_of, iso
 
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.quote import Quote
-    from broker.service import LaunchOrder
-
-#: Trailing metadata the server puts on every status it sends: a client tells the broker's own
-#: UNAVAILABLE (a cloud down, a database lost) from no broker answering at all.
-ANSWERED = "broker-answered"
 
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED,
                 "queued": pb.MARKET_QUEUED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
 STATE_TO_PB = {s.value: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
 STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
-EVENT_TO_PB = {
-    "state_changed": pb.LEASE_EVENT_KIND_STATE_CHANGED, "interrupted": pb.LEASE_EVENT_KIND_INTERRUPTED,
-    "requeue": pb.LEASE_EVENT_KIND_REQUEUE, "budget": pb.LEASE_EVENT_KIND_BUDGET,
-    "decision": pb.LEASE_EVENT_KIND_DECISION, "handoff": pb.LEASE_EVENT_KIND_HANDOFF,
-    "job": pb.LEASE_EVENT_KIND_JOB, "lifetime_warning": pb.LEASE_EVENT_KIND_LIFETIME_WARNING,
-    "lifetime_extended": pb.LEASE_EVENT_KIND_LIFETIME_EXTENDED,
-    "budget_warning": pb.LEASE_EVENT_KIND_BUDGET_WARNING,
-    "interruption_notice": pb.LEASE_EVENT_KIND_INTERRUPTION_NOTICE,
-}
+#: Every event kind has its protobuf value (LEASE_EVENT_KIND_<NAME>; a test checks both ways).
+EVENT_TO_PB = {k: pb.LeaseEventKind.Value(f"LEASE_EVENT_KIND_{k.name}") for k in EventKind}
 JOB_STATE_TO_PB = {"running": pb.JOB_STATE_RUNNING, "succeeded": pb.JOB_STATE_SUCCEEDED,
                    "failed": pb.JOB_STATE_FAILED, "cancelled": pb.JOB_STATE_CANCELLED}
 JOB_STATE_FROM_PB = {v: k for k, v in JOB_STATE_TO_PB.items()}
@@ -177,7 +166,7 @@ def _queued_of(m: Any) -> dict[str, Any]:
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
     """The same dict `broker quote --format json` prints in-process."""
-    from broker.views import as_of, demand_to_dict, iso
+    from broker.views import demand_to_dict
 
     return {
         "quote_id": q.quote_id,
@@ -241,10 +230,14 @@ def job_from_pb(j: pb.Job) -> dict:
             "dataset_uri": j.dataset_uri, "env": dict(j.env)}
 
 
-def launch_from_pb(m: pb.LaunchRequest, tenant: str) -> "LaunchOrder":
-    """A LaunchRequest as the service's LaunchOrder, for the tenant the caller acts as."""
-    from broker.service import ExplicitOffer, LaunchOrder
+def job_record_from_pb(j: pb.Job) -> Job:
+    """A hand-off's job as the lease's record of it."""
+    return Job(job_id=j.job_id, owner=j.owner, queue=j.queue, checkpoint_uri=j.checkpoint_uri,
+               dataset_uri=j.dataset_uri, env=dict(j.env))
 
+
+def launch_from_pb(m: pb.LaunchRequest, tenant: str) -> LaunchOrder:
+    """A LaunchRequest as the service's LaunchOrder, for the tenant the caller acts as."""
     which = m.WhichOneof("target")
     offer = None
     if which == "offering":
@@ -255,7 +248,7 @@ def launch_from_pb(m: pb.LaunchRequest, tenant: str) -> "LaunchOrder":
         idempotency_key=m.idempotency_key, tenant=tenant,
         quote_id=m.quote_offer.quote_id if which == "quote_offer" else "",
         rank=m.quote_offer.rank if which == "quote_offer" else 0, offer=offer,
-        job=job_from_pb(m.job) if m.HasField("job") else {}, node_names=tuple(m.node_names),
+        job=job_record_from_pb(m.job) if m.HasField("job") else Job(), node_names=tuple(m.node_names),
         bootstrap=m.bootstrap, max_lifetime_s=m.max_lifetime_s,
         max_restarts=m.max_restarts if m.HasField("max_restarts") else None,
     )
@@ -279,8 +272,6 @@ def lease_to_pb(d: dict[str, Any]) -> pb.Lease:
 
 
 def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
-    from broker.views import iso
-
     return {
         "lease_id": m.lease_id, "state": STATE_FROM_PB.get(m.state, "unknown"), "state_reason": m.state_reason,
         "provider": m.provider, "region": m.region, "zone": m.zone, "instance_type": m.instance_type,
@@ -294,13 +285,11 @@ def lease_from_pb(m: pb.Lease) -> dict[str, Any]:
     }
 
 
-EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
+EVENT_FROM_PB = {v: k.value for k, v in EVENT_TO_PB.items()}
 
 
 def decision_from_pb(d: pb.Decision) -> dict[str, Any]:
     """A decision as `broker decisions --format json` and `broker watch` print it."""
-    from broker.views import iso
-
     return {"decision_id": d.decision_id, "at": iso(from_ts(d.at)), "action": d.action, "reason": d.reason,
             "job_ids": list(d.job_ids), "lease_id": d.lease_id}
 
@@ -308,8 +297,6 @@ def decision_from_pb(d: pb.Decision) -> dict[str, Any]:
 def event_from_pb(m: pb.WatchLeasesResponse) -> dict[str, Any]:
     """A lease event in the CLI's one JSON dialect: the lease exactly as `broker lease --format
     json` prints it, lower-case kinds, RFC 3339 times."""
-    from broker.views import iso
-
     out: dict[str, Any] = {"event_id": m.event_id, "kind": EVENT_FROM_PB.get(m.kind, "unspecified"),
                            "at": iso(from_ts(m.at)), "message": m.message}
     if m.HasField("lease"):

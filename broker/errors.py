@@ -113,3 +113,8 @@ def outcome(err: BaseException) -> Outcome:
     if isinstance(err, ProviderError):
         return OUTCOMES[Unavailable] if err.retryable else OUTCOMES[FailedPrecondition]
     return Outcome("INTERNAL", 1)
+
+
+#: Trailing metadata the server puts on every status it sends: a client tells the broker's own
+#: UNAVAILABLE (a cloud down, a database lost) from no broker answering at all.
+ANSWERED = "broker-answered"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from broker.errors import FailedPrecondition, InvalidArgument
-from broker.lease import Lease, LeaseState
+from broker.lease import EventKind, Lease, LeaseState
 
 KINDS = ("preemption", "maintenance")
 
@@ -59,13 +59,13 @@ def on_notice(lc, lease: Lease, notice: Notice, now: float) -> tuple[Lease, Leas
     if lease.state is not LeaseState.RUNNING:
         raise FailedPrecondition(f"lease {lease.lease_id} is {lease.state.value}, not running: "
                                  "nothing to be interrupted.")
-    if lease.job.get("notice_at"):
+    if lease.job.notice_at:
         return lease, lc.store.lease_by_key(lease.tenant, f"replace-{lease.lease_id}")
     when = f" not before {notice.not_before:.0f}" if notice.not_before else ""
     message = (f"{notice.kind} notice for {notice.node_name or 'a node'} from {notice.source or 'the node'}"
                f"{when}: the job is asked to checkpoint and a replacement is launched now")
-    job = {**lease.job, "notice_at": now, "checkpoint_requested": True}
-    lease = lc.store.update_lease(lease, now=now, message=message, event_kind="interruption_notice",
+    job = lease.job.with_(notice_at=now, checkpoint_requested=True)
+    lease = lc.store.update_lease(lease, now=now, message=message, event_kind=EventKind.INTERRUPTION_NOTICE,
                                   event_data={"node_name": notice.node_name, "kind": notice.kind,
                                               "source": notice.source, "not_before": notice.not_before},
                                   job=job)

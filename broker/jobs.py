@@ -7,7 +7,7 @@ with the lease's own callback credential: ``brl_`` and 256 random bits, minted f
 script rendered, kept in the store only as its SHA-256 digest (``lease_credentials``), good for
 that lease's job reports and nothing else, revoked in the very write that ends the lease.
 
-The job's record lives in the lease's ``job`` (JSON) with its state mirrored in the lease's
+The job's record (:class:`broker.records.Job`) lives in the lease's ``job`` column with its state mirrored in the lease's
 ``job_state`` column, so a reconciler pass tells a lease whose job ended (released within that
 pass) or still runs (never killed by the lease's lifetime or a budget without a requeue) from
 the row alone. What the record holds beyond the hand-off's fields:
@@ -32,12 +32,13 @@ import math
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from sqlalchemy import insert, select
 
 from broker.errors import FailedPrecondition, InvalidArgument
-from broker.lease import LIVE, Lease
+from broker.lease import LIVE, EventKind, Lease
+from broker.records import Job
 from broker.store import LeaseCredentialRecord, StaleLease, Store
 
 CREDENTIAL_PREFIX = "brl_"
@@ -68,16 +69,16 @@ class Action(enum.StrEnum):
     STOP = "stop"  # the job has ended, or the lease is going away
 
 
-def managed(job: Mapping[str, Any]) -> bool:
+def managed(job: Job) -> bool:
     """Is this a job the broker keeps alive (not a Slurm hand-off, which Slurm requeues)?"""
-    return bool(job.get("job_id")) and not job.get("node_names")
+    return bool(job.job_id) and not job.node_names
 
 
-def job_state_of(job: Mapping[str, Any]) -> str:
+def job_state_of(job: Job) -> str:
     """The ``job_state`` column for a lease carrying ``job``."""
     if not managed(job):
         return ""
-    return str(job.get("state") or JobState.RUNNING)
+    return str(job.state or JobState.RUNNING)
 
 
 def running(lease: Any) -> bool:
@@ -168,11 +169,11 @@ def apply_report(store: Store, lease: Lease, r: JobReport, now: float) -> tuple[
     for _ in range(5):
         if lease.state not in LIVE:
             raise FailedPrecondition(f"lease {lease.lease_id} is {lease.state.value}: it takes no job reports.")
-        job = dict(lease.job)
-        if job.get("job_id") and job["job_id"] != r.job_id:
-            raise FailedPrecondition(f"lease {lease.lease_id} runs job {job['job_id'][:64]}, not {r.job_id[:64]}.",
+        job = lease.job
+        if job.job_id and job.job_id != r.job_id:
+            raise FailedPrecondition(f"lease {lease.lease_id} runs job {job.job_id[:64]}, not {r.job_id[:64]}.",
                                      field="job_id")
-        was = job.get("state") or (JobState.RUNNING if job.get("job_id") else "")
+        was = job.state or (JobState.RUNNING if job.job_id else "")
         if was in ENDED_JOB:
             if was == r.state:
                 return lease, Action.STOP
@@ -180,7 +181,7 @@ def apply_report(store: Store, lease: Lease, r: JobReport, now: float) -> tuple[
         fields = _reported(lease, job, r, now)
         try:
             lease = store.update_lease(
-                lease, now=now, message=_sentence(r.job_id, r.state, r.exit_code), event_kind="job",
+                lease, now=now, message=_sentence(r.job_id, r.state, r.exit_code), event_kind=EventKind.JOB,
                 event_data={"job_id": r.job_id, "state": r.state, "exit_code": r.exit_code,
                             "checkpoint_uri": r.checkpoint_uri, "progress": r.progress}, **fields)
         except StaleLease:
@@ -193,18 +194,18 @@ def apply_report(store: Store, lease: Lease, r: JobReport, now: float) -> tuple[
     raise StaleLease(f"lease {lease.lease_id} keeps changing; report again.")
 
 
-def _reported(lease: Lease, job: dict[str, Any], r: JobReport, now: float) -> dict[str, Any]:
+def _reported(lease: Lease, job: Job, r: JobReport, now: float) -> dict[str, Any]:
     """The lease's new columns after report ``r`` on ``job``."""
-    if not job.get("job_id"):  # reported before any hand-off: the report attaches it
-        job["job_id"], job["attached_at"] = r.job_id, now
-    job.update(state=str(r.state), reported_at=now)
+    if not job.job_id:  # reported before any hand-off: the report attaches it
+        job = job.with_(job_id=r.job_id, attached_at=now)
+    job = job.with_(state=str(r.state), reported_at=now)
     if r.exit_code is not None:
-        job["exit_code"] = r.exit_code
+        job = job.with_(exit_code=r.exit_code)
     if r.progress is not None:
-        job["progress"] = r.progress
+        job = job.with_(progress=r.progress)
     if r.checkpoint_uri:
-        job.update(checkpoint_uri=r.checkpoint_uri, checkpoint_at=now,
-                   work_done_s=work_done_at(lease, job, now, r.progress))
+        job = job.with_(checkpoint_uri=r.checkpoint_uri, checkpoint_at=now,
+                        work_done_s=work_done_at(lease, job, now, r.progress))
     fields: dict[str, Any] = {"job": job, "job_state": job_state_of(job)}
     if r.state in ENDED_JOB:
         fields["idle_since"] = now
@@ -216,31 +217,31 @@ def _reported(lease: Lease, job: dict[str, Any], r: JobReport, now: float) -> di
 def action_for(lease: Lease) -> Action:
     """What the node is told after a report: stop once the job ended or the lease is going;
     checkpoint once the lease's end was announced (lifetime warning, interruption notice)."""
-    if lease.state not in LIVE or lease.job.get("state") in ENDED_JOB:
+    if lease.state not in LIVE or lease.job.state in ENDED_JOB:
         return Action.STOP
-    if lease.job.get("checkpoint_requested"):
+    if lease.job.checkpoint_requested:
         return Action.CHECKPOINT
     return Action.CONTINUE
 
 
 # -- work left and requeues ----------------------------------------------------------------------
 
-def run_start(lease: Lease, job: Mapping[str, Any]) -> float:
+def run_start(lease: Lease, job: Job) -> float:
     """When the job began running on this lease."""
-    return max(lease.started_at or lease.created_at, float(job.get("attached_at") or 0.0))
+    return max(lease.started_at or lease.created_at, job.attached_at)
 
 
-def work_done_at(lease: Lease, job: Mapping[str, Any], now: float, progress: float | None = None) -> float:
+def work_done_at(lease: Lease, job: Job, now: float, progress: float | None = None) -> float:
     """Seconds of the job's work done at ``now`` (on every lease it ran on)."""
     hours = total_hours(lease)
     if progress is not None and hours > 0:
         return progress * hours * 3600.0
-    return float(job.get("base_done_s") or 0.0) + max(0.0, now - run_start(lease, job))
+    return job.base_done_s + max(0.0, now - run_start(lease, job))
 
 
 def total_hours(lease: Lease) -> float:
     """The whole job's hours: its first demand's (a replacement's demand is only what was left)."""
-    return float(lease.job.get("total_hours") or lease.demand.get("hours") or 0.0)
+    return float(lease.job.total_hours or (lease.demand.hours if lease.demand is not None else 0.0))
 
 
 def hours_left(lease: Lease) -> float | None:
@@ -249,7 +250,7 @@ def hours_left(lease: Lease) -> float | None:
     hours = total_hours(lease)
     if hours <= 0:
         return None
-    saved = float(lease.job.get("work_done_s") or 0.0) / 3600.0
+    saved = lease.job.work_done_s / 3600.0
     return max(MIN_HOURS_LEFT, hours - saved)
 
 
@@ -258,7 +259,7 @@ class Requeue:
     """What a loss does to a lease's job: requeued onto ``job`` (for the replacement), quoted for
     ``hours`` (None: the lease's own offering), or failed (``failed`` says why)."""
 
-    job: dict[str, Any]
+    job: Job
     hours: float | None
     failed: str = ""
 
@@ -270,17 +271,16 @@ class Requeue:
 def plan_requeue(lease: Lease, cause: str, default_max_restarts: int) -> Requeue | None:
     """The requeue of ``lease``'s job after ``cause``, or None when it has no running managed job."""
     job = lease.job
-    if not managed(job) or job.get("state") in ENDED_JOB:
+    if not managed(job) or job.state in ENDED_JOB:
         return None
-    restarts = int(job.get("restarts") or 0)
-    limit = int(job["max_restarts"]) if job.get("max_restarts") is not None else default_max_restarts
+    restarts = job.restarts
+    limit = job.max_restarts if job.max_restarts is not None else default_max_restarts
     if restarts >= limit:
-        return Requeue(dict(job), None, failed=f"job {job['job_id']} failed: {cause} after {restarts} "
-                                                 f"restart(s), max_restarts {limit}")
-    nxt = {k: v for k, v in job.items()
-           if k not in ("attached_at", "exit_code", "reported_at", "checkpoint_requested", "lifetime_warned")}
-    nxt.update(state=str(JobState.RUNNING), restarts=restarts + 1, max_restarts=limit,
-               base_done_s=float(job.get("work_done_s") or 0.0))
+        return Requeue(job, None, failed=f"job {job.job_id} failed: {cause} after {restarts} "
+                                         f"restart(s), max_restarts {limit}")
+    nxt = job.with_(attached_at=0.0, exit_code=None, reported_at=0.0, checkpoint_requested=False,
+                    lifetime_warned=False, state=str(JobState.RUNNING), restarts=restarts + 1,
+                    max_restarts=limit, base_done_s=job.work_done_s)
     if total_hours(lease) > 0:
-        nxt["total_hours"] = total_hours(lease)
+        nxt = nxt.with_(total_hours=total_hours(lease))
     return Requeue(nxt, hours_left(lease))

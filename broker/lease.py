@@ -23,11 +23,14 @@ stored. The sets below are the only definitions of "live", "serving" and "ended"
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
+from broker import records
 from broker.errors import FailedPrecondition
+from broker.records import Attempt, Instance, Job, LaunchPlan, Target
+from policies.demand import Demand
+from providers.base import Market
 
 
 class LeaseState(enum.StrEnum):
@@ -42,6 +45,22 @@ class LeaseState(enum.StrEnum):
 
 
 S = LeaseState
+
+
+class EventKind(enum.StrEnum):
+    """What a lease event records. The values are what the store holds and the JSON prints."""
+
+    STATE_CHANGED = "state_changed"
+    INTERRUPTED = "interrupted"
+    REQUEUE = "requeue"
+    BUDGET = "budget"
+    DECISION = "decision"
+    HANDOFF = "handoff"
+    JOB = "job"
+    LIFETIME_WARNING = "lifetime_warning"
+    LIFETIME_EXTENDED = "lifetime_extended"
+    BUDGET_WARNING = "budget_warning"
+    INTERRUPTION_NOTICE = "interruption_notice"
 
 #: The one table of allowed state changes (a write that keeps the state is not a transition).
 TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
@@ -94,19 +113,20 @@ def diagram() -> str:
     return "\n".join(lines)
 
 
-#: The columns that hold JSON text in the store and decoded values on a :class:`Lease`.
+#: The columns that hold JSON text in the store (:mod:`broker.records` encodes and decodes them).
 JSON_FIELDS = ("job", "instances", "demand", "attempts")
 
 
 @dataclass(slots=True, eq=False)
 class Lease:
-    """One lease as read from the store: a snapshot, with its JSON columns decoded once.
+    """One lease as read from the store: a snapshot, with its JSON columns decoded once into
+    the typed records of :mod:`broker.records`.
 
     Change it only through the lifecycle (the store checks the version it was read at and the
-    transition). ``job``: job_id, owner, queue, checkpoint_uri, dataset_uri, env, node_names.
-    ``instances``: instance dicts (instance_id, node_name, zone, private_ip, state, region).
-    ``demand``: the demand and ranked alternatives for failover and replacement ({} for an
-    explicit launch). ``attempts``: failed launch attempts (provider, code, scope, message).
+    transition). ``job``: the job it carries (an empty :class:`Job` for none). ``instances``: its
+    cloud instances. ``demand`` and ``alternatives``: the demand it was quoted for and the ranked
+    offers for failover and replacement (None and () for an explicit launch; both are kept in the
+    one ``demand`` column). ``attempts``: its failed launch attempts.
     """
 
     lease_id: str
@@ -115,7 +135,7 @@ class Lease:
     provider: str
     region: str
     instance_type: str
-    market: str
+    market: Market
     nodes: int
     hourly_micros: int  # per node
     client_token: str  # the cloud-side idempotency token of the current launch attempt
@@ -131,10 +151,10 @@ class Lease:
     quote_id: str = ""
     offer_rank: int = 0
     bootstrap: str = ""
-    job: dict[str, Any] = field(default_factory=dict)
-    instances: list[dict[str, Any]] = field(default_factory=list)
-    demand: dict[str, Any] = field(default_factory=dict)
-    attempts: list[dict[str, Any]] = field(default_factory=list)
+    job: Job = field(default_factory=Job)
+    instances: tuple[Instance, ...] = ()
+    demand: Demand | None = None
+    attempts: tuple[Attempt, ...] = ()
     started_at: float = 0.0  # first time running
     ended_at: float = 0.0
     accrued_micros: int = 0  # spend accrued up to accrued_at
@@ -143,9 +163,18 @@ class Lease:
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
     job_state: str = ""  # the attached job's (broker.jobs.JobState), "" without one
+    alternatives: tuple[Target, ...] = ()  # failover offers after this one, rank order
 
     def __post_init__(self) -> None:
         self.state = LeaseState(self.state)
+        self.market = Market(self.market)
+        if not isinstance(self.job, Job) or isinstance(self.demand, Mapping) or any(
+                not isinstance(r, (Instance, Attempt)) for r in (*self.instances, *self.attempts)):
+            # given as plain values (the columns' JSON layout): the typed records of them
+            for k, v in decode(encode({"job": self.job, "instances": self.instances, "attempts": self.attempts,
+                                       "demand": self.demand, "alternatives": self.alternatives})).items():
+                setattr(self, k, v)
+        self.instances, self.attempts = tuple(self.instances), tuple(self.attempts)
 
     def __repr__(self) -> str:
         return f"Lease({self.lease_id!r}, {self.state.value}, v{self.version})"
@@ -153,11 +182,7 @@ class Lease:
     @classmethod
     def from_row(cls, columns: Sequence[str], values: Sequence[Any]) -> "Lease":
         """A lease from a store row (``columns`` names ``values``); JSON columns are decoded here."""
-        d = dict(zip(columns, values))
-        for k in JSON_FIELDS:
-            if k in d and isinstance(d[k], str):
-                d[k] = json.loads(d[k])
-        return cls(**d)
+        return cls(**decode(dict(zip(columns, values))))
 
     def to_row(self) -> dict[str, Any]:
         """The store's column values (JSON columns encoded)."""
@@ -165,7 +190,17 @@ class Lease:
 
     @property
     def instance_ids(self) -> set[str]:
-        return {i["instance_id"] for i in self.instances}
+        return {i.instance_id for i in self.instances}
+
+    @property
+    def target(self) -> Target:
+        """The offering the lease holds (or is launching on)."""
+        return Target(self.provider, self.region, self.zone, self.instance_type, self.market, self.nodes,
+                      self.hourly_micros, self.reservation)
+
+    @property
+    def plan(self) -> LaunchPlan:
+        return LaunchPlan(demand=self.demand, alternatives=self.alternatives)
 
     @property
     def rate_micros(self) -> int:
@@ -173,14 +208,42 @@ class Lease:
         return self.hourly_micros * self.nodes
 
 
+def decode(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A store row's values as a Lease's fields: the JSON columns as typed records."""
+    d = dict(row)
+    if "job" in d:
+        d["job"] = records.decode(d["job"] or "{}", Job)
+    if "instances" in d:
+        d["instances"] = records.decode(d["instances"] or "[]", tuple[Instance, ...])
+    if "attempts" in d:
+        d["attempts"] = records.decode(d["attempts"] or "[]", tuple[Attempt, ...])
+    if "demand" in d:
+        plan = records.plan_from(d["demand"] or "{}")
+        d["demand"], d["alternatives"] = plan.demand, plan.alternatives
+    return d
+
+
 def encode(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Column values for the store: JSON fields given as Python values become JSON text."""
+    """Column values for the store: the typed records (or their plain values) become the JSON
+    text of :mod:`broker.records`, a demand and its alternatives the one ``demand`` column."""
     out = dict(values)
-    for k in JSON_FIELDS:
+    if "job" in out and not isinstance(out["job"], str):
+        out["job"] = records.encode(records.convert(records.to_builtins(out["job"]), Job))
+    for k, kind in (("instances", Instance), ("attempts", Attempt)):
         if k in out and not isinstance(out[k], str):
-            out[k] = json.dumps(out[k])
+            out[k] = records.encode([records.convert(records.to_builtins(v), kind) for v in out[k]])
+    if "demand" in out and not isinstance(out["demand"], str):
+        demand, alternatives = out["demand"], tuple(out.pop("alternatives", ()))
+        if isinstance(demand, Mapping):  # plain values: the column's own layout
+            plan = records.plan_from(demand)
+            demand, alternatives = plan.demand, alternatives or plan.alternatives
+        out["demand"] = records.plan_to_json(LaunchPlan(demand=demand, alternatives=alternatives))
+    elif "alternatives" in out:
+        raise ValueError("a lease's alternatives are written with its demand (one column)")
     if "state" in out:
         out["state"] = LeaseState(out["state"]).value
+    if "market" in out:
+        out["market"] = Market(out["market"]).value
     return out
 
 

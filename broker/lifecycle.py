@@ -22,18 +22,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
-from broker.attempts import attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
+from broker.attempts import attempt_at, attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.jobs import JobState, job_state_of
-from broker.lease import BILLED, ENDED, LAUNCHING, Lease, LeaseState, cost_so_far
+from broker.lease import BILLED, ENDED, LAUNCHING, EventKind, Lease, LeaseState, cost_so_far
+from broker import records
 from broker.quote import QuoteEngine, Target, new_id, usd
+from broker.records import Attempt, Job
 from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
     LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError, offering_key, scope_keys,
 )
+from broker.market import zone_targets
 
 log = structlog.get_logger("broker.lifecycle")
 
@@ -63,18 +66,19 @@ def lease_view(lease: Lease, now: float) -> dict[str, Any]:
     return {
         "lease_id": lease.lease_id, "state": lease.state.value, "state_reason": lease.state_reason,
         "provider": lease.provider, "region": lease.region, "zone": lease.zone,
-        "instance_type": lease.instance_type, "market": lease.market, "nodes": lease.nodes,
+        "instance_type": lease.instance_type, "market": lease.market.value, "nodes": lease.nodes,
         "hourly_usd": usd(lease.rate_micros), "cost_so_far_usd": usd(cost_so_far(lease, now)),
-        "instances": lease.instances, "idempotency_key": lease.idempotency_key,
-        "tenant": lease.tenant, "quote_id": lease.quote_id, "job": lease.job,
+        "instances": records.to_builtins(lease.instances), "idempotency_key": lease.idempotency_key,
+        "tenant": lease.tenant, "quote_id": lease.quote_id, "job": records.to_builtins(lease.job),
         "created_at": lease.created_at, "updated_at": lease.updated_at, "replaces": lease.replaces,
-        "attempts": lease.attempts,
+        "attempts": records.to_builtins(lease.attempts),
     }
 
 
-def instance_dict(i: Instance) -> dict[str, Any]:
-    return {"instance_id": i.instance_id, "node_name": i.node_name, "zone": i.zone,
-            "private_ip": i.private_ip, "state": i.state.value, "region": i.region}
+def instance_record(i: Instance) -> records.Instance:
+    """A cloud's instance as the lease records it."""
+    return records.Instance(instance_id=i.instance_id, node_name=i.node_name, zone=i.zone,
+                            private_ip=i.private_ip, state=i.state, region=i.region)
 
 
 def alive(i: Instance) -> bool:
@@ -151,11 +155,9 @@ class Lifecycle:
 
     def create(self, *, idempotency_key: str, target: Target, tenant: str = "default",
                demand: Demand | None = None, alternatives: Sequence[Target] = (), quote_id: str = "",
-               offer_rank: int = 0, job: Mapping[str, Any] | None = None, bootstrap: str = "",
+               offer_rank: int = 0, job: Job | None = None, bootstrap: str = "",
                max_lifetime_s: int = 0, replaces: str = "") -> tuple[Lease, bool]:
         """Persist a new lease (state requested), or return the one that already has this key."""
-        from broker.views import demand_to_dict
-
         if not idempotency_key:
             raise InvalidArgument("idempotency_key is required.")
         now = self.clock()
@@ -168,15 +170,14 @@ class Lifecycle:
         record = Lease(
             lease_id=lease_id, tenant=tenant, idempotency_key=idempotency_key, state=LeaseState.REQUESTED,
             provider=target.provider, region=target.region, zone=target.zone,
-            instance_type=target.instance_type, market=target.market.value, nodes=target.nodes,
+            instance_type=target.instance_type, market=target.market, nodes=target.nodes,
             hourly_micros=target.hourly_micros, reservation=target.reservation,
             client_token=f"{lease_id}-1", attempt=0, quote_id=quote_id, offer_rank=offer_rank,
-            bootstrap=bootstrap, job=dict(job or {}),
-            demand={**demand_to_dict(demand), "alternatives": [_t2d(t) for t in alternatives]}
-            if demand is not None else {},
+            bootstrap=bootstrap, job=job or Job(), demand=demand,
+            alternatives=tuple(alternatives) if demand is not None else (),
             created_at=now, updated_at=now, state_since=now,
             max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
-            job_state=job_state_of(job or {}),
+            job_state=job_state_of(job or Job()),
         )
         return self.store.create_lease(record, admit=admit, counted_since=counted_since)
 
@@ -200,24 +201,20 @@ class Lifecycle:
         attempts = list(lease.attempts)
         tried: set[tuple] = set()  # offers (zones aside) tried; at most max_failover of them
         refused: dict[str, str] = {}  # provider -> why none of its offers is tried (auth errors)
-        for target in self.failover_order(_lease_target(lease), self._alternatives(lease)):
+        for target in self.failover_order(lease.target, self._alternatives(lease)):
             offer = (target.provider, target.region, target.instance_type, target.market)
             if offer not in tried and len(tried) >= self.settings.max_failover:
                 continue
             blocked = self._blocked_reason(target)
             if blocked or target.provider in refused:
                 scope, why = blocked or (target.provider, refused[target.provider])
-                attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
-                                 "instance_type": target.instance_type, "market": target.market.value,
-                                 "code": "blocked", "scope": scope, "kind": "blocked", "message": why})
+                attempts.append(attempt_at(target, "blocked", scope, "blocked", why))
                 continue
             tried.add(offer)
             try:
                 lease, instances, error = self._try_offer(lease, target, attempts)
             except BootScriptError as e:  # the lease's own fault: no other offer does better
-                attempts.append({"provider": target.provider, "region": target.region, "zone": target.zone,
-                                 "instance_type": target.instance_type, "market": target.market.value,
-                                 "code": "BootScript", "scope": "", "kind": "invalid", "message": str(e)[:300]})
+                attempts.append(attempt_at(target, "BootScript", "", "invalid", str(e)[:300]))
                 return self._fail(self.get(lease.lease_id), attempts)
             if instances is None:
                 if isinstance(error, (AuthError, ProviderFault)):  # the same cloud's next offer fares no better
@@ -229,7 +226,7 @@ class Lifecycle:
                 return self._launched_too_late(lease, instances)
         return self._fail(lease, attempts)
 
-    def _fail(self, lease: Lease, attempts: list[dict]) -> Lease:
+    def _fail(self, lease: Lease, attempts: Sequence[Attempt]) -> Lease:
         """→ failed, with every attempt in the reason; raises FailedPrecondition (see launch_failure)."""
         lease = self._write(lease, state=LeaseState.FAILED,
                             message=f"every offer failed: {attempts_summary(attempts)}"[:2000],
@@ -261,7 +258,7 @@ class Lifecycle:
                     continue
                 blocked = self._block_for(e, t)
                 if blocked:  # the attempt names what it blocked
-                    attempts[-1]["scope"] = blocked
+                    attempts[-1] = records.replace(attempts[-1], scope=blocked)
                 self._discard_attempt(lease, t)
                 return lease, None, e
             if i:  # what a timed-out earlier call made after all is not part of the lease
@@ -289,14 +286,12 @@ class Lifecycle:
     def _zones(self, t: Target) -> list[Target]:
         """``t`` in its own zone first, then in each other zone of its region that offers the type
         (a reservation lives in one zone; a target with no zone lets the cloud choose)."""
-        from broker.market import zone_targets  # the live zones where the market knows them
-
         if t.reservation or not t.zone:
             return [t]
         return [t, *zone_targets(self.engine, t)]
 
     def _alternatives(self, lease: Lease) -> list[Target]:
-        return [_d2t(t) for t in lease.demand.get("alternatives", [])]
+        return list(lease.alternatives)
 
     def _blocked_reason(self, t: Target) -> tuple[str, str] | None:
         """(blocked scope, why) when an earlier failure or interruption rules ``t`` out for now."""
@@ -381,7 +376,7 @@ class Lifecycle:
             raise BootScriptError(f"boot template {lease.bootstrap!r} cannot be rendered: {e}") from e
         return LaunchSpec(
             lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
-            instance=it, market=Market(lease.market), count=lease.nodes, client_token=lease.client_token,
+            instance=it, market=lease.market, count=lease.nodes, client_token=lease.client_token,
             node_names=names, boot_script=script, tags={TAG_LEASE: lease.lease_id, TAG_OWNER: self.owner},
             reservation=lease.reservation, max_run_h=self._max_run_h(lease),
         )
@@ -436,7 +431,7 @@ class Lifecycle:
         zone = instances[0].zone if instances else lease.zone
         return self._write(lease, state=LeaseState.RUNNING,
                            message=f"{len(instances)} nodes running in {lease.provider}/{zone or lease.region}",
-                           instances=[instance_dict(i) for i in instances], zone=zone,
+                           instances=[instance_record(i) for i in instances], zone=zone,
                            started_at=lease.started_at or now, accrued_at=now,
                            idle_since=0.0 if has_work(lease) else now, attempts=attempts)
 
@@ -450,7 +445,7 @@ class Lifecycle:
         SAME client token (the attempt counter steps back, so the retry reuses it)."""
         return self._write(lease, state=LeaseState.REQUESTED, message=message, attempt=lease.attempt - 1)
 
-    def drain(self, lease: Lease, reason: str, *, event_kind: str = "", event_data: dict | None = None,
+    def drain(self, lease: Lease, reason: str, *, event_kind: EventKind | None = None, event_data: dict | None = None,
               events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> Lease:
         """→ draining: accrue what it cost so far, then record why it is being torn down (and, in the
         same write, ``event_kind``/``events`` and ``fields``: an interruption, the requeue of its job)."""
@@ -463,7 +458,7 @@ class Lifecycle:
         lease = self._accrue(lease)
         return self._write(lease, state=LeaseState.RELEASED, message=lease.state_reason or LeaseState.RELEASED.value,
                            ended_at=self.clock(),
-                           instances=[{**i, "state": "terminated"} for i in lease.instances])
+                           instances=[records.replace(i, state=InstanceState.TERMINATED) for i in lease.instances])
 
     # -- launch end to end -----------------------------------------------------------------------
     def launch(self, **kwargs: Any) -> Lease:
@@ -482,19 +477,21 @@ class Lifecycle:
         return lease
 
     # -- hand-off and release --------------------------------------------------------------------
-    def handoff(self, lease_id: str, job: Mapping[str, Any]) -> Lease:
+    def handoff(self, lease_id: str, job: Job) -> Lease:
         lease = self.get(lease_id)
         if lease.state is not LeaseState.RUNNING:
             raise FailedPrecondition(f"lease {lease_id} is {lease.state}, not running: nothing to hand off to.")
-        if not job.get("job_id"):
+        if not job.job_id:
             raise InvalidArgument("job.job_id is required.")
-        merged = {**lease.job, **{k: v for k, v in job.items() if v}}
-        if merged.get("job_id") != lease.job.get("job_id"):  # a new job: its own record starts now
-            merged.update(attached_at=self.clock(), state=JobState.RUNNING.value)
-        return self._write(lease, message=f"job {job['job_id']} handed off", event_kind="handoff",
+        given = {k: v for k, v in records.to_builtins(job).items() if v}  # what the hand-off names
+        merged = records.convert({**records.to_builtins(lease.job), **given}, Job)
+        if merged.job_id != lease.job.job_id:  # a new job: its own record starts now
+            merged = merged.with_(attached_at=self.clock(), state=JobState.RUNNING.value)
+        return self._write(lease, message=f"job {job.job_id} handed off", event_kind=EventKind.HANDOFF,
                            job=merged, job_state=job_state_of(merged), idle_since=0.0, retry_stale=True)
 
-    def release(self, lease_id: str, reason: str = "released by request", event_kind: str = "") -> Lease:
+    def release(self, lease_id: str, reason: str = "released by request",
+                event_kind: EventKind | None = None) -> Lease:
         """Drain and terminate. Safe to repeat and to race with the reconciler or a launch: a
         launch that finishes after this is given back (see :meth:`_launched_too_late`)."""
         for _ in range(3):
@@ -538,7 +535,8 @@ class Lifecycle:
         return self._write(lease, accrued_micros=cost_so_far(lease, now), accrued_at=now, retry_stale=True)
 
     def _write(self, lease: Lease, *, state: LeaseState | None = None, message: str = "",
-             event_kind: str = "", event_data: dict | None = None, events: Sequence[tuple[str, str, dict]] = (),
+             event_kind: EventKind | None = None, event_data: dict | None = None,
+             events: Sequence[tuple[EventKind, str, dict]] = (),
              retry_stale: bool = False, **fields: Any) -> Lease:
         """Write a change at the version we read. Only bookkeeping (``retry_stale``) is re-applied
         on a fresh row; a state change that lost the race raises :class:`StaleLease`."""
@@ -563,27 +561,13 @@ def has_work(lease: Lease) -> bool:
     """Does the lease have a job? A job attached (at launch or by a hand-off), or nodes that a
     scheduler runs jobs on (Slurm cloud nodes, named by the job; Slurm powers them down itself).
     A running lease without either is idle."""
-    return bool(lease.job.get("job_id") or lease.job.get("node_names"))
+    return bool(lease.job.job_id or lease.job.node_names)
 
 
 def node_names(lease: Lease) -> tuple[str, ...]:
     """The nodes' names: the job's (a Slurm hand-off names its cloud nodes), else one set per
     launch attempt (``<lease>-<attempt>-<i>``)."""
-    return tuple(lease.job.get("node_names") or ()) or tuple(f"{lease.lease_id}-{lease.attempt}-{i}"
+    return lease.job.node_names or tuple(f"{lease.lease_id}-{lease.attempt}-{i}"
                                                        for i in range(lease.nodes))
 
 
-def _t2d(t: Target) -> dict:
-    return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
-            "market": t.market.value, "nodes": t.nodes, "hourly_micros": t.hourly_micros,
-            "reservation": t.reservation}
-
-
-def _d2t(d: dict) -> Target:
-    return Target(d["provider"], d["region"], d.get("zone", ""), d["instance_type"], Market(d["market"]),
-                  int(d["nodes"]), int(d["hourly_micros"]), d.get("reservation", ""))
-
-
-def _lease_target(lease: Lease) -> Target:
-    return Target(lease.provider, lease.region, lease.zone, lease.instance_type, Market(lease.market),
-                  lease.nodes, lease.hourly_micros, lease.reservation)

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
-from broker.errors import ConfigError, InvalidArgument
+from broker.errors import ANSWERED, ConfigError, InvalidArgument
 
 SERVICE_PREFIX = "/broker.v1.Broker/"
 TEN_YEARS_S = 10 * 365 * 24 * 3600
@@ -258,8 +258,6 @@ class EdgeInterceptor(grpc.ServerInterceptor):
             def cloud_bound(request, context):
                 _checked(bounds, request, context)
                 if not cloud.acquire(blocking=False):
-                    from broker.convert import ANSWERED
-
                     context.set_trailing_metadata(((ANSWERED, "1"), (BUSY, "1")))
                     context.abort(grpc.StatusCode.UNAVAILABLE,
                                   f"this server is running {most} calls that wait on a cloud already "

@@ -22,6 +22,7 @@ from broker.errors import ConfigError
 from providers.base import ProviderError
 from providers.registry import configured, market_source, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Table
+from broker.times import iso
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
@@ -71,8 +72,6 @@ class Outcome:
             return (f"{self.provider}: {self.prices} prices, {self.zones} zone lists, {self.quotas} quotas, "
                     f"{self.reservations} reservations; kept the last good data where these failed: "
                     + "; ".join(self.errors))
-        from broker.views import iso
-
         kept = f"kept the data of {iso(self.kept_from)}" if self.kept_from else "no earlier data: the bundled catalog stays"
         return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
 

@@ -50,18 +50,6 @@ BASELINE = "0001"
 PRE_MIGRATION_MARK = "leases"
 
 
-def target_metadata() -> list:
-    """The models every revision is compared against: every table of the store, whichever
-    module declares it (a new table's module is imported here)."""
-    from sqlmodel import SQLModel
-
-    import broker.store  # noqa: F401  quotes, leases, lease_events, decisions, blocks, snapshots, market_snapshots
-    import broker.tokens  # noqa: F401  tokens
-    from broker import leader
-
-    return [SQLModel.metadata, leader.METADATA]
-
-
 def _render_item(kind: str, obj: Any, autogen_context: Any) -> Any:
     """Revisions name plain SQLAlchemy types: SQLModel's ``AutoString`` is ``sa.String()``."""
     if kind == "type" and type(obj).__name__ == "AutoString":
@@ -69,7 +57,7 @@ def _render_item(kind: str, obj: Any, autogen_context: Any) -> Any:
     return False
 
 
-#: How the environment compares and renders (env.py and :func:`differences` share them).
+#: How the environment compares and renders (env.py and :func:`broker.schema.differences` share them).
 OPTIONS: dict[str, Any] = {
     "compare_type": True,
     "compare_server_default": False,
@@ -209,17 +197,6 @@ def upgrade(engine: "Engine") -> Outcome:
         adopted = rev is None and inspect(conn).has_table(PRE_MIGRATION_MARK)
         command.upgrade(config(conn), "head")
     return Outcome(rev, newest, adopted)
-
-
-def differences(engine: "Engine") -> list:
-    """What autogenerate finds between the database and the models ([] when they agree)."""
-    from alembic.autogenerate import compare_metadata
-    from alembic.runtime.migration import MigrationContext
-
-    meta = target_metadata()
-    with engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts=dict(OPTIONS, target_metadata=meta))
-        return compare_metadata(ctx, meta)
 
 
 def revision(message: str) -> Path:

@@ -30,15 +30,16 @@ from typing import Any, Callable, Iterable
 
 import structlog
 
-from broker.lease import Lease, LeaseState
+from broker.lease import EventKind, Lease, LeaseState
 from broker.leader import NotLeader
 from broker.watchers.base import DrainNodes, UnknownNodes, capability
 from providers.base import Market, ProviderError, offering_key
 from providers.notices import Notice, NoticeKind
+from broker.times import iso
 
 log = structlog.get_logger("broker.notices")
 
-EVENT = "interruption_notice"
+EVENT = EventKind.INTERRUPTION_NOTICE
 NOTICE_COLUMNS = ("lease_id", "provider", "instances")
 
 
@@ -133,16 +134,16 @@ class Notices:
         if lease.state is not LeaseState.RUNNING:
             return Outcome(lease.lease_id, False, note=f"lease is {lease.state}")
         drainers = [d for w in self.schedulers() if (d := capability(w, DrainNodes)) is not None]
-        handed = bool(drainers) and bool(lease.job.get("node_names")) and not lease.job.get("job_id")
-        if lease.job.get("notice_at") or self._noted(lease, notice):
+        handed = bool(drainers) and bool(lease.job.node_names) and not lease.job.job_id
+        if lease.job.notice_at or self._noted(lease, notice):
             self.count(notice.provider, notice.kind.value, "repeated")
-            return Outcome(lease.lease_id, notice.kind.acts, lease.job.get("replaced_by", ""),
+            return Outcome(lease.lease_id, notice.kind.acts, lease.job.replaced_by,
                            note="notice already acted on")
         self.reconciler.fence()
         now = self.clock()
         out = Outcome(lease.lease_id, notice.kind.acts)
         preempted = notice.kind is NoticeKind.PREEMPTION or (
-            notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT.value)
+            notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT)
         if not notice.kind.acts or handed:
             if handed and notice.kind.acts:
                 if preempted:
@@ -157,7 +158,7 @@ class Notices:
                 "not_before": notice.not_before, "detail": notice.detail, "blocked": out.blocked,
                 "requeued": out.requeued})
         else:
-            nodes = {i.get("instance_id"): i.get("node_name", "") for i in lease.instances}
+            nodes = {i.instance_id: i.node_name for i in lease.instances}
             node = next((nodes[i] for i in notice.instance_ids if i in nodes), "")
             kind = "preemption" if preempted else "maintenance"
             _, replacement = on_notice(self.lc, lease, LeaseNotice(lease.lease_id, kind, node,
@@ -179,7 +180,7 @@ class Notices:
 
     def _drain(self, drainers: list[DrainNodes], lease: Lease, notice: Notice) -> tuple[list[str], str, str]:
         """The first scheduler that knows the lease's nodes drains them and requeues their jobs."""
-        nodes = list(lease.job["node_names"])
+        nodes = list(lease.job.node_names)
         for d in drainers:
             try:
                 jobs = d.drain_and_requeue(nodes, f"broker: {notice.kind.value} notice")
@@ -220,10 +221,8 @@ def _sentence(lease: Lease, notice: Notice, out: Outcome) -> str:
             NoticeKind.STOPPING: "instance stopping", NoticeKind.REBALANCE: "rebalance recommendation"}[notice.kind]
     parts = [f"{what} ({notice.source}) for {', '.join(notice.instance_ids[:3])}"]
     if notice.not_before:
-        from broker.views import iso
-
         parts.append(f"expected at {iso(notice.not_before)}")
-    job = lease.job.get("job_id")
+    job = lease.job.job_id
     if out.requeued:
         parts.append(f"{out.scheduler} jobs {', '.join(out.requeued)} requeued")
     elif job and out.acted:

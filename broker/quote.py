@@ -6,7 +6,7 @@ pure :func:`policies.cost.price`; this module adds ranking, reservations, ids an
 
 The hand-off to a launch is typed end to end: a :class:`Quote` gives its launchable offers as
 :class:`Target` s (:meth:`Quote.targets`), the service stores them as a :class:`StoredQuote`
-(its JSON made and read back by pydantic, never by hand), and a Launch reads that back and picks
+(its JSON made and read back by :mod:`broker.records`' one codec, never by hand), and a Launch reads that back and picks
 one offer with :meth:`StoredQuote.pick`.
 """
 from __future__ import annotations
@@ -19,14 +19,17 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
-from broker.errors import InvalidArgument
+from broker.errors import ConfigError, InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
+from broker import records
+from broker.records import Target
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer, utc
 from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
-from providers.catalog import Catalog
+from providers.catalog import Catalog, bundled
 from providers.registry import names as registered_clouds
+from broker.times import iso
 
 if TYPE_CHECKING:
     from policies.bulk import Table
@@ -60,27 +63,6 @@ class RankedOffer(NamedTuple):
     @property
     def offering(self) -> Offering:
         return self.priced.offering
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One launchable offering: what a lease asks one cloud for (an offer of a quote, or an
-    explicit launch)."""
-
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    market: Market
-    nodes: int
-    hourly_micros: int  # per node
-    reservation: str = ""
-
-    @classmethod
-    def of(cls, r: RankedOffer) -> "Target":
-        o = r.priced.offering
-        return cls(o.instance.provider, o.region, r.priced.zone, o.instance.name, o.market, r.priced.nodes,
-                   o.hourly_micros, o.reservation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +100,6 @@ class StoredQuote:
     def pick(self, rank: int, now: float) -> tuple[Target, list[Target]]:
         """Offer ``rank`` (1-based) and the others in rank order, its failover alternatives."""
         if self.valid_until < now:
-            from broker.views import iso
-
             raise InvalidArgument(f"quote {self.quote_id} expired at {iso(self.valid_until)}; ask for a new quote.",
                                   field="quote_offer.quote_id")
         if not 1 <= rank <= len(self.targets):
@@ -129,25 +109,12 @@ class StoredQuote:
         return self.targets[rank - 1], rest
 
     def to_json(self) -> bytes:
-        return _stored_codec().dump_json(self)
+        """The store's JSON of this quote (:mod:`broker.records`' codec, as a lease's demand)."""
+        return records.encode(self).encode()
 
     @staticmethod
     def from_json(body: str | bytes) -> "StoredQuote":
-        return _stored_codec().validate_json(body)
-
-
-_CODEC = None
-
-
-def _stored_codec():
-    """pydantic's (Rust) JSON codec for StoredQuote, built on first use: the CLI's in-process
-    quote never stores one, so it does not pay pydantic's import."""
-    global _CODEC
-    if _CODEC is None:
-        from pydantic import TypeAdapter
-
-        _CODEC = TypeAdapter(StoredQuote)
-    return _CODEC
+        return records.decode_stored_quote(body, StoredQuote)
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,9 +422,6 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True,
     """The quote engine a :class:`broker.config.Config` describes (catalog, reservations, providers);
     ``catalog`` overrides the bundled one (the live market over it, :mod:`broker.market`);
     ``bulk`` as for :class:`QuoteEngine`."""
-    from broker.errors import ConfigError
-    from providers.catalog import bundled
-
     catalog = catalog or bundled(config.catalog.path or None)
     reservations = [
         Reservation(provider=r.provider, region=r.region, instance_type=r.instance_type, nodes=r.nodes,
@@ -488,12 +452,3 @@ def _with_flex_start(catalog: Catalog, gcp) -> Catalog:
     return Catalog(catalog.instances, catalog.regions, catalog.terms, catalog.gpu_perf,
                    tuple(catalog.offerings) + tuple(extra), catalog.committed_micros, catalog.as_of)
 
-
-def quote_engine_from_config(path: str | None) -> QuoteEngine:
-    """The engine of an in-process quote (one quote, then the process ends: scalar pricing): the
-    config's catalog with the stored live market."""
-    from broker import market, market_store
-    from broker.config import load
-
-    config = load(path)
-    return market.quote_engine(config, market_store.reader(config.db_url, config.store.connect_timeout_s), log_refused=False, bulk=False)

@@ -35,11 +35,12 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping
 import msgspec
 import structlog
 
-from broker.lease import LAUNCHING, LIVE, Lease, LeaseState
+from broker.lease import LAUNCHING, LIVE, EventKind, Lease, LeaseState
 from broker.leader import NotLeader
 from broker.jobs import ENDED_JOB, running
 from broker.lifecycle import LeaseError, Lifecycle, alive, node_names
 from broker.requeue import Loss, handle_loss
+from broker.records import Job
 from broker.store import StaleLease
 from providers.base import Instance, Market, ProviderError, StopReason
 
@@ -237,7 +238,7 @@ class Reconciler:
         stopped = [seen[k] for k in sorted(gone) if k in seen]
         interrupted = [i for i in stopped if i.stop_reason is StopReason.INTERRUPTED]
         vanished = len(stopped) < len(gone)
-        if interrupted or (vanished and lease.market == Market.SPOT.value):
+        if interrupted or (vanished and lease.market == Market.SPOT):
             # A reclaimed spot VM with termination action "delete" simply vanishes (GCP, Azure).
             report.interrupted += 1
             detail = interrupted[0].stop_detail if interrupted else "spot instance vanished"
@@ -354,14 +355,14 @@ class Reconciler:
             return
         why, kind = expiry
         if kind == "lifetime_warning":
-            job = {**lease.job, "lifetime_warned": True, "checkpoint_requested": True}
-            self.store.update_lease(lease, now=now, message=why, event_kind="lifetime_warning",
-                                    event_data={"job_id": job.get("job_id", "")}, job=job)
+            job = lease.job.with_(lifetime_warned=True, checkpoint_requested=True)
+            self.store.update_lease(lease, now=now, message=why, event_kind=EventKind.LIFETIME_WARNING,
+                                    event_data={"job_id": job.job_id}, job=job)
             return
         if kind == "lifetime" and self.lc.settings.lifetime_with_job == "extend":
             more = int(self.lc.settings.max_lifetime_s or lease.max_lifetime_s)
-            job = {k: v for k, v in lease.job.items() if k not in ("lifetime_warned", "checkpoint_requested")}
-            self.store.update_lease(lease, now=now, event_kind="lifetime_extended",
+            job = lease.job.with_(lifetime_warned=False, checkpoint_requested=False)
+            self.store.update_lease(lease, now=now, event_kind=EventKind.LIFETIME_EXTENDED,
                                     message=f"{why}: extended by {more} s", job=job,
                                     max_lifetime_s=lease.max_lifetime_s + more)
             return
@@ -372,7 +373,7 @@ class Reconciler:
             lease, _ = self._lost(lease, loss, report)
             self.lc.finish_drain(lease)
             return
-        self.lc.release(lease.lease_id, why, event_kind="budget" if kind == "budget" else "")
+        self.lc.release(lease.lease_id, why, event_kind=EventKind.BUDGET if kind == "budget" else None)
 
     def _expiry(self, lease: Any, now: float, budget_reason: str | None) -> tuple[str, str] | None:
         """(why, kind) when a running lease needs action now: its job ended ("job"), it reached
@@ -380,17 +381,17 @@ class Reconciler:
         ("lifetime_warning"), it sat idle too long (""), or its tenant is over budget ("budget").
         ``lease`` may be a pass row (which has no ``job``: the full lease is read to act)."""
         s = self.lc.settings
-        job = lease.job if isinstance(lease, Lease) else {}  # a row has none (and a miss on one is dear)
+        job = lease.job if isinstance(lease, Lease) else Job()  # a row has none (and a miss on one is dear)
         if lease.job_state in ENDED_JOB:
-            code = f" (exit code {job['exit_code']})" if job.get("exit_code") is not None else ""
-            return f"job {job.get('job_id', '')} {lease.job_state}{code}", "job"
+            code = f" (exit code {job.exit_code})" if job.exit_code is not None else ""
+            return f"job {job.job_id} {lease.job_state}{code}", "job"
         life, age = lease.max_lifetime_s, now - (lease.started_at or lease.created_at)
         if life and age >= life:
             if running(lease):
-                return f"maximum lifetime of {life} s reached with job {job.get('job_id', '')} running", "lifetime"
+                return f"maximum lifetime of {life} s reached with job {job.job_id} running", "lifetime"
             return f"maximum lifetime of {life} s reached", ""
-        if life and running(lease) and age >= life - s.lifetime_warning_s and not job.get("lifetime_warned"):
-            return (f"job {job.get('job_id', '')}: the lease reaches its maximum lifetime of {life} s in "
+        if life and running(lease) and age >= life - s.lifetime_warning_s and not job.lifetime_warned:
+            return (f"job {job.job_id}: the lease reaches its maximum lifetime of {life} s in "
                     f"{max(0, life - age):.0f} s; checkpoint now", "lifetime_warning")
         if s.idle_timeout_s and lease.idle_since and now - lease.idle_since >= s.idle_timeout_s:
             return f"idle for {s.idle_timeout_s:.0f} s with no job", ""
@@ -413,7 +414,7 @@ def _attempt_of(i: Instance, lease: Lease) -> bool:
     """Is ``i`` from the lease's current attempt (not a leftover of an earlier one)? Its node
     name says so (a node not yet named — EC2 names a gang after launching it — is judged by
     its shape alone)."""
-    return (i.instance_type == lease.instance_type and i.region == lease.region and i.market.value == lease.market
+    return (i.instance_type == lease.instance_type and i.region == lease.region and i.market == lease.market
             and (not i.node_name or i.node_name in node_names(lease)))
 
 

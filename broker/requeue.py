@@ -15,8 +15,9 @@ from typing import Any
 import structlog
 
 from broker.jobs import ENDED_JOB, JobState, Requeue, plan_requeue
-from broker.lease import Lease
-from broker.lifecycle import LeaseError, Lifecycle, Target, _lease_target
+from broker import records
+from broker.lease import EventKind, Lease
+from broker.lifecycle import LeaseError, Lifecycle
 from providers.base import offering_key
 
 log = structlog.get_logger("broker.requeue")
@@ -44,12 +45,12 @@ def handle_loss(lc: Lifecycle, lease: Lease, loss: Loss, now: float, *,
         lc.store.block(key, now + lc.settings.interruption_block_s, f"spot interruption on {key}")
     plan = plan_requeue(lease, loss.cause, lc.settings.max_restarts)
     replacement, why_none = None, ""
-    earlier = lease.job.get("replaced_by")
+    earlier = lease.job.replaced_by
     if earlier:  # requeued already, at a notice: that replacement stands
         plan, replacement = None, lc.store.get_lease(earlier)
         why_none = f"replacement {earlier} was requested at the notice"
     elif lease.job_state in ENDED_JOB:  # its job is done: nothing to run on a replacement
-        why_none = f"its job {lease.job.get('job_id', '')} had {lease.job_state}"
+        why_none = f"its job {lease.job.job_id} had {lease.job_state}"
     elif plan is not None and plan.failed:
         why_none = plan.failed
     elif not loss.replace:
@@ -63,56 +64,51 @@ def handle_loss(lc: Lifecycle, lease: Lease, loss: Loss, now: float, *,
     events, fields = _job_events(lease, plan, outcome, data) if not earlier else ([], {})
     reason = f"{loss.cause}: {loss.detail}; {outcome}" if loss.detail else f"{loss.cause}; {outcome}"
     if drain:
-        lease = lc.drain(lease, reason, event_kind="interrupted", event_data=data, events=events, **fields)
+        lease = lc.drain(lease, reason, event_kind=EventKind.INTERRUPTED, event_data=data, events=events, **fields)
     else:
         lease = lc.store.update_lease(lease, now=now, events=events, **fields)
     log.warning("lease_lost", lease=lease.lease_id, provider=lease.provider, cause=loss.cause,
-                detail=loss.detail, replacement=data["replacement"], job=lease.job.get("job_id", ""))
+                detail=loss.detail, replacement=data["replacement"], job=lease.job.job_id)
     return lease, replacement
 
 
 def _job_events(lease: Lease, plan: Requeue | None, outcome: str,
-                data: dict[str, Any]) -> tuple[list[tuple[str, str, dict]], dict[str, Any]]:
+                data: dict[str, Any]) -> tuple[list[tuple[EventKind, str, dict]], dict[str, Any]]:
     """The ``requeue`` / ``job`` events of a loss and the lease's job fields after it."""
     job = lease.job
-    if not job.get("job_id") or job.get("state") in ENDED_JOB:
+    if not job.job_id or job.state in ENDED_JOB:
         return [], {}
     if plan is not None and plan.failed:
-        failed = {**job, "state": str(JobState.FAILED)}
-        return ([("job", plan.failed, {**data, "job": failed, "state": str(JobState.FAILED)})],
+        failed = job.with_(state=str(JobState.FAILED))
+        return ([(EventKind.JOB, plan.failed, {**data, "job": records.to_builtins(failed), "state": str(JobState.FAILED)})],
                 {"job": failed, "job_state": str(JobState.FAILED)})
-    ckpt = job.get("checkpoint_uri") or "(none)"
+    ckpt = job.checkpoint_uri or "(none)"
     cause = data["cause"]
     hours = plan.sentence_hours if plan is not None else ""
-    message = f"job {job['job_id']} requeued from checkpoint {ckpt} after {cause}{hours}; {outcome}"
-    payload = {**data, "job": job}
+    message = f"job {job.job_id} requeued from checkpoint {ckpt} after {cause}{hours}; {outcome}"
+    payload = {**data, "job": records.to_builtins(job)}
     if plan is not None:
-        payload.update(restarts=plan.job["restarts"], hours_left=plan.hours)
-    return [("requeue", message, payload)], {"job": {**job, "checkpoint_requested": True,
-                                                     "replaced_by": data["replacement"]}}
+        payload.update(restarts=plan.job.restarts, hours_left=plan.hours)
+    return [(EventKind.REQUEUE, message, payload)], {"job": job.with_(checkpoint_requested=True,
+                                                              replaced_by=data["replacement"])}
 
 
 def replace(lc: Lifecycle, lease: Lease, now: float, plan: Requeue | None) -> tuple[Lease | None, str]:
     """A replacement lease (state requested) for ``lease``: quoted afresh for the work left
     without the blocked offerings when the demand is known, else on the lease's own offering
     when that is not blocked; or None and why not."""
-    from broker.views import demand_from_dict
-
     job = plan.job if plan is not None else lease.job
-    d = lease.demand
-    if d.get("gpus"):
-        demand = demand_from_dict(d)
+    demand = lease.demand
+    if demand is not None:
         if plan is not None and plan.hours is not None:
             demand = dataclasses.replace(demand, hours=plan.hours)
         q = lc.engine.quote(demand, now=now, blocked=lc.store.active_blocks(now))
         if not q.offers:
             return None, "every offer is excluded now"
-        targets = [Target(r.offering.provider, r.offering.region, r.priced.zone, r.offering.instance.name,
-                          r.offering.market, r.priced.nodes, r.offering.hourly_micros, r.offering.reservation)
-                   for r in q.offers[: lc.settings.max_failover]]
+        targets = list(q.targets(lc.settings.max_failover))
         first, rest, quote_id = targets[0], targets[1:], q.quote_id
     elif plan is not None:  # a job on named capacity: the same capacity again, unless it is blocked
-        first, rest, quote_id, demand = _lease_target(lease), [], "", None
+        first, rest, quote_id, demand = lease.target, [], "", None
         blocked = lc._blocked_reason(first)
         if blocked:
             return None, f"its offering is {blocked[1]}"

@@ -17,12 +17,14 @@ import grpc
 import structlog
 
 from broker import convert
-from broker.errors import BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
+from broker.errors import ANSWERED, BrokerError, InvalidArgument, PermissionDenied, Unavailable, outcome
+from broker.lease import EventKind
 from broker.lifecycle import lease_view
 from broker.quote import DerivedCache
 from broker.service import Service, WatchedEvent
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
+from providers.base import ProviderError
 
 log = structlog.get_logger("broker.server")
 
@@ -113,9 +115,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             out.lease.CopyFrom(self._lease_pb(lease))
             if ev.to_state in convert.STATE_TO_PB:  # the lease as this event left it
                 out.lease.state = convert.STATE_TO_PB[ev.to_state]
-        if ev.kind == "requeue" and data.get("job"):
+        if ev.kind == EventKind.REQUEUE and data.get("job"):
             out.job.CopyFrom(convert.job_to_pb(data["job"]))
-        if ev.kind == "decision":
+        if ev.kind == EventKind.DECISION:
             d = out.decision
             d.decision_id, d.action, d.reason = data.get("decision_id", ""), data.get("action", ""), ev.message
             d.job_ids.extend(data.get("job_ids", []))
@@ -130,7 +132,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     def Handoff(self, request: pb.HandoffRequest, context) -> pb.HandoffResponse:
         self._own_lease(context, request.lease_id)
-        lease = self.svc.handoff(request.lease_id, convert.job_from_pb(request.job))
+        lease = self.svc.handoff(request.lease_id, convert.job_record_from_pb(request.job))
         return pb.HandoffResponse(lease=self._lease_pb(lease))
 
     def ReportJob(self, request: pb.ReportJobRequest, context) -> pb.ReportJobResponse:
@@ -223,11 +225,9 @@ class _ErrorStatus(grpc.ServerInterceptor):
 def _fail(context, method: str, e: Exception):
     if context.code() is not None:  # the handler aborted with a status of its own
         raise e
-    context.set_trailing_metadata(((convert.ANSWERED, "1"),))
+    context.set_trailing_metadata(((ANSWERED, "1"),))
     if isinstance(e, BrokerError):
         context.abort(outcome(e).status, str(e))
-    from providers.base import ProviderError
-
     if isinstance(e, ProviderError):  # a cloud's answer a handler let through: say whose and what
         log.warning("rpc_provider_error", method=method, provider=e.provider, code=e.code)
         context.abort(outcome(e).status, str(e)[:500])
@@ -257,11 +257,3 @@ def preencoded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
     return grpc.unary_unary_rpc_method_handler(handler.unary_unary, handler.request_deserializer, send)
 
-
-def build_server(service: Service, listen: str) -> tuple[grpc.Server, int]:
-    """A server for a built ``service`` bound to ``listen`` (not yet started), SERVING once started."""
-    from broker.serving import open_server
-
-    server, port, gate = open_server(service.config, listen)
-    gate.open(service)
-    return server, port

@@ -4,48 +4,23 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import structlog
 
 from broker.config import Config
-from broker import market_store
+from broker import market, market_store
+from broker.market import Refresher
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
+from broker.records import Job, LaunchOrder
+from broker.watchers.registry import build_watchers, stop_watchers
+from providers.registry import build_enabled, node_name_problem
 from policies.demand import Demand, DemandError
 from providers.base import Fabric, ProviderError
 from providers.registry import LazyProvider
 
 log = structlog.get_logger("broker.service")
-
-
-@dataclass(frozen=True)
-class ExplicitOffer:
-    """Capacity named by hand instead of by a quote's offer."""
-
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str  # on_demand | spot | reserved
-    count: int
-
-
-@dataclass(frozen=True)
-class LaunchOrder:
-    """A Launch as the domain sees it: one of ``quote_id``/``rank`` or ``offer``, and the rest."""
-
-    idempotency_key: str
-    tenant: str = "default"
-    quote_id: str = ""
-    rank: int = 0
-    offer: ExplicitOffer | None = None
-    job: Mapping[str, Any] = field(default_factory=dict)
-    node_names: Sequence[str] = ()
-    bootstrap: str = ""
-    max_lifetime_s: int = 0
-    max_restarts: int | None = None  # None: [lifecycle] max_restarts
 
 
 class WatchedEvent(NamedTuple):
@@ -64,8 +39,6 @@ class Service:
         from broker.lifecycle import Lifecycle
         from broker.reconciler import Reconciler
         from broker.store import Store
-        from providers.registry import build_enabled
-
         from broker.auth import Auth
         from broker.limits import Limits
 
@@ -73,8 +46,6 @@ class Service:
         self.clock = clock
         self.auth = Auth(config.auth_tokens)  # the config file's tokens checked before the store opens
         self.limits = Limits.from_settings(config.limits, config.workers)
-        from broker import market
-
         self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s)
         if config.auth is not None and config.auth.honours_store:
             from broker.tokens import IssuedTokens, TokenStore
@@ -109,8 +80,6 @@ class Service:
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog, self.budgets, clock)
-        from broker.watchers.registry import build_watchers
-
         self.schedulers = build_watchers(config)  # source -> watcher, of each enabled scheduler kind
         self.notices = Notices(self.reconciler, schedulers=lambda: self.schedulers.values(),
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
@@ -172,24 +141,22 @@ class Service:
         else:
             raise InvalidArgument("launch needs quote_offer or offering.", field="target")
         self.boot_template(order.bootstrap)
-        job = dict(order.job)
+        job = order.job
         if order.node_names:
             names = list(order.node_names)
             if len(names) != target.nodes or len(set(names)) != len(names):
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
-            from providers.registry import node_name_problem
-
             for i, name in enumerate(names):
                 problem = node_name_problem(target.provider, name)
                 if problem:
                     raise InvalidArgument(f"node_names[{i}] {problem}.", field=f"node_names[{i}]")
-            job["node_names"] = names
+            job = job.with_(node_names=tuple(names))
         if order.max_restarts is not None:
             if not 0 <= order.max_restarts <= 1000:
                 raise InvalidArgument(f"max_restarts must be from 0 to 1000, got {order.max_restarts}.",
                                       field="max_restarts")
-            job["max_restarts"] = order.max_restarts
+            job = job.with_(max_restarts=order.max_restarts)
         if order.max_lifetime_s < 0:
             raise InvalidArgument(f"max_lifetime_s must be zero or more, got {order.max_lifetime_s}.",
                                   field="max_lifetime_s")
@@ -216,7 +183,7 @@ class Service:
     def release(self, lease_id: str, reason: str = ""):
         return self.lifecycle.release(lease_id, reason or "released by request")
 
-    def handoff(self, lease_id: str, job: Mapping[str, Any]):
+    def handoff(self, lease_id: str, job: Job):
         return self.lifecycle.handoff(lease_id, job)
 
     def watch(self, lease_id: str = "", after: int | None = None,
@@ -286,7 +253,6 @@ class Service:
     def boot_template(self, name: str) -> str:
         """``name`` if a client may ask for it (empty, a built-in, or an operator-configured
         template); InvalidArgument naming ``bootstrap`` otherwise. Paths live in the config only."""
-        from broker.errors import InvalidArgument
         from providers.bootstrap import BootstrapError, resolve
 
         if name:
@@ -306,8 +272,8 @@ class Service:
         ctx = BootContext(
             lease_id=lease.lease_id, node_name=node_names[0], node_names=tuple(node_names),
             provider=lease.provider, region=lease.region,
-            job_id=job.get("job_id", ""), checkpoint_uri=job.get("checkpoint_uri", ""),
-            dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
+            job_id=job.job_id, checkpoint_uri=job.checkpoint_uri,
+            dataset_uri=job.dataset_uri, env=job.env, settings=settings,
             fabric=self._fabric(lease, len(node_names)),
         )
         return render(resolve(lease.bootstrap, templates), ctx)
@@ -374,8 +340,6 @@ class Service:
             if self.autoscaler is not None:
                 loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                         self._leading(self.autoscaler.tick)))
-        from broker.market import Refresher
-
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
                               clock=self.clock, on_source_error=lambda provider, source:
@@ -433,8 +397,6 @@ class Service:
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and
         re-price with it (failover goes on meanwhile; only the offering that met it is blocked)."""
-        from broker import market
-
         def run() -> None:
             try:
                 market.refresh_quotas(self.config, self.store.engine, provider, region, self.clock())
@@ -516,8 +478,6 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        from broker.watchers.registry import stop_watchers
-
         stop_watchers(getattr(self, "schedulers", {}))  # watchers with threads of their own
         for t in self._threads:
             t.join(timeout)

@@ -8,13 +8,18 @@ from __future__ import annotations
 import signal
 import threading
 from concurrent import futures
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from broker.errors import ANSWERED, ConfigError
 from broker.v1 import broker_pb2 as pb
+
+if TYPE_CHECKING:
+    from broker.service import Service
 
 log = structlog.get_logger("broker.server")
 
@@ -109,8 +114,6 @@ class _ReplicaName(grpc.ServerInterceptor):
 
 
 def _starting(request, context):
-    from broker.convert import ANSWERED
-
     context.set_trailing_metadata(((ANSWERED, "1"),))  # a broker answered: not "no broker answering"
     context.abort(grpc.StatusCode.UNAVAILABLE, "the broker is starting; retry in a moment.")
 
@@ -189,8 +192,6 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         except OSError as e:
             server.stop(grace=None)
             service.stop()
-            from broker.errors import ConfigError
-
             raise ConfigError(f"config: telemetry.metrics_listen {metrics_listen} cannot be served: "
                               f"{e.strerror or e}", field="telemetry.metrics_listen") from None
     log.info("serving", listen=listen, port=port, db=config.db_url.split("@")[-1],
@@ -235,7 +236,12 @@ def _start_callback(config, service, server):
     except OSError as e:
         server.stop(grace=None)
         service.stop()
-        from broker.errors import ConfigError
-
         raise ConfigError(f"config: server.callback_listen {config.server.callback_listen} cannot be served: "
                           f"{e.strerror or e}", field="server.callback_listen") from None
+
+
+def build_server(service: "Service", listen: str) -> tuple[grpc.Server, int]:
+    """A server for a built ``service`` bound to ``listen`` (not yet started), SERVING once started."""
+    server, port, gate = open_server(service.config, listen)
+    gate.open(service)
+    return server, port

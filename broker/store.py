@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from sqlalchemy import BigInteger, Integer, String, Text, UniqueConstraint, delete, event, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
+from broker.errors import Unavailable
 
 if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
-from broker.lease import LIVE, TRANSITIONS, Lease, LeaseState, check_transition, encode
+from broker import records
+from broker.lease import LIVE, TRANSITIONS, EventKind, Lease, LeaseState, check_transition, encode
 
 
 #: Money (micro-dollars) and counters are 64-bit on every store: a 32-bit column of micro-dollars
@@ -100,7 +102,7 @@ class LeaseEventRecord(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True, sa_type=INT64)
     lease_id: str = Field(index=True)
     at: float
-    kind: str  # state_changed, interrupted, requeue, budget, decision
+    kind: str  # an EventKind value (broker.lease)
     from_state: str = ""
     to_state: str = ""
     message: str = ""
@@ -240,8 +242,6 @@ class Store:
                 self._recent.popitem(last=False)
 
     def _write_quotes(self) -> None:
-        from broker.errors import Unavailable
-
         while True:
             first = self._pending.get()
             if first is None:
@@ -337,7 +337,7 @@ class Store:
                         | (t.c.ended_at >= counted_since))))
                 conn.execute(insert(t).values(**lease.to_row()))
                 conn.execute(insert(LeaseEventRecord.__table__).values(
-                    lease_id=lease.lease_id, at=lease.created_at, kind="state_changed", from_state="",
+                    lease_id=lease.lease_id, at=lease.created_at, kind=EventKind.STATE_CHANGED.value, from_state="",
                     to_state=LeaseState(lease.state).value, message=message, data="{}"))
         except IntegrityError:
             with self.engine.connect() as conn:
@@ -399,8 +399,8 @@ class Store:
             return conn.execute(q).all()
 
     def update_lease(self, lease: Lease, *, now: float, state: LeaseState | None = None,
-                     message: str = "", event_kind: str = "", event_data: dict | None = None,
-                     events: Sequence[tuple[str, str, dict]] = (), **fields: Any) -> Lease:
+                     message: str = "", event_kind: EventKind | None = None, event_data: dict | None = None,
+                     events: Sequence[tuple[EventKind, str, dict]] = (), **fields: Any) -> Lease:
         """Write ``fields`` (and a state change) iff the lease is still at ``lease.version``.
 
         This is the one place a lease's state is written: a change :data:`broker.lease.TRANSITIONS`
@@ -421,7 +421,7 @@ class Store:
         t, ev = self._leases, LeaseEventRecord.__table__
         rows = []
         if to is not frm:
-            rows.append(("state_changed", message, event_data))
+            rows.append((EventKind.STATE_CHANGED, message, event_data))
         if event_kind:
             rows.append((event_kind, message, event_data))
         rows.extend(events)
@@ -436,17 +436,17 @@ class Store:
                              .values(revoked_at=now))
             if rows:
                 conn.execute(insert(ev), [
-                    {"lease_id": lease.lease_id, "at": now, "kind": kind, "from_state": frm.value,
-                     "to_state": to.value, "message": msg, "data": json.dumps(data or {})}
+                    {"lease_id": lease.lease_id, "at": now, "kind": str(kind), "from_state": frm.value,
+                     "to_state": to.value, "message": msg, "data": json.dumps(data or {}, default=records.to_builtins)}
                     for kind, msg, data in rows])
             (fresh,) = self._read_leases(conn, select(t).where(t.c.lease_id == lease.lease_id))
         self._notify()
         return fresh
 
-    def add_event(self, lease_id: str, kind: str, message: str, now: float, data: dict | None = None) -> None:
+    def add_event(self, lease_id: str, kind: EventKind, message: str, now: float, data: dict | None = None) -> None:
         with Session(self.engine) as s:
-            s.add(LeaseEventRecord(lease_id=lease_id, at=now, kind=kind, message=message,
-                                   data=json.dumps(data or {})))
+            s.add(LeaseEventRecord(lease_id=lease_id, at=now, kind=str(kind), message=message,
+                                   data=json.dumps(data or {}, default=records.to_builtins)))
             s.commit()
         self._notify()
 
@@ -468,11 +468,11 @@ class Store:
     def record_decision(self, decision_id: str, at: float, action: str, reason: str,
                         job_ids: Iterable[str] = (), lease_id: str = "", data: dict | None = None) -> None:
         with Session(self.engine) as s:
-            s.add(DecisionRecord(decision_id=decision_id, at=at, action=action, reason=reason,
+            s.add(DecisionRecord(decision_id=decision_id, at=at, action=str(action), reason=reason,
                                  job_ids=json.dumps(list(job_ids)), lease_id=lease_id,
-                                 data=json.dumps(data or {})))
-            s.add(LeaseEventRecord(lease_id=lease_id, at=at, kind="decision", message=reason,
-                                   data=json.dumps({"decision_id": decision_id, "action": action,
+                                 data=json.dumps(data or {}, default=records.to_builtins)))
+            s.add(LeaseEventRecord(lease_id=lease_id, at=at, kind=EventKind.DECISION.value, message=reason,
+                                   data=json.dumps({"decision_id": decision_id, "action": str(action),
                                                     "job_ids": list(job_ids)})))
             s.commit()
         self._notify()

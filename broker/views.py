@@ -1,37 +1,13 @@
 """Domain objects as JSON-friendly dicts: the one shape shared by the CLI, the store and tests."""
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from policies.cost import PricedOffer
 from policies.demand import Demand
 from broker.quote import Quote, usd
+from broker.times import as_of, iso
 
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def as_of(text: str) -> str:
-    """A catalog or price date as RFC 3339 in UTC, like every other timestamp in the JSON
-    ("2025-06-01" -> "2025-06-01T00:00:00Z"); empty stays empty, anything unreadable as it is."""
-    t = (text or "").strip()
-    if not t:
-        return ""
-    try:
-        d = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        return t
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=dt.timezone.utc)
-    return d.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def parse_iso(text: str) -> float:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def demand_to_dict(d: Demand) -> dict[str, Any]:
@@ -43,21 +19,6 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
         "providers": list(d.providers), "regions": list(d.regions), "residency": list(d.residency),
         "min_sla_pct": d.min_sla_pct, "deadline": iso(d.deadline), "tenant": d.tenant,
     }
-
-
-def demand_from_dict(m: dict[str, Any]) -> Demand:
-    deadline = m.get("deadline")
-    return Demand(
-        gpus=int(m["gpus"]), hours=float(m["hours"]), gpu_model=m.get("gpu_model", ""),
-        min_gpu_memory_gb=int(m.get("min_gpu_memory_gb", 0)), nodes=int(m.get("nodes", 0)),
-        data_in_gb=float(m.get("data_in_gb", 0)), data_location=m.get("data_location", "onprem"),
-        data_out_gb=float(m.get("data_out_gb", 0)), interruptible=bool(m.get("interruptible", False)),
-        checkpoint_minutes=int(m.get("checkpoint_minutes", 0)), providers=tuple(m.get("providers", ())),
-        regions=tuple(m.get("regions", ())), residency=tuple(m.get("residency", ())),
-        min_sla_pct=float(m.get("min_sla_pct", 0)),
-        deadline=parse_iso(deadline) if isinstance(deadline, str) else deadline,
-        tenant=m.get("tenant", "default"),
-    )
 
 
 def _money(micros: int) -> float:

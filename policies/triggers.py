@@ -28,6 +28,8 @@ Pure: time is the ``now`` argument, the state is an immutable value returned ane
 """
 from __future__ import annotations
 
+import enum
+
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -41,7 +43,19 @@ from policies.waits import fluid_wait_s, snapshot_waits  # noqa: F401 (fluid_wai
 
 _HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan of the tuple
 
-BURST, HOLD, SCALE_IN = "burst", "hold", "scale_in"
+class DecisionAction(enum.StrEnum):
+    """What a decision did: the action the trigger rules choose (burst, hold, scale_in) and what
+    the autoscaler records of acting on it. The values are what the store and the JSON hold."""
+
+    BURST = "burst"
+    HOLD = "hold"
+    SCALE_IN = "scale_in"
+    BURST_FAILED = "burst_failed"
+    OFFLOAD = "offload"
+    OFFLOAD_FAILED = "offload_failed"
+
+
+BURST, HOLD, SCALE_IN = DecisionAction.BURST, DecisionAction.HOLD, DecisionAction.SCALE_IN
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +145,7 @@ class Signals:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    action: str  # "burst" | "hold" | "scale_in"
+    action: DecisionAction  # BURST, HOLD or SCALE_IN
     jobs: tuple[Candidate, ...] = ()
     scale_in: tuple[str, ...] = ()  # cloud nodes to tear down (may come with a burst)
     reason: str = ""

@@ -6,7 +6,7 @@ from typing import Any, Iterator, Mapping
 
 
 from broker import config as cfgmod
-from broker.server import build_server
+from broker.serving import build_server
 from broker.service import Service
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from broker import config as cfgmod
-from broker.server import build_server
+from broker.serving import build_server
 from broker.service import Service
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
@@ -236,7 +236,7 @@ def states(store, lease_id: str) -> list[str]:
     return [to for kind, _, to, _ in events(store, lease_id) if kind == "state_changed"]
 
 
-def instances_of(lease) -> list[dict[str, Any]]:
+def instances_of(lease) -> tuple:
     return lease.instances
 
 

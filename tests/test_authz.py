@@ -13,6 +13,7 @@ from broker.errors import ConfigError
 from broker.lease import Lease
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
+from broker.records import Job
 from tests.grpc_server import running_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,7 +51,7 @@ def _lease(tenant: str, lid: str, state: str = "running") -> Lease:
         created_at=1, updated_at=1, state_since=1,
         instances=[{"instance_id": f"i-{side * 3}", "node_name": f"n-{side}", "zone": "us-east-1a",
                     "private_ip": "10.0.0.1", "state": "running"}],
-        job={"job_id": f"j-{side}", "env": {"TOKEN": SECRET[side]}})
+        job=Job(job_id=f"j-{side}", env={"TOKEN": SECRET[side]}))
 
 
 @pytest.fixture(scope="module")

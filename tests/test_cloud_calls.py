@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from broker.client import BrokerClient, ClientError
 from broker.config import LimitsSettings
-from broker.convert import ANSWERED
+from broker.errors import ANSWERED
 from broker.errors import ConfigError
 from broker.limits import BUSY, Limits, cloud_rpcs
 from broker.v1 import broker_pb2 as pb

@@ -178,7 +178,7 @@ def test_a_launch_answered_with_a_garbage_2xx_fails_the_lease_naming_the_cloud_a
         assert "Traceback" not in e.value.details()
         (lease,) = svc.store.list_leases()
         assert lease.state is LeaseState.FAILED
-        assert all(a["kind"] == "transient" for a in lease.attempts if a["provider"] == provider)
+        assert all(a.kind == "transient" for a in lease.attempts if a.provider == provider)
 
 
 @pytest.mark.parametrize("provider", ["gcp", "azure"])

@@ -101,7 +101,7 @@ def test_with_one_cloud_full_the_launch_fails_over_to_another_cloud(broker):
     assert lease.state == pb.LEASE_STATE_RUNNING and lease.provider in ("gcp", "azure")
     assert {r for r, _ in launched(aws)} <= set(REGIONS["aws"]), "tried a region this broker cannot use"
     attempts = svc.store.get_lease(lease.lease_id).attempts
-    kinds = [a["provider"] for a in attempts]
+    kinds = [a.provider for a in attempts]
     assert kinds == sorted(kinds, key=lambda p: p != "aws"), "went back to a cloud after leaving it"
 
 
@@ -118,7 +118,7 @@ def test_a_launch_that_failed_for_good_is_failed_precondition_and_a_retry_says_s
     lease = svc.store.lease_by_key("default", "doomed")
     assert lease.state.value == "failed"
     for a in lease.attempts:  # the error lists each attempt, with the zone it was made in
-        where = f"{a['provider']}/{a['region']}" + (f"/{a['zone']}" if a["zone"] else "")
+        where = f"{a.provider}/{a.region}" + (f"/{a.zone}" if a.zone else "")
         assert where in first.value.details()
     with pytest.raises(grpc.RpcError) as again:
         launch(stub, q, "doomed")

@@ -94,29 +94,29 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
             lease = leases[f"demand-{n}"]
             attempts = lease.attempts
             for a in attempts:
-                assert a["provider"] in ("aws", "gcp", "azure") and a["code"] and a["scope"], a
-                assert a["scope"].split("/")[0] == a["provider"], a
+                assert a.provider in ("aws", "gcp", "azure") and a.code and a.scope, a
+                assert a.scope.split("/")[0] == a.provider, a
             if lease.state == "running":
                 served.append(lease)
-                ids = {i["instance_id"] if lease.provider == "aws" else i["node_name"] for i in instances_of(lease)}
+                ids = {i.instance_id if lease.provider == "aws" else i.node_name for i in instances_of(lease)}
                 assert len(ids) == lease.nodes
                 assert ids == {i for _, i in live.get(lease.lease_id, [])}, lease.lease_id
-                if any(a["provider"] != lease.provider and a["kind"] != "blocked" for a in attempts):
+                if any(a.provider != lease.provider and a.kind != "blocked" for a in attempts):
                     crossed.append(lease)
             else:
                 assert lease.state == "failed", (lease.state, lease.state_reason)
                 reported.append(lease)
                 assert attempts and error
                 for a in attempts:  # each distinct reason named once (the lease lists every attempt)
-                    assert f"{a['code']} ({a['scope'] or 'skipped'})" in error, (a, error)
+                    assert f"{a.code} ({a.scope or 'skipped'})" in error, (a, error)
         assert len(served) + len(reported) == LAUNCHES and served
 
         # -- capacity and quota block their scope; throttling and 5xx retry the same offer ----------
         every = [a for l in leases.values() for a in l.attempts]
         blocks = svc.store.active_blocks(svc.clock())
-        limited = [a for a in every if a["kind"] in ("capacity", "quota")]
-        assert limited and all(a["scope"] in blocks for a in limited)
-        assert any(a["kind"] == "blocked" for a in every)  # later launches skipped blocked scopes
+        limited = [a for a in every if a.kind in ("capacity", "quota")]
+        assert limited and all(a.scope in blocks for a in limited)
+        assert any(a.kind == "blocked" for a in every)  # later launches skipped blocked scopes
         calls: dict[tuple, list[str]] = {}  # (lease, offer) -> client tokens, in call order
         for w in watched.values():
             for spec in w.ops("launch"):

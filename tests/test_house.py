@@ -333,6 +333,198 @@ def test_cloud_sdks_are_imported_at_module_level_only_by_the_provider_packages()
 
 
 # ---------------------------------------------------------------------------------------------
+# No import cycles
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, known: set[str]) -> list[str]:
+    """The product modules an import statement in module ``here`` loads (``from pkg import mod``
+    names the module ``pkg.mod``; anything else its nearest known enclosing module)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            pkg = here.split(".") if is_package else here.split(".")[:-1]
+            pkg = pkg[:len(pkg) - (node.level - 1)]
+            base = ".".join(pkg + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != here:
+            out.append(name)
+    return out
+
+
+def import_graph(sources: dict[str, tuple[str, bool]], *, where: str = "all") -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line} over EVERY import (module level, in a function,
+    in a class), but not those under ``if TYPE_CHECKING`` (never run). ``sources``: module ->
+    (source text, is a package). ``where="module"``: only the imports run when the module loads;
+    ``where="function"``: only those inside a function."""
+    known = set(sources)
+    graph: dict[str, dict[str, int]] = {m: {} for m in sources}
+
+    def visit(node: ast.AST, here: str, is_package: bool, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit(ast.Module(body=child.orelse, type_ignores=[]), here, is_package, in_function)
+                continue
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and (
+                    where == "all" or (where == "function") == in_function):
+                for target in _imported(child, here, is_package, known):
+                    graph[here].setdefault(target, child.lineno)
+            visit(child, here, is_package, inner)
+
+    for name, (source, is_package) in sources.items():
+        visit(ast.parse(source), name, is_package, False)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (a → b → … → a, smallest module first) through each strongly connected group of
+    two or more modules (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, targets = work[-1]
+            w = next(targets, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    group.add(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    groups.append(group)
+    return [_cycle_in(graph, g) for g in sorted(groups, key=min)]
+
+
+def _cycle_in(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
+    """The shortest cycle from the group's first module back to itself (breadth first)."""
+    start = min(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if w in group and w not in came_from:
+                    came_from[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start}")  # pragma: no cover: a group always has one
+
+
+def _product_sources() -> dict[str, tuple[str, bool]]:
+    """Every product module, the generated protobuf modules included (they are graph nodes too)."""
+    files = [*product_files(), *sorted((ROOT / "broker" / "v1").glob("*_pb2*.py"))]
+    return {module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py") for p in files}
+
+
+def test_no_import_cycles_over_all_imports():
+    # A function-level import is for start-up time (a lazy SDK, a heavy module off the CLI path),
+    # never to hide a cycle: move the shared piece down into a module both import.
+    graph = import_graph(_product_sources())
+    assert {"broker.quote", "broker.views", "policies.cost", "providers.market.aws"} <= set(graph)
+    assert "broker.market_store" in graph["broker.market"]  # a function-level import is an edge
+    found = [" → ".join([*(f"{a} (line {graph[a][b]})" for a, b in zip(c, c[1:])), c[0]])
+             for c in import_cycles(graph)]
+    assert not found, "import cycles (each module with the line that imports the next):\n" + "\n".join(found)
+
+
+def loaded_with(graph: dict[str, dict[str, int]], module: str) -> set[str]:
+    """Every product module that loading ``module`` loads (``graph``: module-level imports)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for w in graph[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def idle_function_imports(sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """Imports inside a function of a module that loading the module loads anyway: they buy no
+    start-up time, so they belong at the top."""
+    at_load, in_functions = import_graph(sources, where="module"), import_graph(sources, where="function")
+    return [f"{m}:{line} imports {t}" for m in sorted(sources) for t, line in sorted(in_functions[m].items())
+            if t in loaded_with(at_load, m)]
+
+
+def test_an_import_inside_a_function_buys_start_up_time():
+    found = idle_function_imports(_product_sources())
+    assert not found, ("imports inside functions of modules their module loads anyway (move them to the top):\n"
+                       + "\n".join(found))
+
+
+def test_the_idle_import_check_finds_an_import_the_module_already_loads():
+    sources = {m.replace("__", "."): (textwrap.dedent(s), False) for m, s in {
+        "p__a": "import p.b\ndef f():\n    from p.c import x\n    from p.d import y\n",
+        "p__b": "import p.c\n", "p__c": "", "p__d": ""}.items()}
+    assert idle_function_imports(sources) == ["p.a:3 imports p.c"]
+
+
+def _graph_of(**modules: str) -> dict[str, dict[str, int]]:
+    return import_graph({m.replace("__", "."): (textwrap.dedent(s), False) for m, s in modules.items()})
+
+
+def test_the_cycle_check_finds_a_cycle_closed_inside_a_function():
+    graph = _graph_of(p__a="from p.b import x\n", p__b="def f():\n    from p import a\n", p__c="import p.a\n")
+    assert graph == {"p.a": {"p.b": 1}, "p.b": {"p.a": 2}, "p.c": {"p.a": 1}}
+    assert import_cycles(graph) == [["p.a", "p.b", "p.a"]]
+
+
+def test_the_cycle_check_names_the_shortest_cycle_of_a_group_and_every_group():
+    graph = _graph_of(p__a="import p.b\n", p__b="import p.c\nimport p.a\n", p__c="import p.a\n",
+                      q__x="from q import y\n", q__y="from .x import z\n")
+    assert import_cycles(graph) == [["p.a", "p.b", "p.a"], ["q.x", "q.y", "q.x"]]
+
+
+def test_the_cycle_check_leaves_type_checking_imports_and_one_way_graphs_alone():
+    graph = _graph_of(p__a="import p.b\n", p__b="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    import p.a\ndef f():\n    import p.c\n", p__c="import os\n")
+    assert graph == {"p.a": {"p.b": 1}, "p.b": {"p.c": 5}, "p.c": {}}
+    assert import_cycles(graph) == []
+
+
+# ---------------------------------------------------------------------------------------------
 # Schedulers behind one interface
 
 #: The core that reads and acts on schedulers only through broker.watchers (base, registry).

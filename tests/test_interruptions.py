@@ -24,11 +24,11 @@ GPU = {"aws": "A10G", "gcp": "A100", "azure": "A100"}
 def _interrupt(clouds, lease, how: str) -> None:  # noqa: F811
     inst = instances_of(lease)[0]
     if lease.provider == "aws":
-        clouds.aws.interrupt(inst["instance_id"])
+        clouds.aws.interrupt(inst.instance_id)
     elif lease.provider == "gcp":
-        clouds.gcp.interrupt(inst["node_name"], keep=how == "kept")
+        clouds.gcp.interrupt(inst.node_name, keep=how == "kept")
     else:
-        clouds.azure.interrupt(inst["node_name"])
+        clouds.azure.interrupt(inst.node_name)
 
 
 @pytest.mark.parametrize("provider,how", [("aws", "terminated"), ("gcp", "deleted"), ("gcp", "kept"),
@@ -66,12 +66,12 @@ def test_interrupted_spot_lease_requeues_blocks_and_is_replaced(clouds, tmp_path
         assert new.lease_id in rq.message
         assert new.state == "running", new.state_reason
         assert offering_key(new.provider, new.region, new.instance_type, new.market) != key
-        assert new.job["checkpoint_uri"] == "gs://ckpt/train-42/step-9000"
+        assert new.job.checkpoint_uri == "gs://ckpt/train-42/step-9000"
         assert svc.store.get_lease(old.lease_id).state == "released"
         live = live_by_lease(clouds)
         assert old.lease_id not in live and len(live[new.lease_id]) == new.nodes
         if how == "kept":  # the preempted VM was kept TERMINATED: it is deleted all the same
-            assert clouds.gcp.instance(instances_of(old)[0]["node_name"]) is None
+            assert clouds.gcp.instance(instances_of(old)[0].node_name) is None
 
         svc.reconciler.run_pass()  # nothing more happens on the next pass
         assert len([l for l in svc.store.list_leases() if l.replaces == old.lease_id]) == 1

@@ -14,6 +14,7 @@ import pytest
 
 from broker.convert import demand_to_pb
 from broker.v1 import broker_pb2 as pb
+from broker.records import Job
 from policies.demand import Demand
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.conftest import ROOT
@@ -43,7 +44,7 @@ def _launch(stub, key: str, job_id: str = "train-1", **kw) -> pb.Lease:
 def _terminate_from_outside(clouds, lease) -> None:  # noqa: F811
     """An operator (or a script) terminates the instance in the EC2 console: Client.UserInitiatedShutdown."""
     inst = instances_of(lease)[0]
-    iid = inst["instance_id"] if isinstance(inst, dict) else inst.instance_id
+    iid = inst.instance_id
     clouds.aws.client(lease.region).terminate_instances(InstanceIds=[iid])
 
 
@@ -119,9 +120,9 @@ def test_an_instance_terminated_from_outside_is_requeued_for_the_work_left(cloud
         new = _replacement_of(svc, lease.lease_id)
         assert new is not None and new.lease_id in rq.message
         assert new.state == "running", new.state_reason
-        assert new.demand["hours"] == pytest.approx(8.0)  # 10 h asked, 2 h saved by the checkpoint
-        assert new.job["checkpoint_uri"] == "s3://ckpt/train-1/step-2000"
-        assert (new.job["restarts"], new.job_state) == (1, "running")
+        assert new.demand.hours == pytest.approx(8.0)  # 10 h asked, 2 h saved by the checkpoint
+        assert new.job.checkpoint_uri == "s3://ckpt/train-1/step-2000"
+        assert (new.job.restarts, new.job_state) == (1, "running")
         assert list(live_by_lease(clouds)) == [new.lease_id]
 
         # On the replacement the work goes on from there: a checkpoint at 50 % of the job...
@@ -132,7 +133,7 @@ def test_an_instance_terminated_from_outside_is_requeued_for_the_work_left(cloud
         svc.reconciler.run_pass()
         third = _replacement_of(svc, new.lease_id)
         assert third is not None, events(svc.store, new.lease_id)
-        assert third.demand["hours"] == pytest.approx(5.0) and third.job["restarts"] == 2
+        assert third.demand.hours == pytest.approx(5.0) and third.job.restarts == 2
         stub.Release(pb.ReleaseRequest(lease_id=third.lease_id), timeout=60)
         assert existing_by_lease(clouds) == {}
 
@@ -144,7 +145,7 @@ def test_past_max_restarts_the_job_is_failed_not_dropped(clouds, tmp_path):  # n
         report = svc.reconciler.run_pass()
         assert (report.lost, report.replaced) == (1, 0), report
         old = svc.store.get_lease(lease.lease_id)
-        assert old.state == "released" and old.job_state == "failed" and old.job["state"] == "failed"
+        assert old.state == "released" and old.job_state == "failed" and old.job.state == "failed"
         (ev,) = [e for e in svc.store.events_of(lease.lease_id) if e.kind == "job"]
         assert ev.message == "job train-1 failed: outside termination after 0 restart(s), max_restarts 0"
         assert "no replacement: job train-1 failed" in old.state_reason
@@ -193,7 +194,7 @@ def test_a_lease_with_a_job_at_max_lifetime_is_warned_then_requeued_or_extended(
         (rq,) = [e for e in svc.store.events_of(lease.lease_id) if e.kind == "requeue"]
         assert "from checkpoint s3://ckpt/train-1/at-50min after maximum lifetime" in rq.message
         new = _replacement_of(svc, lease.lease_id)
-        assert new.job["restarts"] == 1 and new.demand["hours"] == pytest.approx(3.0 - 3000 / 3600)
+        assert new.job.restarts == 1 and new.demand.hours == pytest.approx(3.0 - 3000 / 3600)
         svc.reconciler.run_pass()  # the replacement launches
         new = svc.store.get_lease(new.lease_id)
         assert new.state == "running", new.state_reason
@@ -267,7 +268,7 @@ def test_hostile_reports_get_a_clear_answer_and_lose_nothing(clouds, tmp_path): 
 
     with service(tmp_path, clouds) as svc:
         lease = svc.lifecycle.launch(idempotency_key="h", target=svc.lifecycle.target_explicit(
-            "aws", "us-west-2", "", "g5.xlarge", "on_demand", 1), job={"job_id": "train-h"})
+            "aws", "us-west-2", "", "g5.xlarge", "on_demand", 1), job=Job(job_id="train-h"))
         token = svc.credentials.mint(lease.lease_id)
         callback = start_callback(svc.config, svc)
         texts = st.one_of(st.text(max_size=40), st.just("\x00" * 3), st.just("x" * 5000), st.just("train-h"))
@@ -294,7 +295,7 @@ def test_hostile_reports_get_a_clear_answer_and_lose_nothing(clouds, tmp_path): 
                 assert answer["error"].split(" ")[0] in ("job_id", "state", "exit_code", "progress",
                                                          "checkpoint_uri", "the"), answer
             rec = svc.store.get_lease(lease.lease_id)
-            assert rec is not None and rec.job["job_id"] == "train-h"
+            assert rec is not None and rec.job.job_id == "train-h"
 
         try:
             post()
@@ -333,7 +334,7 @@ def test_the_work_left_is_the_jobs_hours_minus_what_its_checkpoint_saved(job, de
                   job_state="running")
     assert hours_left(lease) == pytest.approx(left)
     plan = plan_requeue(lease, "lost instance", default_max_restarts=3)
-    assert plan.hours == pytest.approx(left) and plan.job["restarts"] == 1 and plan.job["total_hours"] == 10.0
+    assert plan.hours == pytest.approx(left) and plan.job.restarts == 1 and plan.job.total_hours == 10.0
     assert plan_requeue(_with_job(lease, {**job, "restarts": 3}), "lost instance", 3).failed
 
 

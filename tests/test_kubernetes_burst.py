@@ -74,15 +74,15 @@ def test_kubernetes_enabled_bursts_like_slurm_and_the_node_joins_with_kubeadm(cl
         assert svc.diagnose(None).verdict == sdiag.verdict
 
         # one lease per job, launched with the kubeadm template
-        leases = {l.job["job_id"]: l for l in svc.store.list_leases()}
+        leases = {l.job.job_id: l for l in svc.store.list_leases()}
         assert set(leases) == {"ml/job-301", "ml/job-302"}, [r.reason for r in svc.decisions()]
-        assert {(l.bootstrap, l.job["source"], l.state) for l in leases.values()} == {
+        assert {(l.bootstrap, l.job.source, l.state) for l in leases.values()} == {
             ("kubernetes", "kubernetes:prod", LeaseState.RUNNING)}
         lease = leases["ml/job-301"]
         scripts = boot_scripts(clouds)
         assert len(scripts) == 2
         script = next(s for s in scripts if f"BROKER_LEASE_ID={lease.lease_id}" in s)
-        node_name = lease.instances[0]["node_name"]
+        node_name = lease.instances[0].node_name
         result = run(script, tmp_path, {"kubeadm": RECORD})
         assert result.returncode == 0, result.stderr
         args, _ = recorded(tmp_path, "kubeadm")

@@ -8,6 +8,7 @@ from broker.errors import FailedPrecondition
 from broker.lease import (BILLED, ENDED, LIVE, SERVING, TRANSITIONS, InvalidTransition, Lease, LeaseState,
                           check_transition, cost_so_far, diagram)
 from broker.store import Store
+from broker.records import Job
 from tests.stores import db_url  # noqa: F401  (fixture)
 
 S = LeaseState
@@ -52,7 +53,7 @@ def test_every_allowed_transition_and_staying_put_pass():
 def test_the_store_refuses_an_invalid_transition_and_writes_nothing(db_url):  # noqa: F811
     store = Store(db_url)
     try:
-        lease, _ = store.create_lease(make(job={"job_id": "7"}, instances=[{"instance_id": "i-1"}]))
+        lease, _ = store.create_lease(make(job=Job(job_id="7"), instances=[{"instance_id": "i-1"}]))
         running = store.update_lease(store.update_lease(lease, now=2.0, state=S.PROVISIONING), now=3.0,
                                      state=S.RUNNING)
         with pytest.raises(InvalidTransition) as e:
@@ -62,8 +63,8 @@ def test_the_store_refuses_an_invalid_transition_and_writes_nothing(db_url):  # 
         assert after.state is S.RUNNING and after.version == running.version
         assert [ev.to_state for ev in store.events_of(lease.lease_id)] == ["requested", "provisioning", "running"]
         # JSON columns come back decoded, once, as Python values
-        assert after.job == {"job_id": "7"} and after.instance_ids == {"i-1"}
-        assert store.list_leases(states=LIVE)[0].job == {"job_id": "7"}
+        assert after.job == Job(job_id="7") and after.instance_ids == {"i-1"}
+        assert store.list_leases(states=LIVE)[0].job == Job(job_id="7")
     finally:
         store.close()
 

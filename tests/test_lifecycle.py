@@ -83,8 +83,8 @@ def test_every_transition_is_written_before_its_cloud_call(clouds, tmp_path, pro
         assert launches[0] == ("launch", "provisioning", f"{lease.lease_id}-1", f"{lease.lease_id}-1")
         assert launches[-1] == ("launch", "provisioning", f"{lease.lease_id}-2", f"{lease.lease_id}-2")
         attempts = lease.attempts
-        assert len(attempts) == 1 and attempts[0]["provider"] == provider
-        assert attempts[0]["code"] and attempts[0]["scope"].startswith(f"{provider}/{region}")
+        assert len(attempts) == 1 and attempts[0].provider == provider
+        assert attempts[0].code and attempts[0].scope.startswith(f"{provider}/{region}")
         seen.clear()
         svc.lifecycle.release(lease.lease_id)
         assert seen and all(s == ("terminate", "draining", "", "") for s in seen)
@@ -137,8 +137,8 @@ def test_gang_second_node_fails_then_the_whole_gang_fails_over(clouds, tmp_path)
         assert [i for i in clouds.gcp.instances() if i["status"] != "TERMINATED"
                 and i["zone"].endswith("us-central1-a")] == []
         (a,) = lease.attempts
-        assert (a["provider"], a["scope"]) == ("gcp", "gcp/us-central1/us-central1-a")
-        assert "blocked" not in a["code"] and a["code"]
+        assert (a.provider, a.scope) == ("gcp", "gcp/us-central1/us-central1-a")
+        assert "blocked" not in a.code and a.code
         svc.lifecycle.release(lease.lease_id)
         assert existing_by_lease(clouds) == {}
 
@@ -162,9 +162,9 @@ def test_gang_cloud_gives_fewer_nodes(clouds, tmp_path):  # noqa: F811
         lease = svc.lifecycle.provision(lease)
         assert lease.state == "running" and lease.provider == "gcp"
         assert clouds.azure.instances() == []
-        zones = [a["zone"] for a in lease.attempts if a["code"] == "PartialLaunch"]
+        zones = [a.zone for a in lease.attempts if a.code == "PartialLaunch"]
         assert len(zones) == len(set(zones)) > 1, lease.attempts  # each zone of eastus, then GCP
-        assert all(a["code"] == "PartialLaunch" and a["scope"].startswith("azure/eastus") for a in lease.attempts)
+        assert all(a.code == "PartialLaunch" and a.scope.startswith("azure/eastus") for a in lease.attempts)
         assert any(k.startswith("azure/eastus") for k in svc.store.active_blocks(svc.clock()))
         svc.lifecycle.release(lease.lease_id)
         assert existing_by_lease(clouds) == {}
@@ -199,7 +199,7 @@ def test_handoff_attaches_a_job(clouds, tmp_path):  # noqa: F811
         out = stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=job), timeout=30).lease
         assert out.job.job_id == "train-7" and out.job.checkpoint_uri.endswith("step-400")
         rec = svc.store.get_lease(lease.lease_id)
-        assert rec.job["job_id"] == "train-7" and rec.idle_since == 0.0
+        assert rec.job.job_id == "train-7" and rec.idle_since == 0.0
         assert ("handoff", "running", "running", "job train-7 handed off") in events(svc.store, lease.lease_id)
         with pytest.raises(grpc.RpcError) as e:
             stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=pb.Job()), timeout=30)
@@ -298,7 +298,7 @@ def test_crash_after_the_cloud_call_is_adopted_not_relaunched(clouds, tmp_path, 
         rec = svc.store.get_lease(lease.lease_id)
         assert rec.state == "running" and rec.attempt == 1
         assert sorted(live_by_lease(clouds)[lease.lease_id]) == sorted(launched)
-        assert {i["node_name"] for i in instances_of(rec)} == {f"{lease.lease_id}-1-0", f"{lease.lease_id}-1-1"}
+        assert {i.node_name for i in instances_of(rec)} == {f"{lease.lease_id}-1-0", f"{lease.lease_id}-1-1"}
         svc.lifecycle.release(lease.lease_id)
     assert existing_by_lease(clouds) == {}
 
@@ -356,7 +356,7 @@ def test_orphans_and_leftovers_are_terminated(clouds, tmp_path):  # noqa: F811
         clock.advance(61)
         report = svc.reconciler.run_pass()
         assert report.orphans_terminated == 3
-        assert live_by_lease(clouds) == {ok.lease_id: [("aws", instances_of(ok)[0]["instance_id"])]}
+        assert live_by_lease(clouds) == {ok.lease_id: [("aws", instances_of(ok)[0].instance_id)]}
         assert svc.store.get_lease(ok.lease_id).state == "running"
 
 

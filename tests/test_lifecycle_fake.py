@@ -9,6 +9,7 @@ from broker.lifecycle import LeaseError, Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
 from broker.store import Store
+from broker.records import Job
 from policies.demand import Demand
 from providers.base import AuthError, CapacityError, InstanceState, Market, ThrottledError, TransientError
 from tests.fake_provider import FakeProvider
@@ -61,9 +62,9 @@ def test_capacity_fails_over_to_the_next_cloud_and_blocks_the_zone(kit):
     lease = lc.launch(idempotency_key="k", target=first, demand=demand, alternatives=targets[1:])
     assert lease.state is S.RUNNING and (lease.provider, lease.region) != (first.provider, first.region)
     a = lease.attempts[0]
-    assert (a["provider"], a["code"], a["kind"]) == (first.provider, "InsufficientCapacity", "capacity")
+    assert (a.provider, a.code, a.kind) == (first.provider, "InsufficientCapacity", "capacity")
     # every zone of the full region was tried (or skipped as blocked) before leaving it
-    assert all((b["provider"], b["region"]) == (first.provider, first.region) for b in lease.attempts)
+    assert all((b.provider, b.region) == (first.provider, first.region) for b in lease.attempts)
     assert any(k.startswith(f"{first.provider}/{first.region}") for k in lc.store.active_blocks(lc.clock()))
 
 
@@ -88,7 +89,7 @@ def test_an_auth_error_skips_the_rest_of_that_cloud_and_every_offer_failing_fail
     assert lease.state is S.FAILED and lease.ended_at
     launched = [m for name in clouds for m, _ in clouds[name].calls if m == "launch"]
     assert len(launched) == len({t.provider for t in targets})  # one try per cloud, then skipped
-    assert {a["code"] for a in e.value.attempts} == {"UnauthorizedOperation", "blocked"}
+    assert {a.code for a in e.value.attempts} == {"UnauthorizedOperation", "blocked"}
 
 
 def test_the_reconciler_adopts_a_launch_that_finished_while_the_broker_was_down(kit):
@@ -129,7 +130,7 @@ def test_a_spot_interruption_drains_requeues_and_asks_for_a_replacement(kit):
     demand, targets = quoted(lc, interruptible=True)
     spot = [t for t in targets if t.market is Market.SPOT]
     lease = lc.launch(idempotency_key="k", target=spot[0], demand=demand, alternatives=spot[1:],
-                      job={"job_id": "train-1", "checkpoint_uri": "s3://ck/1"})
+                      job=Job(job_id="train-1", checkpoint_uri="s3://ck/1"))
     (inst,) = [i for i in clouds[lease.provider].alive()]
     clouds[lease.provider].interrupt(inst.instance_id)
     report = rec.run_pass()
@@ -139,7 +140,7 @@ def test_a_spot_interruption_drains_requeues_and_asks_for_a_replacement(kit):
     kinds = [e.kind for e in lc.store.events_of(lease.lease_id)]
     assert "interrupted" in kinds and "requeue" in kinds
     (new,) = [l for l in lc.store.list_leases() if l.replaces == lease.lease_id]
-    assert new.job["checkpoint_uri"] == "s3://ck/1" and new.state is S.RUNNING
+    assert new.job.checkpoint_uri == "s3://ck/1" and new.state is S.RUNNING
     assert (new.provider, new.region, new.instance_type) != (old.provider, old.region, old.instance_type) \
         or new.market != old.market
 
@@ -172,10 +173,10 @@ def test_spend_past_2_to_the_31_micro_dollars_accrues_and_releases(db_url, mini_
     try:
         lc = Lifecycle(store, {"aws": aws}, QuoteEngine(mini_catalog), owner="test", clock=clock)
         rec = Reconciler(lc, clock=clock)
-        lease = lc.launch(idempotency_key="big", target=h100(lc, count=2), job={"job_id": "j0"})  # busy: not idle
+        lease = lc.launch(idempotency_key="big", target=h100(lc, count=2), job=Job(job_id="j0"))  # busy: not idle
         clock.advance(30 * 3600)  # 2 x $98.32/h x 30 h = $5,899.20
         rec.run_pass()
-        lc.handoff(lease.lease_id, {"job_id": "j"})  # a write while the accrual is past 2^31 in view
+        lc.handoff(lease.lease_id, Job(job_id="j"))  # a write while the accrual is past 2^31 in view
         clock.advance(3600)
         done = lc.release(lease.lease_id, "done")
         assert done.state is S.RELEASED and aws.alive() == []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import BigInteger, Integer, MetaData, create_engine, inspect, text
 
-from broker import migrate
+from broker import migrate, schema
 from broker.store import Store, engine_for
 from tests.stores import db_url, pg_url_or_skip  # noqa: F401  (fixture)
 
@@ -89,7 +89,7 @@ def test_the_models_and_the_migrations_agree(db_url):
     engine = engine_for(db_url)
     try:
         migrate.upgrade(engine)
-        assert migrate.differences(engine) == []
+        assert schema.differences(engine) == []
     finally:
         engine.dispose()
 
@@ -101,7 +101,7 @@ def test_a_difference_between_models_and_database_is_found(db_url):
         migrate.upgrade(engine)
         with engine.begin() as conn:
             conn.execute(text("ALTER TABLE blocks ADD COLUMN stray VARCHAR"))
-        diff = migrate.differences(engine)
+        diff = schema.differences(engine)
         assert [(d[0], d[3].name) for d in diff] == [("remove_column", "stray")]
     finally:
         engine.dispose()
@@ -181,7 +181,7 @@ def test_a_database_made_before_migrations_is_brought_to_the_baseline_and_stampe
     assert revision_of(db_url) == migrate.head()
     store = Store(db_url)
     try:
-        assert migrate.differences(store.engine) == []  # exactly the models' schema, BIGINT included
+        assert schema.differences(store.engine) == []  # exactly the models' schema, BIGINT included
         assert store.active_blocks(0.0) == {"aws/us-east-1": "capacity"}  # the data stayed
         with store.engine.connect() as conn:
             markets = conn.execute(text("SELECT provider FROM market_snapshots")).scalars().all()

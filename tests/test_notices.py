@@ -25,6 +25,7 @@ from providers.base import offering_key
 from providers.notices import MalformedNotice, NoticeKind, from_eventbridge
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from broker.notices import notice_sources
+from broker.records import Job
 from tests.lease_kit import Watch, instances_of, offering, service, serving, wait_until
 
 pytestmark = pytest.mark.timeout(420)  # the deadlines inside are generous for a loaded machine
@@ -196,7 +197,7 @@ def test_a_spot_interruption_warning_launches_the_replacement_before_the_node_di
         stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=pb.Job(
             job_id="train-7", checkpoint_uri="s3://ckpt/train-7/step-100")), timeout=30)
         old = svc.store.get_lease(lease.lease_id)
-        iid = instances_of(old)[0]["instance_id"]
+        iid = instances_of(old)[0].instance_id
         watch = Watch(stub).opened(svc.store)
         svc.start_background()  # the leader's loops: the queue is long-polled from here on
         try:
@@ -216,7 +217,7 @@ def test_a_spot_interruption_warning_launches_the_replacement_before_the_node_di
         (rq,) = [e for e in svc.store.events_of(old.lease_id) if e.kind == "requeue"]
         assert new.lease_id in rq.message and "s3://ckpt/train-7/step-100" in rq.message
         assert offering_key(new.provider, new.region, new.instance_type, new.market) != key
-        assert new.job["job_id"] == "train-7" and new.job["checkpoint_uri"] == "s3://ckpt/train-7/step-100"
+        assert new.job.job_id == "train-7" and new.job.checkpoint_uri == "s3://ckpt/train-7/step-100"
         wait_until(lambda: queued(sqs, url) == 0, timeout=120, what="the message deleted")
         assert svc.metrics.notices.labels("aws", "preemption", "acted")._value.get() == 1
 
@@ -277,7 +278,7 @@ def test_a_gcp_preemption_operation_launches_the_replacement_while_the_vm_stops(
             quote_id=quote.quote_id, rank=rank)), timeout=60).lease
         stub.Handoff(pb.HandoffRequest(lease_id=lease.lease_id, job=pb.Job(job_id="train-9")), timeout=30)
         old = svc.store.get_lease(lease.lease_id)
-        name = instances_of(old)[0]["node_name"]
+        name = instances_of(old)[0].node_name
         (src,) = [s for s in notice_sources(svc.providers) if s.provider == "gcp"]
         assert src.poll_s == 10.0
         assert svc.notices.poll(src).acted == 0  # nothing preempted yet
@@ -287,7 +288,7 @@ def test_a_gcp_preemption_operation_launches_the_replacement_while_the_vm_stops(
         assert (report.received, report.acted) == (1, 1), report
         svc.notices.wait_launches(120)
         (new,) = [l for l in svc.store.list_leases() if l.replaces == old.lease_id]
-        assert new.state == "running" and new.job["job_id"] == "train-9", new.state_reason
+        assert new.state == "running" and new.job.job_id == "train-9", new.state_reason
         assert clouds.gcp.instance(name)["status"] == "STOPPING"  # the old VM is still there
         assert svc.store.get_lease(old.lease_id).state == "running"
         (ev,) = [e for e in svc.store.events_of(old.lease_id) if e.kind == "interruption_notice"]
@@ -362,7 +363,7 @@ def test_the_node_reports_its_own_preemption_through_the_callback(clouds, tmp_pa
     import subprocess
 
     from broker.lifecycle import node_names
-    from broker.service import LaunchOrder
+    from broker.records import LaunchOrder
     from broker.serving import start_callback
 
     md = _Metadata()
@@ -376,7 +377,7 @@ def test_the_node_reports_its_own_preemption_through_the_callback(clouds, tmp_pa
                                  providers=(provider,), regions=regions))
             rank = next(r.rank for r in q.offers if r.offering.market.value == "spot")
             lease = svc.launch(LaunchOrder(f"node-{provider}", quote_id=q.quote_id, rank=rank,
-                                           job={"job_id": "train-3"}, bootstrap="container"))
+                                           job=Job(job_id="train-3"), bootstrap="container"))
             assert lease.state.value == "running" and lease.provider == provider
             script = svc._boot_script(lease, node_names(lease))
             bindir = tmp_path / "bin"
@@ -391,14 +392,14 @@ def test_the_node_reports_its_own_preemption_through_the_callback(clouds, tmp_pa
             wait_until(lambda: md.asked, timeout=120, what="the script to ask the metadata server")
             assert not [e for e in svc.store.events_of(lease.lease_id) if e.kind == "interruption_notice"]
 
-            md.preempted_node = lease.instances[0]["node_name"]  # the cloud starts taking the VM
+            md.preempted_node = lease.instances[0].node_name  # the cloud starts taking the VM
             (ev,) = wait_until(lambda: [e for e in svc.store.events_of(lease.lease_id)
                                         if e.kind == "interruption_notice"], timeout=120,
                               what="the node's notice")
             assert "preemption notice" in ev.message and json.loads(ev.data)["source"].startswith(f"{provider}: ")
             (new,) = wait_until(lambda: [l for l in svc.store.list_leases() if l.replaces == lease.lease_id
                                          and l.state == "running"], timeout=120, what="a running replacement")
-            assert new.job["job_id"] == "train-3"
+            assert new.job.job_id == "train-3"
             assert svc.store.get_lease(lease.lease_id).state == "running" and proc.poll() is None  # node and job live
 
             (tmp_path / "stop").touch()  # the job checkpoints and ends

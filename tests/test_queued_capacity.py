@@ -141,7 +141,7 @@ def test_flex_start_is_quoted_with_its_start_through_the_cli(mini_catalog_dir, t
 
     import tomli_w
 
-    from broker.views import parse_iso
+    from broker.times import parse_iso
     from tests.conftest import ROOT
 
     gcp = {"enabled": True, "project": "p", "regions": ["us-central1"], "credentials": "anonymous",

@@ -90,7 +90,7 @@ def test_an_unknown_boot_template_fails_the_lease_without_a_cloud_call(kit):
         lc.launch(idempotency_key="k", target=target(lc), bootstrap="removed-from-config")
     lease = lc.store.lease_by_key("default", "k")
     assert lease.state is S.FAILED and "boot template 'removed-from-config'" in lease.state_reason
-    assert [a["code"] for a in e.value.attempts] == ["BootScript"]
+    assert [a.code for a in e.value.attempts] == ["BootScript"]
     assert [m for m, _ in clouds["aws"].calls] == []
 
 
@@ -128,8 +128,8 @@ def test_a_provider_bug_in_a_launch_fails_over_at_once_naming_the_provider_and_t
     lease = lc.launch(idempotency_key="k", target=target(lc, "aws"), alternatives=[target(lc, "gcp")],
                       demand=Demand(gpus=8, hours=1, gpu_model="H100"))
     assert lease.state is S.RUNNING and lease.provider == "gcp"  # failed over, not left provisioning
-    (bug,) = [a for a in lease.attempts if a["provider"] == "aws" and a["kind"] != "blocked"]
-    assert bug["code"] == "KeyError" and bug["message"] == "aws raised KeyError: 'Reservations'"
+    (bug,) = [a for a in lease.attempts if a.provider == "aws" and a.kind != "blocked"]
+    assert bug.code == "KeyError" and bug.message == "aws raised KeyError: 'Reservations'"
     assert [m for m, _ in clouds["aws"].calls].count("launch") == 1  # a bug is not retried
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from broker import config as cfgmod
 from broker.service import Service
+from broker.records import Job
 from broker.slurm.watcher import slurm_source
 from providers.base import Instance, InstanceState, Market
 from providers.notices import Notice, NoticeKind
@@ -38,7 +39,7 @@ def slurm_lease(svc: Service, node: str, iid: str):
 
     lc = svc.lifecycle
     t = Target("aws", "us-east-1", "us-east-1a", "g5.xlarge", Market.SPOT, 1, 500_000)
-    lease, _ = lc.create(idempotency_key=f"slurm-{node}", target=t, job={"node_names": [node]})
+    lease, _ = lc.create(idempotency_key=f"slurm-{node}", target=t, job=Job(node_names=(node,)))
     lease = lc._begin_attempt(lease, t, [])
     return lc.adopt(lease, [Instance("aws", iid, "us-east-1", "us-east-1a", "g5.xlarge", Market.SPOT,
                                      InstanceState.RUNNING, lease.lease_id, node)])

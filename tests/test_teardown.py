@@ -10,6 +10,7 @@ from broker.lifecycle import Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
 from broker.store import Store
+from broker.records import Job
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock
 
@@ -44,9 +45,9 @@ def test_defaults_release_an_idle_lease_and_spare_one_whose_job_runs(make):
     lc, rec, cloud, clock = make()
     s = lc.settings
     assert s.idle_timeout_s > 0 and s.max_lifetime_s > s.idle_timeout_s, "no default teardown"
-    with_job = launch(lc, "with-job", job={"job_id": "4211", "owner": "ana"})
+    with_job = launch(lc, "with-job", job=Job(job_id="4211", owner="ana"))
     idle = launch(lc, "idle")
-    slurm_node = launch(lc, "slurm-node", job={"node_names": ["burst-1"]})  # Slurm runs jobs on it
+    slurm_node = launch(lc, "slurm-node", job=Job(node_names=("burst-1",)))  # Slurm runs jobs on it
     clock.advance(s.idle_timeout_s + 1)
     rec.run_pass()
     assert lc.get(with_job.lease_id).state is S.RUNNING, "a lease whose job runs was torn down as idle"
@@ -55,7 +56,7 @@ def test_defaults_release_an_idle_lease_and_spare_one_whose_job_runs(make):
     assert gone.state is S.RELEASED and "idle" in gone.state_reason and "no job" in gone.state_reason
     # a job handed off later makes a lease busy; its maximum lifetime still ends it
     later = launch(lc, "later")
-    lc.handoff(later.lease_id, {"job_id": "7"})
+    lc.handoff(later.lease_id, Job(job_id="7"))
     clock.advance(s.max_lifetime_s)
     rec.run_pass()
     for lease in (with_job, slurm_node, later):
@@ -75,7 +76,7 @@ def test_a_lease_without_a_job_is_gone_within_30_days_by_default(make):
 
 def test_the_operator_can_turn_both_off(make):
     lc, rec, cloud, clock = make(idle_timeout_s=0, max_lifetime_s=0)
-    idle, busy = launch(lc, "idle"), launch(lc, "busy", job={"job_id": "1"})
+    idle, busy = launch(lc, "idle"), launch(lc, "busy", job=Job(job_id="1"))
     clock.advance(30 * DAY)
     rec.run_pass()
     assert [lc.get(l.lease_id).state for l in (idle, busy)] == [S.RUNNING, S.RUNNING]

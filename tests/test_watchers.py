@@ -11,6 +11,7 @@ import pytest
 from broker import config as cfgmod
 from broker.autoscaler import Autoscaler
 from broker.watchers import registry
+from broker.records import Job
 from broker.watchers.base import (BurstHandoff, DrainNodes, HandoffError, JoinNodes, OffloadJobs,
                                   SchedulerWatcher, Unsupported, capability)
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot
@@ -156,8 +157,8 @@ def test_a_watcher_that_cannot_hand_over_gets_leases_that_join_its_cluster(cloud
         leases = svc.store.list_leases()
         assert leases and all(l.bootstrap == "container" for l in leases)
         for l in leases:
-            assert l.job["source"] == "fake:one" and l.job["env"] == {"FAKE_CLUSTER": "fake:one",
-                                                                        "FAKE_JOB": l.job["job_id"]}
+            assert l.job.source == "fake:one" and l.job.env == {"FAKE_CLUSTER": "fake:one",
+                                                                        "FAKE_JOB": l.job.job_id}
 
 
 def test_a_plain_watcher_gets_leases_with_no_boot_template(clouds, tmp_path):  # noqa: F811
@@ -166,7 +167,7 @@ def test_a_plain_watcher_gets_leases_with_no_boot_template(clouds, tmp_path):  #
         (d,) = scaler(svc, w).tick()
         assert d.action == "burst"
         leases = svc.store.list_leases()
-        assert leases and all(l.bootstrap == "" and "env" not in l.job for l in leases)
+        assert leases and all(l.bootstrap == "" and l.job.env == {} for l in leases)
 
 
 def test_blocking_light_jobs_are_offloaded_through_the_watcher_before_training_bursts(clouds, tmp_path):  # noqa: F811
@@ -211,7 +212,7 @@ def scheduler_lease(svc, node: str, iid: str):
 
     lc = svc.lifecycle
     t = Target("aws", "us-east-1", "us-east-1a", "g5.xlarge", Market.SPOT, 1, 500_000)
-    lease, _ = lc.create(idempotency_key=f"sched-{node}", target=t, job={"node_names": [node]})
+    lease, _ = lc.create(idempotency_key=f"sched-{node}", target=t, job=Job(node_names=(node,)))
     lease = lc._begin_attempt(lease, t, [])
     return lc.adopt(lease, [Instance("aws", iid, "us-east-1", "us-east-1a", "g5.xlarge", Market.SPOT,
                                      InstanceState.RUNNING, lease.lease_id, node)])

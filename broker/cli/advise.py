@@ -1,14 +1,15 @@
 """`broker advise`: build vs rent, from measured utilisation and the price catalog."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from broker.cli.advise_sweep import advise_simulation, policy_of, read_simulation
 from broker.cli.app import app, check_format, exit_usage, print_json
+from broker.times import as_of
 
 
 #: The sane range of each owning-cost flag: a value outside is a typo (2^63 GPUs, a PUE of 40),
@@ -49,40 +50,13 @@ def _utilization_arg(text: str) -> float:
     return v
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        exit_usage(f"cannot read {path}: {e.strerror or e}.")
-    except ValueError:
-        exit_usage(f"{path} is not JSON; write it with `broker simulate --format json`.")
-    except RecursionError:  # a thousand nested brackets: no simulation output looks like that
-        exit_usage(f"{path} is nested too deeply to be a `broker simulate --format json` output.")
-    if not isinstance(doc, dict):
-        exit_usage(f"{path} is not a `broker simulate --format json` output.")
-    return doc
-
-
-def _policy_of(doc: dict, path: Path, policy: str) -> dict:
-    pols = doc.get("policies")
-    if not isinstance(pols, dict) or not pols:
-        exit_usage(f"{path} has no \"policies\"; write it with `broker simulate --format json`.")
-    if policy not in pols:
-        exit_usage(f"{path} has no policy {policy!r}; it has {', '.join(pols)}.")
-    d = pols[policy]
-    u = d.get("onprem_utilization") if isinstance(d, dict) else None
-    if not isinstance(u, (int, float)) or not 0 <= u <= 1:
-        exit_usage(f"{path} policy {policy!r} has no valid onprem_utilization.")
-    return d
-
-
 def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[float, int | None, str]:
     """The utilisation, the GPUs it applies to and where it came from."""
     from policies.tco import sacct_usage
 
     if from_simulate is not None:
-        doc = _read_json(from_simulate)
-        u = _policy_of(doc, from_simulate, sim_policy)["onprem_utilization"]
+        doc = read_simulation(from_simulate)
+        u = policy_of(doc, from_simulate, sim_policy)["onprem_utilization"]
         if gpus is None:
             gpus = doc.get("onprem_gpus")
             if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
@@ -158,8 +132,6 @@ def advise_cmd(
                   usd_per_kwh=usd_per_kwh, staff_usd_per_year=staff_per_year,
                   facility_usd_per_year=facility_per_year)
     if simulation is not None:
-        from broker.cli.advise_sweep import advise_simulation
-
         advise_simulation(simulation, sim_policy or "broker", spec, prices, model, catalog.as_of, fmt,
                           owning=owning, plot=plot)
         return
@@ -176,7 +148,6 @@ def advise_cmd(
             _plot(spec, adv, plot, gpu_model.upper())
         except OSError as e:
             exit_usage(f"cannot write the plot {plot}: {e.strerror or e}.")
-    from broker.views import as_of
     out = {"gpus": gpus, "gpu_model": gpu_model.upper(), "utilization_source": source,
            "catalog_as_of": as_of(catalog.as_of), "owning": {**owning, "as_of": as_of(owning["as_of"])},
            **adv.to_dict()}
@@ -190,7 +161,7 @@ def _model_and_prices(catalog, gpu_model: Optional[str], simulation: Optional[Pa
     """The GPU model and its cloud prices: the simulation's when there is one, else the catalog's."""
     from policies.tco import cheapest_prices
 
-    sim_doc = _read_json(simulation) if simulation is not None else None
+    sim_doc = read_simulation(simulation) if simulation is not None else None
     model = _model(gpu_model, sim_doc, simulation)
     prices = _sim_prices(sim_doc, simulation, model) if sim_doc is not None else None
     if not prices:

@@ -1,12 +1,41 @@
 """`broker advise --simulation`: build vs rent per simulated pool size."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from broker.cli.app import exit_usage, print_json
+from broker.times import as_of as rfc3339
 
 SECONDS_PER_YEAR = 365.0 * 86400.0
+
+
+def read_simulation(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        exit_usage(f"cannot read {path}: {e.strerror or e}.")
+    except ValueError:
+        exit_usage(f"{path} is not JSON; write it with `broker simulate --format json`.")
+    except RecursionError:  # a thousand nested brackets: no simulation output looks like that
+        exit_usage(f"{path} is nested too deeply to be a `broker simulate --format json` output.")
+    if not isinstance(doc, dict):
+        exit_usage(f"{path} is not a `broker simulate --format json` output.")
+    return doc
+
+
+def policy_of(doc: dict, path: Path, policy: str) -> dict:
+    pols = doc.get("policies")
+    if not isinstance(pols, dict) or not pols:
+        exit_usage(f"{path} has no \"policies\"; write it with `broker simulate --format json`.")
+    if policy not in pols:
+        exit_usage(f"{path} has no policy {policy!r}; it has {', '.join(pols)}.")
+    d = pols[policy]
+    u = d.get("onprem_utilization") if isinstance(d, dict) else None
+    if not isinstance(u, (int, float)) or not 0 <= u <= 1:
+        exit_usage(f"{path} policy {policy!r} has no valid onprem_utilization.")
+    return d
 
 
 def _runs(doc: dict, path: Path) -> list[dict]:
@@ -39,11 +68,10 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
                       owning: dict | None = None, plot: Path | None = None) -> None:
     """Price every size in a `broker simulate` JSON: owning the pool at its simulated utilisation
     plus its cloud bursts scaled to a year, against renting the trace's GPU-hours on demand."""
-    from broker.cli.advise import _policy_of, _read_json
     from broker.simulate.model import MAX_ONPREM_GPUS
     from policies.tco import TcoError, best_size, size_costs
 
-    doc = _read_json(path)
+    doc = read_simulation(path)
     trace = doc.get("trace")
     span = trace.get("span_s") if isinstance(trace, dict) else None
     gpu_h = trace.get("gpu_hours") if isinstance(trace, dict) else None
@@ -59,7 +87,7 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
     od = prices.get("on_demand") or min(prices.values(), key=lambda p: p.usd_per_gpu_hour)
     runs = []
     for run in _runs(doc, path):
-        d = _policy_of(run, path, policy)
+        d = policy_of(run, path, policy)
         gpus = int(_number(run.get("onprem_gpus", 0), path, "onprem_gpus", whole=True, most=MAX_ONPREM_GPUS))
         where = f"policy {policy!r} at {gpus} GPUs"
         cloud = _number(d.get("cloud_cost_usd", 0.0), path, f"{where}: cloud_cost_usd") * scale
@@ -73,8 +101,6 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
         rec, reason = best_size(rows, rent_all)
     except TcoError as e:
         exit_usage(f"{str(e).rstrip('.')}.")
-    from broker.views import as_of as rfc3339
-
     if plot is not None:
         try:
             _plot(rows, rent_all, plot, model, policy)

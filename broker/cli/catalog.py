@@ -5,7 +5,8 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+from broker.cli.app import app, check_format, console as make_console, exit_error, exit_usage, fitted_table, print_json
+from broker.times import iso
 
 catalog_app = typer.Typer(
     name="catalog", no_args_is_help=True, rich_markup_mode=None,
@@ -142,7 +143,7 @@ def show_cmd(
     import time
 
     from broker import market, market_store
-    from broker.views import iso, market_fields
+    from broker.views import market_fields
 
     check_format(fmt)
     cfg = _load(config)
@@ -181,8 +182,6 @@ def show_cmd(
 
 
 def _table(rows: list[dict], refreshes: list[dict], warnings: list[str]) -> None:
-    from broker.cli.app import console as make_console, fitted_table
-
     console = make_console()
     columns = [(c, "right" if c in ("$/h", "quota left") else "left")
                for c in ("provider", "region", "instance", "market", "$/h", "source", "as of", "zones", "quota left")]

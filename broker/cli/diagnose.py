@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from broker.cli.app import app, check_format, exit_error, exit_usage, print_json
+from broker.times import iso
 
 if TYPE_CHECKING:  # heavy-ish imports stay inside the command
     from policies.diagnose import Diagnosis
@@ -220,8 +221,6 @@ def diagnose_command(
     except ValueError as exc:
         exit_usage(f"{str(exc).rstrip('.')}.")
     if output == "json":
-        from broker.views import iso
-
         doc = {"source": snap.source, "taken_at": iso(snap.taken_at), **diag.to_dict()}
         if snap.extra.get("warnings"):
             doc["warnings"] = list(snap.extra["warnings"])

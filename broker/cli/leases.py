@@ -10,6 +10,7 @@ import typer
 from broker.cli.app import (app, check_format, console, exit_refused, exit_usage, print_json,
                             server_option_default)
 from broker.lease import LeaseState
+from broker.cli.app import fitted_table
 
 SERVER_HELP = "Broker address host:port (env BROKER_SERVER, default 127.0.0.1:50051)."
 
@@ -28,8 +29,6 @@ def _print_leases(leases: list[dict], fmt: str) -> None:
     if fmt == "json":
         print_json(leases)
         return
-    from broker.cli.app import fitted_table
-
     right = ("nodes", "$/h", "cost so far")
     columns = [(c, "right" if c in right else "left") for c in
                ("lease", "state", "provider", "region", "zone", "instance", "market", "nodes", "$/h",

@@ -6,6 +6,8 @@ from typing import Optional
 import typer
 
 from broker.cli.app import app, check_format, exit_refused, exit_usage, print_json
+from broker.cli.app import console as make_console, fitted_table
+from broker.times import parse_iso
 
 HELP = """Quote GPU capacity across AWS, GCP and Azure at full cost.
 
@@ -55,7 +57,6 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
         return None
     if text.endswith("h") and text[:-1].replace(".", "", 1).isdigit():
         return now + float(text[:-1]) * 3600
-    from broker.views import parse_iso
     try:
         return parse_iso(text)
     except ValueError:
@@ -63,8 +64,6 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
 
 
 def _table(doc: dict) -> None:
-    from broker.cli.app import console as make_console, fitted_table
-
     console = make_console()
     d = doc["demand"]
     what = f"{d['gpu_model'] or 'any GPU'}" + (f" >= {d['min_gpu_memory_gb']} GB" if d["min_gpu_memory_gb"] else "")
@@ -205,11 +204,14 @@ def quote(
         except ClientError as e:
             exit_refused(e)
     else:
-        from broker.config import ConfigError
-        from broker.quote import quote_engine_from_config
+        from broker import market, market_store
+        from broker.config import ConfigError, load
 
         try:
-            engine = quote_engine_from_config(config)
+            cfg = load(config)
+            # one quote, then the process ends: scalar pricing over the stored live market
+            engine = market.quote_engine(cfg, market_store.reader(cfg.db_url, cfg.store.connect_timeout_s),
+                                         log_refused=False, bulk=False)
             demand = engine.validate(demand)
         except (ConfigError, ValueError) as e:
             if isinstance(e, DemandError):

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from broker.cli.app import FORMATS, app, exit_usage, print_json
+from broker.times import as_of
 
 _POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker", "broker-burst-overdue")
 LIFETIMES_FILE = "spot_instance_lifetimes_aws_gcp_2020.csv"
@@ -170,7 +171,6 @@ def simulate_cmd(
     sys.stderr.write(f"broker: spot lifetimes: {f'observed ({life_path})' if life_path else 'the catalog rates'}\n")
     cfg = SimConfig(onprem_gpus=sizes[0], gpus_per_node=gpus_per_node, seed=seed, default_gpu_model=model,
                     checkpoint_minutes=checkpoint_minutes)
-    from broker.views import as_of
     doc = {"trace": tr.to_dict(), "gpus_per_node": gpus_per_node, "interruptible_share": interruptible_share,
            "seed": seed, "gpu_model": model, "spot_lifetimes": str(life_path) if life_path else "catalog",
            "catalog_as_of": as_of(catalog.as_of), "gpu_prices": _gpu_prices(catalog, model)}

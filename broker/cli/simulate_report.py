@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from broker.cli.app import exit_usage, print_json
+from broker.cli.app import exit_usage, fitted_table, print_json
 
 COLORS = {"onprem-only": "tab:gray", "ondemand-cheapest": "tab:red", "spot-greedy": "tab:orange",
           "broker": "tab:blue", "broker-burst-overdue": "tab:cyan"}
@@ -74,8 +74,6 @@ def preemptions_line(doc: dict) -> str:
 def print_table(doc: dict) -> None:
     from rich.console import Console
 
-    from broker.cli.app import fitted_table
-
     pols = doc["policies"]
     columns = [(c, "left" if c == "policy" else "right")
                for c in ("policy", "cloud $", "hindsight", "bound $", "p95", "p99", "burst", "util")]
@@ -139,8 +137,6 @@ def sweep(doc, jobs, catalog, names, sizes, cfg, lifetimes, workers, fmt, plot) 
 
 def print_sweep_table(doc: dict, n_jobs: int) -> None:
     from rich.console import Console
-
-    from broker.cli.app import fitted_table
 
     columns = [(c, "left" if c == "policy" else "right")
                for c in ("GPUs", "policy", "cloud $", "p95", "p99", "burst", "util")]

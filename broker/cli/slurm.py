@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import app, exit_usage
+from broker.cli.app import DEFAULT_SERVER, app, exit_usage
 
 slurm_app = typer.Typer(
     name="slurm",
@@ -61,7 +61,6 @@ def _setup(config: Optional[str], log_file: Optional[str], command: str, hostlis
 
 
 def _client(server: Optional[str], settings):
-    from broker.cli.app import DEFAULT_SERVER
     from broker.client import BrokerClient
 
     target = server or os.environ.get("BROKER_SERVER") or settings.server or DEFAULT_SERVER

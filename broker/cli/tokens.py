@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from broker.cli.app import app, check_format, console, exit_error, exit_usage, print_json
+from broker.cli.app import app, check_format, console, exit_error, exit_usage, fitted_table, print_json
 
 tokens_app = typer.Typer(
     name="tokens", no_args_is_help=True, rich_markup_mode=None,
@@ -149,7 +149,6 @@ def list_cmd(
 ) -> None:
     import time
 
-    from broker.cli.app import fitted_table
     from broker.tokens import TokenStore, token_view
 
     check_format(fmt)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from broker.migrate import OPTIONS, target_metadata
+from broker.migrate import OPTIONS
+from broker.schema import target_metadata
 
 cfg = context.config
 connection = cfg.attributes.get("connection")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable, Mapping
 
-from broker.watchers.base import SchedulerWatcher
+from broker.watchers.base import SchedulerWatcher, Stoppable
 
 #: The modules that define a ``KIND``, one per scheduler, in the order the watchers are read.
 KIND_MODULES: tuple[str, ...] = (
@@ -104,8 +104,6 @@ def check(config: Any) -> None:
 
 def stop_watchers(watchers: Mapping[str, Any]) -> None:
     """Stop every watcher that runs threads of its own (:class:`~broker.watchers.base.Stoppable`)."""
-    from broker.watchers.base import Stoppable
-
     for w in watchers.values():
         if isinstance(w, Stoppable):
             w.stop()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-from providers.base import ProviderError
+from providers.base import ProviderError, TransientError
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +215,6 @@ class Snapshot:
             try:
                 err = e if isinstance(e, ProviderError) else mapper(e, region=region)
             except Exception:  # noqa: BLE001 - an error its SDK has no type for
-                from providers.base import TransientError
-
                 err = TransientError(f"its answer could not be read ({type(e).__name__}: {str(e)[:200]})",
                                      provider=self.provider, code="UnreadableAnswer", region=region)
             self.fail(kind, region, err)
