@@ -1,0 +1,101 @@
+"""Limits tested at their edge: a comparison turned from ``>=`` into ``>`` (or the reverse) must
+fail a test. Each test puts the value exactly on the limit and just beside it.
+
+Run against the in-memory clouds (tests/fake_provider.py), so each takes milliseconds."""
+from __future__ import annotations
+
+import pytest
+
+from broker.lease import LeaseState
+from broker.lifecycle import LeaseError, Lifecycle, Settings
+from broker.quote import QuoteEngine
+from broker.reconciler import Reconciler
+from broker.store import Store
+from policies.demand import Demand
+from providers.base import Market
+from tests.fake_provider import FakeProvider
+from tests.lease_kit import Clock
+
+GRACE_S = 60.0
+H100x8 = Demand(gpus=8, hours=1, gpu_model="H100")
+
+# Four offers, each in its own region (no zone: the cloud picks one), all out of capacity.
+OFFERS = [("aws", "us-east-1", "p5.48xlarge"), ("aws", "eu-west-1", "p5.48xlarge"),
+          ("gcp", "us-central1", "a3-highgpu-8g"), ("gcp", "europe-west4", "a3-highgpu-8g")]
+
+
+def _kit(tmp_path, catalog, **settings):
+    clock = Clock(1_800_000_000.0)
+    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    lc = Lifecycle(store, clouds, QuoteEngine(catalog), owner="test", clock=clock,
+                   settings=Settings(backoff_s=0.0, **settings), sleep=lambda s: None)
+    return lc, Reconciler(lc, orphan_grace_s=GRACE_S, clock=clock), clouds, clock, store
+
+
+@pytest.fixture
+def kit(tmp_path, mini_catalog):
+    lc, rec, clouds, clock, store = _kit(tmp_path, mini_catalog)
+    yield lc, rec, clouds, clock
+    store.close()
+
+
+def _launched(clouds) -> list[tuple[str, str]]:
+    """The offers (zones aside: every zone of a region is the same offer) launched on, in order."""
+    calls = [(name, spec.region) for name, c in clouds.items() for m, spec in c.calls if m == "launch"]
+    return list(dict.fromkeys(calls))
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_a_launch_tries_exactly_max_failover_offers(tmp_path, mini_catalog, cap):
+    """max_failover = N: the N-th offer is tried (in each of its zones), the (N+1)-th is not."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, max_failover=cap)
+    try:
+        for provider, region, itype in OFFERS:
+            clouds[provider].capacity[(region, itype)] = 0
+        first, *alts = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS]
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=first, demand=H100x8, alternatives=alts)
+        assert _launched(clouds) == [(p, r) for p, r, _ in OFFERS[:cap]]
+        assert lc.store.lease_by_key("default", "k").state is LeaseState.FAILED
+    finally:
+        store.close()
+
+
+def test_the_last_offer_within_max_failover_can_still_succeed(tmp_path, mini_catalog):
+    """With max_failover = 2 and the first offer out of capacity, the second one runs."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, max_failover=2)
+    try:
+        clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+        first, second = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS[:2]]
+        lease = lc.launch(idempotency_key="k", target=first, demand=H100x8, alternatives=[second])
+        assert lease.state is LeaseState.RUNNING and lease.region == "eu-west-1"
+    finally:
+        store.close()
+
+
+def test_an_orphan_is_terminated_at_exactly_the_grace_period_not_before(kit):
+    lc, rec, clouds, clock = kit
+    orphan = clouds["gcp"].plant("l-gone", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND)
+    assert rec.run_pass().orphans_terminated == 0  # first seen now
+    clock.advance(GRACE_S - 0.5)
+    assert rec.run_pass().orphans_terminated == 0
+    assert orphan.instance_id in clouds["gcp"].instances
+    clock.advance(0.5)  # seen for exactly the grace period
+    assert rec.run_pass().orphans_terminated == 1
+    assert orphan.instance_id not in clouds["gcp"].instances
+
+
+def test_an_orphan_that_disappears_starts_its_grace_period_again(kit):
+    """A node missing from one listing is forgotten: when it is listed again, it waits anew."""
+    lc, rec, clouds, clock = kit
+    orphan = clouds["aws"].plant("l-gone", "us-east-1", "p5.48xlarge", Market.ON_DEMAND)
+    rec.run_pass()
+    clouds["aws"].vanish(orphan.instance_id)
+    clock.advance(GRACE_S / 2)
+    rec.run_pass()
+    clouds["aws"].plant("l-gone", "us-east-1", "p5.48xlarge", Market.ON_DEMAND, instance_id=orphan.instance_id)
+    clock.advance(GRACE_S / 2)
+    assert rec.run_pass().orphans_terminated == 0  # seen again only now
+    clock.advance(GRACE_S)
+    assert rec.run_pass().orphans_terminated == 1
