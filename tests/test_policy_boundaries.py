@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from policies.budget import Caps, launch_refusal, over_budget, to_release
+from policies.classes import JobClass, wait_target_s
+from policies.cost import ExclusionKind
+from policies.demand import Demand
 from policies.diagnose import diagnose
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot
+from policies.selection import Candidate, SelectionConfig
+from policies.triggers import BURST, HOLD, Signals, TriggerConfig, TriggerState, evaluate
+from providers.base import Market
 
 M = 10**6  # micro-dollars per dollar
 
@@ -106,3 +112,46 @@ def test_the_window_holds_samples_from_exactly_an_hour_ago_up_to_now(at, persist
     history = [(NOW - 600 * (i + 1), 0.4) for i in range(3)] + [(NOW - 900, 0.95), (at, 0.95)]
     d = diagnose(_cluster(6), history, now=NOW)
     assert any("persistently under 70%" in s for s in d.signals) is persistent
+
+
+# ------------------------------------------------------------------------------- the wait rule
+SEL = SelectionConfig(min_wait_share=0.0, startup_s=60, min_runtime_startups=1)
+
+
+def _wait_rule(pred_s: float, runtime_s: float = 7200, cls: JobClass = JobClass("default")) -> str:
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, classes=(cls,))
+    job = PendingJob(job_id="p", gpus=8, est_runtime_s=int(runtime_s), waited_s=0)
+    d, _ = evaluate(cfg, TriggerState(), 0, Signals(8, 512, 512, 0, ()), [Candidate(job, pred_s)], "healthy")
+    return d.action
+
+
+@pytest.mark.parametrize("pred,action", [(3600, HOLD), (3601, BURST)])
+def test_a_job_goes_once_its_wait_exceeds_half_its_runtime_not_at_it(pred, action):
+    assert _wait_rule(pred, runtime_s=7200) == action
+
+
+@pytest.mark.parametrize("pred,action", [(1800, HOLD), (1801, BURST)])
+def test_a_class_target_under_half_the_runtime_is_the_one_that_counts(pred, action):
+    assert _wait_rule(pred, runtime_s=7200, cls=JobClass("default", max_wait_s=1800)) == action
+
+
+def test_wait_target_takes_the_time_limit_for_a_missing_runtime_and_the_class_target_for_neither():
+    cls = JobClass("default", max_wait_s=5000)
+    assert wait_target_s(7200, 0, cls, 0.5) == 3600
+    assert wait_target_s(0, 4000, cls, 0.5) == 2000  # the time limit stands in
+    assert wait_target_s(0, 0, cls, 0.5) == 5000
+    assert wait_target_s(20_000, 0, cls, 0.5) == 5000  # the lesser of the two
+
+
+# ------------------------------------------------------------ spot only for checkpointing jobs
+def test_spot_is_offered_only_to_an_interruptible_job(mini_catalog):
+    from broker.quote import QuoteEngine
+
+    engine = QuoteEngine(mini_catalog)
+    steady = engine.quote(Demand(gpus=8, hours=1, gpu_model="H100"))
+    assert steady.offers and all(r.offering.market is not Market.SPOT for r in steady.offers)
+    spot_out = [x for x in steady.excluded if x.offering.market is Market.SPOT]
+    assert spot_out and all(x.kind == ExclusionKind.MARKET and
+                            x.reason == "spot capacity needs an interruptible (checkpointing) job" for x in spot_out)
+    checkpointing = engine.quote(Demand(gpus=8, hours=1, gpu_model="H100", interruptible=True))
+    assert any(r.offering.market is Market.SPOT for r in checkpointing.offers)
