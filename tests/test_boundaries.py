@@ -99,3 +99,23 @@ def test_an_orphan_that_disappears_starts_its_grace_period_again(kit):
     assert rec.run_pass().orphans_terminated == 0  # seen again only now
     clock.advance(GRACE_S)
     assert rec.run_pass().orphans_terminated == 1
+
+
+def test_a_blocked_offer_is_skipped_without_a_cloud_call_and_said_so(kit):
+    """A capacity error blocks the offer's zone; the next launch there records each blocked zone as
+    an attempt of its own and calls the cloud only where nothing is blocked."""
+    lc, _, clouds, _ = kit
+    clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+    aws = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 1)
+    gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+    first = lc.launch(idempotency_key="a", target=aws, demand=H100x8, alternatives=[gcp])
+    assert first.provider == "gcp"
+    calls = len([m for m, _ in clouds["aws"].calls if m == "launch"])
+    second = lc.launch(idempotency_key="b", target=aws, demand=H100x8, alternatives=[gcp])
+    assert second.state is LeaseState.RUNNING and second.provider == "gcp"
+    assert len([m for m, _ in clouds["aws"].calls if m == "launch"]) == calls  # aws not asked again
+    blocked = [a for a in second.attempts if a["provider"] == "aws"]
+    assert blocked and all((a["code"], a["kind"], a["region"]) == ("blocked", "blocked", "us-east-1")
+                           for a in blocked)
+    assert {a["zone"] for a in blocked} == {"us-east-1a", "us-east-1b"}
+    assert all(a["scope"].startswith("aws/us-east-1") and a["message"].startswith("blocked: ") for a in blocked)

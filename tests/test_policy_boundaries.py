@@ -118,8 +118,8 @@ def test_the_window_holds_samples_from_exactly_an_hour_ago_up_to_now(at, persist
 SEL = SelectionConfig(min_wait_share=0.0, startup_s=60, min_runtime_startups=1)
 
 
-def _wait_rule(pred_s: float, runtime_s: float = 7200, cls: JobClass = JobClass("default")) -> str:
-    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, classes=(cls,))
+def _wait_rule(pred_s: float, runtime_s: float = 7200, cls: JobClass | None = None) -> str:
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, classes=(cls or JobClass("default"),))
     job = PendingJob(job_id="p", gpus=8, est_runtime_s=int(runtime_s), waited_s=0)
     d, _ = evaluate(cfg, TriggerState(), 0, Signals(8, 512, 512, 0, ()), [Candidate(job, pred_s)], "healthy")
     return d.action
