@@ -8,7 +8,7 @@ from policies.budget import Caps, launch_refusal, over_budget, to_release
 from policies.classes import JobClass, wait_target_s
 from policies.cost import ExclusionKind
 from policies.demand import Demand
-from policies.diagnose import diagnose
+from policies.diagnose import DiagnoseConfig, diagnose
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig
 from policies.triggers import BURST, HOLD, Signals, TriggerConfig, TriggerState, evaluate
@@ -155,3 +155,37 @@ def test_spot_is_offered_only_to_an_interruptible_job(mini_catalog):
                             x.reason == "spot capacity needs an interruptible (checkpointing) job" for x in spot_out)
     checkpointing = engine.quote(Demand(gpus=8, hours=1, gpu_model="H100", interruptible=True))
     assert any(r.offering.market is Market.SPOT for r in checkpointing.offers)
+
+
+@pytest.mark.parametrize("name", ["low_allocation", "high_allocation", "persistence", "queue_gpu_fraction",
+                                  "scheduling_share"])
+def test_diagnose_shares_may_be_exactly_0_or_1_and_nothing_outside(name):
+    edge = {"low_allocation": 0.0} if name == "high_allocation" else {"high_allocation": 1.0}
+    for v in (0.0, 1.0):
+        if (name, v) not in (("low_allocation", 1.0), ("high_allocation", 0.0)):
+            assert getattr(DiagnoseConfig(**{**edge, name: v}), name) == v
+    for v in (-0.001, 1.001):
+        with pytest.raises(ValueError, match=f"^{name} must be between 0 and 1, got {v}$"):
+            DiagnoseConfig(**{**edge, name: v})
+
+
+def test_diagnose_low_mark_may_equal_the_high_mark_not_exceed_it():
+    assert DiagnoseConfig(low_allocation=0.8, high_allocation=0.8).low_allocation == 0.8
+    with pytest.raises(ValueError, match="^low_allocation must not exceed high_allocation$"):
+        DiagnoseConfig(low_allocation=0.81, high_allocation=0.8)
+
+
+@pytest.mark.parametrize("v,ok", [(0.0, True), (100.0, True), (-0.1, False), (100.1, False)])
+def test_diagnose_idle_utilization_is_a_percentage(v, ok):
+    if ok:
+        assert DiagnoseConfig(idle_utilization_pct=v).idle_utilization_pct == v
+    else:
+        with pytest.raises(ValueError, match="^idle_utilization_pct must be between 0 and 100$"):
+            DiagnoseConfig(idle_utilization_pct=v)
+
+
+@pytest.mark.parametrize("name", ["window_s", "long_wait_s", "min_queue_gpus"])
+def test_diagnose_durations_and_counts_may_be_zero_not_negative(name):
+    assert getattr(DiagnoseConfig(**{name: 0}), name) == 0
+    with pytest.raises(ValueError, match="^window_s, long_wait_s and min_queue_gpus must not be negative$"):
+        DiagnoseConfig(**{name: -1})
