@@ -59,8 +59,10 @@ MODULES: dict[str, list[str]] = {
     "policies/tco.py": ["tests/test_tco.py"],
     "policies/triggers.py": ["tests/test_triggers.py", "tests/test_classes.py", "tests/test_policy_boundaries.py"],
     "broker/lifecycle.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py"],
-    "broker/reconciler.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py", "tests/test_reconciler_losses.py",
-                             "tests/test_reconciler_isolation.py"],
+    # tests/test_reconciler_isolation.py is left out: one of its tests takes minutes (a launch resumed
+    # again and again), which every mutant of the pass would rerun.
+    "broker/reconciler.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
+                             "tests/test_reconciler_losses.py"],
     "broker/autoscaler.py": ["tests/test_autoscaler.py"],
 }
 
