@@ -12,7 +12,7 @@ from broker.lifecycle import Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
 from policies.demand import Demand
-from providers.base import InstanceState, StopReason
+from providers.base import InstanceState, Market, StopReason
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock
 
@@ -87,3 +87,24 @@ def test_a_spot_node_stopped_by_its_owner_is_a_loss_not_an_interruption(kit):
     (lost,) = [e.message for e in lc.store.events_of(lease.lease_id) if e.kind == "interrupted"]
     assert lost.startswith("outside termination: ")
     assert lc.store.active_blocks(lc.clock()) == {}  # the market is not to blame
+
+
+def test_a_running_lease_extra_node_is_an_orphan_and_a_launching_lease_nodes_are_its_own(kit):
+    """Listed in that order, a running lease's own node, its extra node (a launch attempt it moved on
+    from), and the node of a lease still launching: the extra node is terminated after the grace
+    period, the other two are kept."""
+    lc, rec, clouds = kit
+    aws = clouds["aws"]
+    running = lc.launch(idempotency_key="r", target=lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge",
+                                                                        "on_demand", 1))
+    extra = aws.plant(running.lease_id, "us-east-1", "p5.48xlarge", Market.ON_DEMAND)
+    launching, _ = lc.create(idempotency_key="l", target=lc.target_explicit("aws", "eu-west-1", "", "p5.48xlarge",
+                                                                             "on_demand", 1))
+    launching = lc._begin_attempt(launching, lc.target_explicit("aws", "eu-west-1", "", "p5.48xlarge",
+                                                                "on_demand", 1), [])
+    theirs = aws.plant(launching.lease_id, "eu-west-1", "p5.48xlarge", Market.ON_DEMAND)
+    assert rec.run_pass().orphans_terminated == 0
+    rec.clock.advance(60)
+    assert rec.run_pass().orphans_terminated == 1
+    assert extra.instance_id not in aws.instances
+    assert running.instance_ids | {theirs.instance_id} <= set(aws.instances)
