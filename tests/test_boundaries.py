@@ -119,3 +119,32 @@ def test_a_blocked_offer_is_skipped_without_a_cloud_call_and_said_so(kit):
                            for a in blocked)
     assert {a["zone"] for a in blocked} == {"us-east-1a", "us-east-1b"}
     assert all(a["scope"].startswith("aws/us-east-1") and a["message"].startswith("blocked: ") for a in blocked)
+
+
+def test_a_boot_script_that_cannot_be_rendered_fails_the_lease_at_once(tmp_path, mini_catalog):
+    """The lease's own fault: no other offer is tried, and the attempt says why (in at most 300
+    characters)."""
+    def boot(lease, names):
+        raise KeyError("x" * 400)
+
+    clock = Clock(1_800_000_000.0)
+    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    try:
+        lc = Lifecycle(store, clouds, QuoteEngine(mini_catalog), owner="test", clock=clock,
+                       settings=Settings(backoff_s=0.0), sleep=lambda s: None, boot=boot)
+        first, second = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS[:2]]
+        lease, _ = lc.create(idempotency_key="k", target=first, demand=H100x8, alternatives=[second],
+                             bootstrap="slurm-node")
+        with pytest.raises(LeaseError) as e:
+            lc.provision(lease)
+        failed = lc.get(lease.lease_id)
+        assert failed.state is LeaseState.FAILED and failed.ended_at == clock()
+        (a,) = failed.attempts
+        assert (a["provider"], a["region"], a["code"], a["kind"], a["scope"]) == \
+            ("aws", "us-east-1", "BootScript", "invalid", "")
+        assert a["message"].startswith("boot template 'slurm-node' cannot be rendered: ") and len(a["message"]) == 300
+        assert e.value.attempts == failed.attempts
+        assert _launched(clouds) == []  # no cloud was asked
+    finally:
+        store.close()
