@@ -11,7 +11,7 @@ whose message is one sentence naming the full dotted key (and the key probably m
     config: budgets.default.usd_per_hr is not a setting (did you mean usd_per_hour?)
 
 What comes out is typed: ``cfg.lifecycle`` is a :class:`LifecycleSettings`, ``cfg.providers.aws``
-an :class:`providers.settings.AwsSettings`, ``cfg.autoscaler.trigger_config()`` a
+an :class:`providers.aws.settings.AwsSettings`, ``cfg.autoscaler.trigger_config()`` a
 :class:`policies.triggers.TriggerConfig`; nothing downstream parses a table again.
 ``deploy/broker.example.toml`` documents every key (a test loads it through this schema).
 """
@@ -37,8 +37,8 @@ from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
 from broker.slurm.settings import SlurmSettings
-from providers.settings import (NUMBER_LIMIT, ProvidersSettings, Seconds, SettingsError, Table, bad,
-                                convert)
+from providers.registry import ProvidersSettings, names as registered_clouds
+from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
 __all__ = ["Config", "ConfigError", "Budget", "LifecycleSettings", "AutoscalerSettings", "load",
            "default_db_url", "default_state_dir"]
@@ -165,7 +165,7 @@ class QuoteSettings(Table):
 class ReservationSettings(Table):
     """``[[reservations]]``: capacity the organisation already holds."""
 
-    provider: Literal["aws", "gcp", "azure"]
+    provider: Literal[registered_clouds()]  # type: ignore[valid-type]
     region: Annotated[str, Meta(min_length=1)]
     instance_type: Annotated[str, Meta(min_length=1)]
     reservation_id: Annotated[str, Meta(min_length=1)]

@@ -20,7 +20,8 @@ from msgspec import Meta
 
 from broker.errors import ConfigError
 from providers.base import ProviderError
-from providers.settings import NUMBER_LIMIT, PROVIDER_SETTINGS, Table
+from providers.registry import configured, market_source, names as registered_clouds
+from providers.settings import NUMBER_LIMIT, Table
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
@@ -116,7 +117,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     now = time.time() if now is None else now
     names = list(providers) if providers else enabled_providers(config)
     for name in names:
-        if name not in PROVIDER_SETTINGS or getattr(config.providers, name) == PROVIDER_SETTINGS[name]():
+        if name not in registered_clouds() or not configured(config.providers, name):
             raise ConfigError(f"provider {name} is not configured: add [providers.{name}] to the config",
                               field="provider")
     catalog = bundled(config.catalog.path or None)
@@ -228,7 +229,7 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
     for cloud, dist in dists.items():
         mine = sum(1 for _, c in own.get(cloud, ()) if not c)
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
-    enabled = sorted(config.providers.enabled()) or ["aws", "azure", "gcp"]
+    enabled = sorted(config.providers.enabled()) or sorted(registered_clouds())
     rest = [p for p in enabled if p not in dists]
     source = ""
     if parts:
@@ -282,29 +283,18 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
     them over the last snapshot; returns them. Quotes made after this see what is really left."""
     from broker import market_store
     from providers.catalog import bundled
-
-    now = time.time() if now is None else now
-    catalog = bundled(config.catalog.path or None)
-    raw = getattr(config.providers, provider)
-    stored = market_store.load(db).get(provider)
-    if provider == "aws":
-        from providers.market.aws import fetch_quotas
-        quotas = fetch_quotas(raw, catalog, region)
-    elif provider == "gcp":
-        from providers.market.gcp import fetch_quotas
-        quotas = fetch_quotas(raw, catalog, region)
-    else:
-        from providers.market.azure import fetch_quotas
-        names = {n.key for n in stored.snapshot.needs} if stored is not None else set()
-        quotas = fetch_quotas(raw, catalog, region, names | {"lowPriorityCores"})
     from providers.market import Snapshot
 
-    snap = stored.snapshot if stored is not None else Snapshot(provider, now)
+    source = market_source(provider)  # an unknown cloud is an error (providers.registry.UnknownCloud)
+    now = time.time() if now is None else now
+    catalog = bundled(config.catalog.path or None)
+    stored = market_store.load(db).get(provider)
+    known = stored.snapshot if stored is not None else None
+    quotas = source.quotas(getattr(config.providers, provider), catalog, region, known)
+    snap = known if known is not None else Snapshot(provider, now)
     snap.quotas = [q for q in snap.quotas if q.region != region] + list(quotas)
-    if not snap.needs and provider in ("aws", "gcp"):
-        from importlib import import_module
-
-        snap.needs = import_module(f"providers.market.{provider}").needs_of(catalog)
+    if not snap.needs:
+        snap.needs = source.needs(catalog, known)
     market_store.save(db, snap, now, stored.last_error if stored is not None else "")
     _log().info("market.quotas_refreshed", provider=provider, region=region,
              left={q.key: q.left for q in quotas})

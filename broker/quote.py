@@ -26,6 +26,7 @@ from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog
+from providers.registry import names as registered_clouds
 
 if TYPE_CHECKING:
     from policies.bulk import Table
@@ -298,7 +299,7 @@ class QuoteEngine:
     def validate(self, d: Demand, now: float | None = None) -> Demand:
         """``d`` normalised and checked against this catalog: known regions, residency
         geographies, data location and a deadline still ahead (DemandError naming the field)."""
-        d = d.validate(self.gpu_models)
+        d = d.validate(self.gpu_models, registered_clouds())
         self._check_size(d)
         regions = self.catalog.regions
         names = sorted({name for _, name in regions})

@@ -170,7 +170,7 @@ class Service:
             if len(names) != target.nodes or len(set(names)) != len(names):
                 raise InvalidArgument(f"node_names must name {target.nodes} distinct nodes, got {len(names)}.",
                                       field="node_names")
-            from providers.names import node_name_problem
+            from providers.registry import node_name_problem
 
             for i, name in enumerate(names):
                 problem = node_name_problem(target.provider, name)

@@ -748,3 +748,16 @@ def aws_cloud(aws_cloud_server: AwsCloud, monkeypatch: pytest.MonkeyPatch) -> It
 
 def decode_user_data(b64: str) -> str:
     return base64.b64decode(b64).decode()
+
+
+def sandbox_cloud(market: bool = False) -> Any:
+    """AWS's fakes for :class:`broker_sandbox.clouds.Clouds` (its registration's ``sandbox``): EC2
+    and its market APIs in one server, two regions, anonymous signing."""
+    from broker_sandbox import SandboxCloud
+
+    cloud = AwsCloud().start()
+    return SandboxCloud(
+        fakes={"aws": cloud},
+        table=lambda: cloud.provider_settings(["us-east-1", "us-west-2"], credentials="anonymous"),
+        alive=lambda: [i for i in cloud.instances() if i.get("state") not in ("terminated", "shutting-down")],
+        env=AwsCloud.client_env())

@@ -1045,6 +1045,28 @@ else:
         fake_arm_server.reset()
 
 
+AZ_SUB = "3f2b1c9e-5d4a-4e8b-9c7d-0a1b2c3d4e5f"
+AZ_SUBNET = (f"/subscriptions/{AZ_SUB}/resourceGroups/net-rg/providers/Microsoft.Network/"
+             "virtualNetworks/gpu-vnet/subnets/nodes")
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBroKerTestKey broker@test"
+
+
+def sandbox_cloud(market: bool = False) -> Any:
+    """Azure's fakes for :class:`broker_sandbox.clouds.Clouds` (its registration's ``sandbox``):
+    ARM and the Retail Prices API, two locations, no authentication."""
+    from broker_sandbox import SandboxCloud
+    from broker_sandbox.azure_market import FakeRetailPrices
+
+    arm, retail = FakeArm().start(), FakeRetailPrices().start()
+    return SandboxCloud(
+        fakes={"azure": arm, "azure_retail": retail},
+        table=lambda: {"enabled": True, "subscription_id": AZ_SUB, "resource_group": "broker-rg",
+                       "regions": ["eastus", "westeurope"], "base_url": arm.url, "credentials": "anonymous",
+                       "subnet_id": AZ_SUBNET, "ssh_public_key": SSH_KEY, "poll_interval_s": 0, "retries": 0,
+                       "timeout_s": 5, "operation_timeout_s": 20, "retail_prices_url": retail.url},
+        alive=arm.instances)
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 

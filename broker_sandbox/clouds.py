@@ -1,54 +1,60 @@
-"""All the mocked clouds at once, and the ``[providers.*]`` tables that point a broker at them."""
+"""All the mocked clouds at once, and the ``[providers.*]`` tables that point a broker at them:
+one :class:`broker_sandbox.SandboxCloud` per registered cloud (:mod:`providers.registry`), from
+its registration's ``sandbox`` function."""
 from __future__ import annotations
 
 from typing import Any
 
-from broker_sandbox.aws import AwsCloud
-from broker_sandbox.azure import FakeArm
-from broker_sandbox.azure_market import FakeRetailPrices
-from broker_sandbox.gcp import FakeGcpCompute
+import msgspec
 
-AZ_SUB = "3f2b1c9e-5d4a-4e8b-9c7d-0a1b2c3d4e5f"
-AZ_SUBNET = (f"/subscriptions/{AZ_SUB}/resourceGroups/net-rg/providers/Microsoft.Network/"
-             "virtualNetworks/gpu-vnet/subnets/nodes")
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBroKerTestKey broker@test"
+from broker_sandbox.azure import AZ_SUB, AZ_SUBNET, SSH_KEY  # noqa: F401  (re-exported to the tests)
+from providers.registry import REGISTRY
 
 
 class Clouds:
-    """The three fakes, and the ``[providers.*]`` tables that point a broker at them (every API
-    a broker calls, the market refresh's included: Azure's Retail Prices API is a fake too)."""
+    """Every registered cloud's fakes, each one an attribute (``clouds.aws``, ``clouds.azure_retail``,
+    as its :class:`SandboxCloud` names them), and the ``[providers.*]`` tables that point a broker
+    at them (every API a broker calls, the market refresh's included; ``market`` also starts the
+    fakes of market APIs only ``broker sandbox`` calls, such as GCP's Cloud Billing Catalog)."""
 
-    def __init__(self) -> None:
-        self.aws = AwsCloud().start()
-        self.gcp = FakeGcpCompute().start()
-        self.azure = FakeArm().start()
-        self.azure_retail = FakeRetailPrices().start()
+    def __init__(self, market: bool = False) -> None:
+        self.clouds: dict[str, Any] = {}
+        try:
+            for reg in REGISTRY:
+                cloud = self.clouds[reg.name] = reg.load("sandbox")(market=market)
+                for attr, fake in cloud.fakes.items():
+                    setattr(self, attr, fake)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _fakes(self) -> list[Any]:
+        return [fake for cloud in self.clouds.values() for fake in cloud.fakes.values()]
 
     def stop(self) -> None:
-        for c in (self.aws, self.gcp, self.azure, self.azure_retail):
-            c.stop()
+        for fake in self._fakes():
+            fake.stop()
 
     def reset(self) -> None:
-        self.aws.reset()
-        self.gcp.reset()
-        self.azure.reset()
-        self.azure_retail.reset()
+        for fake in self._fakes():
+            fake.reset()
 
-    def provider_tables(self, **timeouts: Any) -> dict[str, dict[str, Any]]:
-        return {
-            "aws": self.aws.provider_settings(["us-east-1", "us-west-2"], credentials="anonymous",
-                                              **timeouts),
-            "gcp": {"enabled": True, "project": "test-project", "regions": ["us-central1", "europe-west4"],
-                    "api_endpoint": self.gcp.url, "credentials": "anonymous", "timeout_s": 5},
-            "azure": {"enabled": True, "subscription_id": AZ_SUB, "resource_group": "broker-rg",
-                      "regions": ["eastus", "westeurope"], "base_url": self.azure.url, "credentials": "anonymous",
-                      "subnet_id": AZ_SUBNET, "ssh_public_key": SSH_KEY, "poll_interval_s": 0, "retries": 0,
-                      "timeout_s": 5, "operation_timeout_s": 20, "retail_prices_url": self.azure_retail.url},
-        }
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment a broker process needs to talk to the fakes (fake credentials only)."""
+        return {k: v for cloud in self.clouds.values() for k, v in cloud.env.items()}
+
+    def provider_tables(self, **extra: Any) -> dict[str, dict[str, Any]]:
+        """Each cloud's ``[providers.NAME]`` table; ``extra`` keys (``read_timeout_s=1``) go into the
+        tables whose schema has them."""
+        out = {}
+        for reg in REGISTRY:
+            table = self.clouds[reg.name].table()
+            keys = {f.encode_name for f in msgspec.structs.fields(reg.settings)}
+            table.update({k: v for k, v in extra.items() if k in keys})
+            out[reg.name] = table
+        return out
 
     def alive_instances(self) -> dict[str, list]:
         """What exists server-side and is not terminated, per cloud."""
-        aws = [i for i in self.aws.instances() if i.get("state") not in ("terminated", "shutting-down")]
-        gcp = [i for i in self.gcp.instances() if i.get("status") not in ("TERMINATED", "STOPPING")]
-        azure = self.azure.instances()
-        return {"aws": aws, "gcp": gcp, "azure": azure}
+        return {name: cloud.alive() for name, cloud in self.clouds.items()}

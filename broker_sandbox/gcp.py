@@ -1074,6 +1074,29 @@ def fake_gcp() -> Iterator[FakeGcpCompute]:
         yield fake
 
 
+def sandbox_cloud(market: bool = False) -> Any:
+    """Google Cloud's fakes for :class:`broker_sandbox.clouds.Clouds` (its registration's
+    ``sandbox``): Compute, two regions; with ``market``, the Cloud Billing Catalog too."""
+    from broker_sandbox import SandboxCloud
+
+    compute = FakeGcpCompute().start()
+    fakes: dict[str, Any] = {"gcp": compute}
+    if market:
+        from broker_sandbox.gcp_billing import FakeCloudBilling
+
+        fakes["gcp_billing"] = FakeCloudBilling().start()
+
+    def table() -> dict[str, Any]:
+        out = {"enabled": True, "project": "test-project", "regions": ["us-central1", "europe-west4"],
+               "api_endpoint": compute.url, "credentials": "anonymous", "timeout_s": 5}
+        if market:
+            out["billing_api_endpoint"] = fakes["gcp_billing"].url
+        return out
+
+    return SandboxCloud(fakes=fakes, table=table,
+                        alive=lambda: [i for i in compute.instances() if i.get("status") not in ("TERMINATED", "STOPPING")])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Serve a fake Compute Engine API on 127.0.0.1.")
     ap.add_argument("--port", type=int, default=0)

@@ -13,25 +13,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_sandbox.aws import AwsCloud
 from broker_sandbox.clouds import Clouds
-from broker_sandbox.gcp_billing import FakeCloudBilling
 
 #: What the sandbox writes in its state directory (and removes when it starts again).
 STATE_FILES = ("broker.toml", "broker.db", "broker.db-wal", "broker.db-shm", "serve.log")
 
 
-def config(clouds: Clouds, billing: FakeCloudBilling, home: Path) -> dict[str, Any]:
+def config(clouds: Clouds, home: Path) -> dict[str, Any]:
     """The broker's configuration: every cloud API (the market's included) on loopback, the
     store in ``home``, no background market refresh (the bundled catalog's prices, dated)."""
-    providers = clouds.provider_tables()
-    providers["gcp"]["billing_api_endpoint"] = billing.url
     return {
         "owner": "broker-sandbox",
         "store": {"url": f"sqlite:///{home / 'broker.db'}"},
         "catalog": {"refresh_interval_s": 0},
         "telemetry": {"metrics_listen": ""},
-        "providers": providers,
+        "providers": clouds.provider_tables(),
     }
 
 
@@ -42,12 +38,12 @@ def _toml(doc: dict[str, Any]) -> str:
 
 
 class Sandbox:
-    """The clouds, the billing fake and one ``broker serve`` subprocess; :meth:`stop` ends all."""
+    """The clouds (their market APIs' fakes included) and one ``broker serve`` subprocess;
+    :meth:`stop` ends all."""
 
     def __init__(self, home: Path, listen: str) -> None:
         self.home, self.listen = home, listen
         self.clouds: Clouds | None = None
-        self.billing: FakeCloudBilling | None = None
         self.proc: subprocess.Popen | None = None
         self.log = home / "serve.log"
 
@@ -56,10 +52,10 @@ class Sandbox:
         for name in STATE_FILES:
             (self.home / name).unlink(missing_ok=True)
         try:
-            self.clouds, self.billing = Clouds(), FakeCloudBilling().start()
+            self.clouds = Clouds(market=True)
             path = self.home / "broker.toml"
-            path.write_text(_toml(config(self.clouds, self.billing, self.home)))
-            env = {**os.environ, **AwsCloud.client_env(), "BROKER_HOME": str(self.home)}
+            path.write_text(_toml(config(self.clouds, self.home)))
+            env = {**os.environ, **self.clouds.env, "BROKER_HOME": str(self.home)}
             env.pop("BROKER_CONFIG", None)
             with open(self.log, "ab") as logf:
                 self.proc = subprocess.Popen(
@@ -108,10 +104,9 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        for fake in (self.billing, self.clouds):
-            if fake is not None:
-                fake.stop()
-        self.billing = self.clouds = None
+        if self.clouds is not None:
+            self.clouds.stop()
+        self.clouds = None
 
 
 class SandboxError(RuntimeError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from providers.base import PROVIDERS
-
 
 MAX_HOURS = 87_840  # ten years: a longer runtime is a typo (and would overflow the cost model)
 MAX_GB = 1e9  # an exabyte of data in or out
@@ -45,8 +43,11 @@ class Demand:
         """Checkpoint interval; an interruptible job that names none is assumed to save hourly."""
         return (self.checkpoint_minutes or 60) / 60.0
 
-    def validate(self, known_gpus: tuple[str, ...] = ()) -> "Demand":
-        """Return a normalised copy, or raise :class:`DemandError` naming the bad field."""
+    def validate(self, known_gpus: tuple[str, ...] = (), clouds: tuple[str, ...] | None = None) -> "Demand":
+        """Return a normalised copy, or raise :class:`DemandError` naming the bad field.
+
+        ``clouds``: the registered clouds (:func:`providers.registry.names`) that ``providers`` and
+        ``data_location`` may name; ``None`` leaves the names unchecked."""
         def bad(name: str, msg: str) -> DemandError:
             return DemandError(name, msg)
 
@@ -75,10 +76,10 @@ class Demand:
             raise bad("gpu_model", f"unknown GPU model {self.gpu_model!r}; known: {', '.join(known_gpus)}.")
         providers = _unique(p.strip().lower() for p in self.providers)
         for p in providers:
-            if p not in PROVIDERS:
-                raise bad("providers", f"unknown provider {p!r}; known: {', '.join(PROVIDERS)}.")
+            if clouds is not None and p not in clouds:
+                raise bad("providers", f"unknown provider {p!r}; known: {', '.join(clouds)}.")
         loc = self.data_location.strip() or "onprem"
-        if loc != "onprem" and (":" not in loc or loc.split(":", 1)[0] not in PROVIDERS):
+        if loc != "onprem" and (":" not in loc or clouds is not None and loc.split(":", 1)[0] not in clouds):
             raise bad("data_location", f"data_location must be 'onprem' or PROVIDER:REGION, got {loc!r}.")
         return replace(
             self, gpu_model=model, providers=providers, data_location=loc,

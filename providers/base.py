@@ -11,9 +11,6 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 MICROS = 1_000_000
 
-PROVIDERS = ("aws", "gcp", "azure")
-
-
 class Market(str, enum.Enum):
     """How capacity is bought."""
 

@@ -51,6 +51,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from providers import registry
+from providers.registration import BootHooks
+
 BUILTINS = ("slurm", "kubernetes", "container")
 
 # Settings each built-in template cannot do without, and defaults for the optional ones.
@@ -268,32 +271,19 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
     return values
 
 
-# How a node learns its own name at boot, per cloud: AWS from its Name tag (instance metadata
-# tags, enabled at launch; the tag is written just after launch, so wait for it), GCP from the
-# instance name, Azure from the VM name. All three are the lease's node names.
-_WHOAMI = {
-    "aws": (
-        't=$(curl -sf -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" '
-        'http://169.254.169.254/latest/api/token)\n'
-        'for _ in $(seq 60); do\n'
-        '    BROKER_NODE_NAME=$(curl -sf -H "X-aws-ec2-metadata-token: $t" '
-        'http://169.254.169.254/latest/meta-data/tags/instance/Name) && break\n'
-        '    sleep 5\n'
-        'done'
-    ),
-    "gcp": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata-Flavor: Google" '
-            'http://metadata.google.internal/computeMetadata/v1/instance/name)'),
-    "azure": ('BROKER_NODE_NAME=$(curl -sf -H "Metadata: true" '
-              '"http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text")'),
-}
+# What a node does at boot on its own (learn its name, watch its interruption notices) is its
+# cloud's: each registration's ``boot`` (:class:`providers.registration.BootHooks`). Notices the
+# node hears are reported through the lease's callback (the ``notice`` endpoint beside ``job``).
 
 
-# Interruption notices the node hears itself, reported through the lease's callback (the
-# ``notice`` endpoint beside the ``job`` one): GCP's metadata server says ``instance/preempted``
-# TRUE when the ~30 s soft-off starts; Azure's Scheduled Events list a ``Preempt`` (or a
-# ``Terminate``/``Redeploy``) naming this VM. ``notice_metadata_url`` points elsewhere (a test's
-# stand-in); the defaults are the clouds' own.
-_METADATA = {"gcp": "http://metadata.google.internal", "azure": "http://169.254.169.254"}
+def _boot(provider: str) -> BootHooks:
+    """The boot hooks of ``provider`` (none for a name no registration carries: a test's fake)."""
+    try:
+        return registry.get(provider).boot
+    except registry.UnknownCloud:
+        return BootHooks()
+
+
 _NOTICE_REPORT = r"""broker_notice() {  # broker_notice KIND SOURCE: tell the broker; its answer is "checkpoint"
     [ -n "${BROKER_CALLBACK_URL:-}" ] || return 0
     local node body
@@ -304,41 +294,14 @@ _NOTICE_REPORT = r"""broker_notice() {  # broker_notice KIND SOURCE: tell the br
             -H 'Content-Type: application/json' --data "$body" "${BROKER_CALLBACK_URL%/job}/notice" >/dev/null \
         && echo "broker: $1 notice ($2) reported: checkpoint now" >&2
 }"""
-_NOTICE_WATCH = {
-    "gcp": r"""broker_watch_notices() {
-    local v
-    while :; do
-        v=$(curl -sf -H 'Metadata-Flavor: Google' "$notice_md/computeMetadata/v1/instance/preempted") \
-            || { sleep 2; continue; }
-        if [ "$v" = TRUE ]; then broker_notice preemption "gcp: metadata instance/preempted"; return; fi
-        curl -sf -o /dev/null -H 'Metadata-Flavor: Google' \
-            "$notice_md/computeMetadata/v1/instance/preempted?wait_for_change=true&timeout_sec=60" || sleep 1
-    done
-}""",
-    "azure": r"""broker_watch_notices() {
-    local doc
-    while :; do
-        doc=$(curl -sf -H 'Metadata: true' "$notice_md/metadata/scheduledevents?api-version=2020-07-01") \
-            || { sleep 5; continue; }
-        case "$doc" in *"\"$BROKER_NODE_NAME\""*)
-            case "$doc" in
-                *'"Preempt"'*) broker_notice preemption "azure: scheduled event Preempt"; return ;;
-                *'"Terminate"'*|*'"Redeploy"'*) broker_notice maintenance "azure: scheduled event"; return ;;
-            esac ;;
-        esac
-        sleep 1
-    done
-}""",
-}
-
-
 def _notice_watch(provider: str, settings: Mapping[str, Any]) -> str:
     """Shell that watches the node's own interruption notices in the background (``notice_pid``
     its process; ``:`` work for a cloud whose notices the broker reads itself)."""
-    watch = _NOTICE_WATCH.get(provider)
-    if watch is None:
+    boot = _boot(provider)
+    watch = boot.notice_watch
+    if not watch:
         return 'notice_pid=""  # this cloud\'s notices reach the broker directly'
-    md = str(settings.get("notice_metadata_url") or _METADATA[provider])
+    md = str(settings.get("notice_metadata_url") or boot.metadata_url)
     if not re.match(r"https?://[^\s/]+/?\Z", md):
         raise BootstrapError(f"setting 'notice_metadata_url' must be an http(s) URL with no path, not {md!r}")
     return "\n".join([f"notice_md={shlex.quote(md.rstrip('/'))}", _NOTICE_REPORT, watch,
@@ -350,8 +313,8 @@ def _resolve_node_name(ctx: BootContext) -> str:
     names = tuple(ctx.node_names)
     if len(names) <= 1:
         return ":"
-    whoami = _WHOAMI.get(ctx.provider)
-    if whoami is None:
+    whoami = _boot(ctx.provider).whoami
+    if not whoami:
         raise BootstrapError(f"a {len(names)}-node lease on {ctx.provider!r} cannot tell its nodes apart at boot")
     listed = " ".join(shlex.quote(n) for n in names)
     return (

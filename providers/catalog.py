@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from providers.base import MICROS, PROVIDERS, InstanceType, Market, Offering
+from providers.base import MICROS, InstanceType, Market, Offering
+from providers.registry import names as registered
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -168,7 +169,12 @@ def load(data_dir: Path | str | None = None) -> Catalog:
         )
     with (d / "network.toml").open("rb") as f:
         net = tomllib.load(f)
-    terms = {p: _terms(p, net[p]) for p in PROVIDERS if p in net}
+    clouds = registered()
+    unknown = sorted(k for k in net if k not in clouds and k != "gpus")
+    if unknown:
+        raise CatalogError(f"network.toml has terms for {', '.join(unknown)}, which no cloud registration "
+                           f"carries (registered: {', '.join(clouds)}; see providers/registry.py)")
+    terms = {p: _terms(p, net[p]) for p in clouds if p in net}
     gpu_perf = {k.upper(): float(v) for k, v in net.get("gpus", {}).items() if not isinstance(v, str)}
 
     offerings: list[Offering] = []
@@ -178,6 +184,9 @@ def load(data_dir: Path | str | None = None) -> Catalog:
         key = (r["provider"], r["instance_type"])
         it = instances.get(key)
         reg = regions.get((r["provider"], r["region"]))
+        if r["provider"] in clouds and r["provider"] not in terms:
+            raise CatalogError(f"prices.csv row {r['provider']}/{r['region']}/{r['instance_type']}: cloud "
+                               f"{r['provider']} has no network and SLA terms in network.toml")
         if it is None or reg is None or r["provider"] not in terms:
             raise CatalogError(f"prices.csv row {r['provider']}/{r['region']}/{r['instance_type']} "
                                "names an unknown instance type, region or provider")

@@ -1,5 +1,7 @@
-"""The ``[providers.*]`` tables as typed settings, and the schema machinery the whole configuration
-file is read with.
+"""The schema machinery the whole configuration file is read with, and the checks the clouds'
+settings share. Each cloud's ``[providers.NAME]`` schema lives in its package
+(``providers/aws/settings.py``, ...) and is named by its registration; the ``[providers]`` table
+of them all is :class:`providers.registry.ProvidersSettings`.
 
 Built on msgspec (``Struct(forbid_unknown_fields=True)`` and ``msgspec.convert``): it checks
 types, refuses unknown keys and costs ~15 ms of imports, against ~270 ms for pydantic-settings
@@ -17,14 +19,12 @@ import difflib
 import ipaddress
 import math
 import re
-import uuid
-from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Mapping, TypeVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import msgspec
 
-__all__ = ["AwsSettings", "AzureSettings", "GcpSettings", "PROVIDER_SETTINGS", "ProvidersSettings",
-           "SettingsError", "Table", "convert", "is_loopback_url"]
+__all__ = ["SettingsError", "Table", "convert", "is_loopback_url", "provider_table"]
 
 #: No number anywhere in the configuration may be larger than this in magnitude (nor NaN or inf).
 NUMBER_LIMIT = 1_000_000_000
@@ -52,6 +52,7 @@ def bad(key: str, sentence: str) -> ValueError:
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=NUMBER_LIMIT)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=NUMBER_LIMIT)]
+T = TypeVar("T", bound=Table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,278 +219,11 @@ def _check_anonymous(credentials: str, endpoint: str, endpoint_key: str) -> None
         raise bad("credentials", f"= \"anonymous\" is only accepted with {endpoint_key} on a loopback address")
 
 
-# ---------------------------------------------------------------------------------------------
-# AWS
-
-_REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+\Z")
-_AMI_RE = re.compile(r"ami-[0-9a-f]{8,17}\Z")
-_SUBNET_RE = re.compile(r"subnet-[0-9a-f]{8,17}\Z")
-_SG_RE = re.compile(r"sg-[0-9a-f]{8,17}\Z")
-_PROFILE_RE = re.compile(r"(arn:aws[a-z-]*:iam::\d{12}:instance-profile/)?[\w+=,.@/-]{1,128}\Z")
-AwsTimeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
-
-
-class AwsSettings(Table):
-    """``[providers.aws]``: regions, one AMI per region (``"*"`` = every region) and networking."""
-
-    enabled: bool = False
-    regions: tuple[str, ...] = ()
-    endpoint_url: str = ""
-    credentials: Literal["default", "anonymous"] = "default"
-    image_id: Union[str, dict[str, str]] = ""
-    subnet_ids: dict[str, Union[str, dict[str, str]]] = {}
-    zones: dict[str, tuple[str, ...]] = {}
-    security_group_ids: Union[tuple[str, ...], dict[str, tuple[str, ...]]] = ()
-    key_name: Annotated[str, msgspec.Meta(max_length=255)] = ""
-    iam_instance_profile: str = ""
-    root_volume_gb: Annotated[int, msgspec.Meta(ge=0, le=65536)] = 0
-    connect_timeout_s: AwsTimeout = 5.0
-    read_timeout_s: AwsTimeout = 30.0
-    terminate_timeout_s: AwsTimeout = 600.0
-    # SQS queue that EventBridge routes interruption notices into ("" = none; see deploy/aws).
-    interruption_queue_url: str = ""
-    interruption_wait_s: Annotated[float, msgspec.Meta(ge=0, le=20)] = 10.0  # SQS long poll
-
-    def __post_init__(self) -> None:
-        if self.interruption_queue_url and not re.match(r"https?://[^/\s]+/\d{12}/[\w-]{1,80}(\.fifo)?\Z",
-                                                        self.interruption_queue_url):
-            raise bad("interruption_queue_url", "must be an SQS queue URL like "
-                      "\"https://sqs.us-east-1.amazonaws.com/123456789012/broker-interruptions\"")
-        if not all(_REGION_RE.match(r) for r in self.regions):
-            raise bad("regions", "must be a list of region names like \"us-east-1\"")
-        if len(set(self.regions)) != len(self.regions):
-            raise bad("regions", "lists a region twice")
-        if self.endpoint_url and not re.match(r"https?://[^/\s]+", self.endpoint_url):
-            raise bad("endpoint_url", "must be an http(s) URL")
-        _check_anonymous(self.credentials, self.endpoint_url, "providers.aws.endpoint_url")
-        for region, ami in self.image_ids.items():
-            if not _AMI_RE.match(ami):
-                where = "image_id" if region == "*" else f"image_id.{region}"
-                raise bad(where, "must be an AMI id like \"ami-0abc12345def67890\"")
-        for region, value in self.subnet_ids.items():
-            key = f"subnet_ids.{region}"
-            if not _REGION_RE.match(region):
-                raise bad(key, "is not keyed by a region name")
-            if isinstance(value, str) and not _SUBNET_RE.match(value):
-                raise bad(key, "must be a subnet id like \"subnet-0abc1234\"")
-            if isinstance(value, dict) and (not value or not all(
-                    z.startswith(region) and _SUBNET_RE.match(s) for z, s in value.items())):
-                raise bad(key, f"must map zones of {region} to subnet ids")
-        for region, zs in self.zones.items():
-            if not zs or not all(z.startswith(region) and len(z) > len(region) for z in zs):
-                raise bad(f"zones.{region}", f"must be a non-empty list of zones of {region}")
-        groups = self.security_group_ids
-        for region, sgs in (groups.items() if isinstance(groups, dict) else [("", groups)]):
-            if not all(_SG_RE.match(s) for s in sgs):
-                raise bad("security_group_ids" + (f".{region}" if region else ""),
-                          "must list security group ids like \"sg-0abc1234\"")
-        if self.iam_instance_profile and not _PROFILE_RE.match(self.iam_instance_profile):
-            raise bad("iam_instance_profile", "must be an instance profile name or ARN")
-        if self.enabled:
-            if not self.regions:
-                raise bad("regions", "is required: a non-empty list of region names like \"us-east-1\"")
-            if not self.image_ids:
-                raise bad("image_id", "is required: an AMI id, or a table of region = AMI id")
-            missing = [r for r in self.regions if r not in self.image_ids and "*" not in self.image_ids]
-            if missing:
-                raise bad("image_id", f"has no AMI for region {missing[0]}")
-
-    @property
-    def anonymous(self) -> bool:
-        return self.credentials == "anonymous"
-
-    @property
-    def image_ids(self) -> dict[str, str]:
-        """Region → AMI (key ``"*"`` applies to every region)."""
-        if isinstance(self.image_id, str):
-            return {"*": self.image_id} if self.image_id else {}
-        return dict(self.image_id)
-
-    def image_for(self, region: str) -> str:
-        ids = self.image_ids
-        return ids.get(region) or ids.get("*", "")
-
-    def security_groups_for(self, region: str) -> tuple[str, ...]:
-        groups = self.security_group_ids
-        if isinstance(groups, dict):
-            return groups.get(region, groups.get("*", ()))
-        return groups
-
-
-# ---------------------------------------------------------------------------------------------
-# Google Cloud
-
-GCP_DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
-
-
-class GcpSettings(Table):
-    """``[providers.gcp]``: project, regions (zones optional) and the VM template."""
-
-    enabled: bool = False
-    project: str = ""
-    regions: tuple[str, ...] = ()
-    zones: dict[str, tuple[str, ...]] = {}
-    api_endpoint: str = ""
-    credentials: str = ""  # "" / "default" / "adc", a service-account key file, or "anonymous"
-    network: str = "global/networks/default"
-    subnetworks: dict[str, str] = msgspec.field(default_factory=dict, name="subnetwork")
-    image: str = GCP_DEFAULT_IMAGE
-    boot_disk_gb: Annotated[int, msgspec.Meta(ge=10, le=65536)] = 100
-    boot_disk_type: str = "pd-balanced"
-    service_account: str = ""
-    external_ip: bool = False
-    compact_placement: bool = False
-    timeout_s: Seconds = 60.0
-    operation_timeout_s: Seconds = 900.0
-    billing_api_endpoint: str = ""  # Cloud Billing Catalog (live prices); empty = Google's
-    # How often the leader lists compute.instances.preempted operations (0 = never).
-    preemption_poll_s: Annotated[float, msgspec.Meta(ge=0, le=NUMBER_LIMIT)] = 10.0
-
-    def __post_init__(self) -> None:
-        self.project, self.api_endpoint = self.project.strip(), self.api_endpoint.strip()
-        if self.billing_api_endpoint and not re.match(r"https?://[^/\s]+/?$", self.billing_api_endpoint):
-            raise bad("billing_api_endpoint", "must be an http(s) URL with no path")
-        self.credentials = self.credentials.strip()
-        self.image = self.image.strip() or GCP_DEFAULT_IMAGE
-        self.network = self.network.strip() or "global/networks/default"
-        self.boot_disk_type = self.boot_disk_type.strip() or "pd-balanced"
-        self.regions = tuple(r.strip() for r in self.regions)
-        if not all(self.regions):
-            raise bad("regions", "must list region names")
-        for region, zs in self.zones.items():
-            if not zs or not all(z.startswith(f"{region}-") for z in zs):
-                raise bad(f"zones.{region}", f"must be a non-empty list of zones of {region}")
-        if self.api_endpoint and not self.api_endpoint.startswith(("http://", "https://")):
-            raise bad("api_endpoint", "must be an http(s) URL")
-        _check_anonymous(self.credentials, self.api_endpoint, "providers.gcp.api_endpoint")
-        if self.enabled:
-            if not self.project:
-                raise bad("project", "is required (the Google Cloud project id)")
-            if not self.regions:
-                raise bad("regions", "is required: a non-empty list of region names")
-
-
-# ---------------------------------------------------------------------------------------------
-# Azure
-
-ARM_URL = "https://management.azure.com"
-AZURE_RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
-AZURE_DEFAULT_IMAGE = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}
-_SUBNET_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/"
-                        r"virtualNetworks/[^/]+/subnets/[^/]+$", re.I)
-_RG_NAME = re.compile(r"^[-\w._()]{1,90}$")
-_RESERVED_USERS = {"administrator", "admin", "user", "user1", "test", "user2", "test1", "user3",
-                   "admin1", "1", "123", "a", "actuser", "adm", "admin2", "aspnet", "backup",
-                   "console", "david", "guest", "john", "owner", "root", "server", "sql",
-                   "support", "support_388945a0", "sys", "test2", "test3", "user4", "user5"}
-_DISK_TYPES = ("Premium_LRS", "StandardSSD_LRS", "Standard_LRS", "Premium_ZRS", "StandardSSD_ZRS",
-               "PremiumV2_LRS")
-
-
-class AzureSettings(Table):
-    """``[providers.azure]``: subscription, resource group, subnet(s), image and SSH key."""
-
-    enabled: bool = False
-    subscription_id: str = ""
-    resource_group: str = ""
-    regions: tuple[str, ...] = ()
-    base_url: str = ARM_URL
-    credentials: Literal["default", "cli", "managed_identity", "environment", "anonymous"] = "default"
-    subnet_ids: Union[str, dict[str, str]] = msgspec.field(default="", name="subnet_id")
-    image: Union[str, dict[str, str]] = msgspec.field(default_factory=lambda: dict(AZURE_DEFAULT_IMAGE))
-    admin_username: str = "azureuser"
-    ssh_public_key: str = ""
-    os_disk_gb: Annotated[int, msgspec.Meta(ge=30, le=65536)] = 256
-    os_disk_type: Literal[_DISK_TYPES] = "Premium_LRS"  # type: ignore[valid-type]
-    timeout_s: Seconds = 60.0
-    operation_timeout_s: Seconds = 1800.0
-    poll_interval_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
-    retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
-    accelerated_networking: bool = True
-    retail_prices_url: str = AZURE_RETAIL_PRICES_URL  # the Retail Prices API (live prices)
-
-    def __post_init__(self) -> None:
-        self.base_url = (self.base_url or ARM_URL).rstrip("/")
-        url = self.retail_prices_url = self.retail_prices_url or AZURE_RETAIL_PRICES_URL
-        if not re.match(r"https?://[^/\s]+/\S*$", url) or (url.startswith("http://") and not is_loopback_url(url)):
-            raise bad("retail_prices_url", "must be an https URL (plain http on loopback only)")
-        self.regions = tuple(r.replace(" ", "").lower() for r in self.regions)
-        self.ssh_public_key = self.ssh_public_key.strip()
-        if not all(self.regions):
-            raise bad("regions", "must be a list of location names")
-        if self.subscription_id:
-            try:
-                uuid.UUID(self.subscription_id)
-            except ValueError:
-                raise bad("subscription_id", f"must be a subscription GUID, got {self.subscription_id!r}") from None
-        if self.resource_group and (not _RG_NAME.match(self.resource_group) or self.resource_group.endswith(".")):
-            raise bad("resource_group", f"is not a valid resource group name: {self.resource_group!r}")
-        if not re.match(r"^https?://[^/\s]+$", self.base_url):
-            raise bad("base_url", f"must be an http(s) URL with no path, got {self.base_url!r}")
-        if self.base_url.lower().startswith("http://") and not is_loopback_url(self.base_url):
-            raise bad("base_url", "may use plain http only on a loopback address")
-        _check_anonymous(self.credentials, self.base_url, "providers.azure.base_url")
-        subnets = self.subnet_ids
-        for region, sid in (subnets.items() if isinstance(subnets, dict) else [("", subnets)]):
-            if sid and not _SUBNET_ID.match(sid) or isinstance(subnets, dict) and not sid:
-                raise bad("subnet_id" + (f".{region}" if region else ""),
-                          "must be a subnet id /subscriptions/…/resourceGroups/…/providers/"
-                          f"Microsoft.Network/virtualNetworks/…/subnets/…, got {sid!r}")
-        if isinstance(subnets, dict):
-            self.subnet_ids = {r.replace(" ", "").lower(): s for r, s in subnets.items()}
-        self._check_image()
-        if not re.match(r"^[a-z_][a-z0-9_-]{0,63}$", self.admin_username) or self.admin_username in _RESERVED_USERS:
-            raise bad("admin_username", f"is not an allowed Linux admin name: {self.admin_username!r}")
-        if self.ssh_public_key and not re.match(r"^(ssh-(rsa|ed25519)|ecdsa-sha2-\S+) \S+", self.ssh_public_key):
-            raise bad("ssh_public_key", "must be an OpenSSH public key (ssh-rsa / ssh-ed25519 / ecdsa-sha2-… AAAA…)")
-        if self.enabled:
-            for key in ("subscription_id", "resource_group"):
-                if not getattr(self, key):
-                    raise bad(key, "is required")
-            if not self.subnet_ids:
-                raise bad("subnet_id", "is required: the ARM id of the subnet the VMs join, or a table "
-                          "region = subnet id")
-            if not self.ssh_public_key:
-                raise bad("ssh_public_key", "is required: an OpenSSH public key "
-                          "(ssh-rsa / ssh-ed25519 / ecdsa-sha2-… AAAA…)")
-
-    def _check_image(self) -> None:
-        v = self.image
-        if isinstance(v, dict):
-            missing = [f for f in ("publisher", "offer", "sku") if not v.get(f)]
-            unknown = sorted(set(v) - {"publisher", "offer", "sku", "version"})
-            if missing or unknown:
-                raise bad("image", f"needs publisher, offer and sku{' (missing ' + ', '.join(missing) + ')' if missing else ''}"
-                          f"{' and no other key (' + ', '.join(unknown) + ')' if unknown else ''}, "
-                          "or is an image id, or a URN publisher:offer:sku:version")
-        elif not (v.startswith("/") or (len(v.split(":")) == 4 and all(v.split(":")))):
-            raise bad("image", "must be a table {publisher, offer, sku, version}, a URN "
-                      f"publisher:offer:sku:version or an image id, got {v!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-class ProvidersSettings(Table):
-    """``[providers]``: one table per cloud, each disabled unless it says ``enabled = true``."""
-
-    aws: AwsSettings = msgspec.field(default_factory=AwsSettings)
-    gcp: GcpSettings = msgspec.field(default_factory=GcpSettings)
-    azure: AzureSettings = msgspec.field(default_factory=AzureSettings)
-
-    def enabled(self) -> dict[str, Table]:
-        """Name → settings of every enabled provider."""
-        return {n: s for n in PROVIDER_SETTINGS if (s := getattr(self, n)).enabled}
-
-
-PROVIDER_SETTINGS: dict[str, type[Table]] = {"aws": AwsSettings, "gcp": GcpSettings, "azure": AzureSettings}
-
-
-def provider_settings(name: str, raw: Any) -> Table:
-    """The typed settings of provider ``name`` from a raw table (``enabled`` defaults to true:
-    a table handed to a provider is one it is built from)."""
-    if isinstance(raw, PROVIDER_SETTINGS.get(name, ())):
+def provider_table(schema: type[T], name: str, raw: Any) -> T:
+    """The typed ``[providers.NAME]`` settings of ``schema`` from a raw table (``enabled`` defaults
+    to true: a table handed to a provider is one it is built from), or ``raw`` itself when typed."""
+    if isinstance(raw, schema):
         return raw
     if not isinstance(raw, Mapping):
         raise SettingsError(f"providers.{name} must be a table", f"providers.{name}")
-    return convert({"enabled": True, **raw}, PROVIDER_SETTINGS[name], f"providers.{name}")
+    return convert({"enabled": True, **raw}, schema, f"providers.{name}")

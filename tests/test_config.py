@@ -31,7 +31,7 @@ def test_the_example_file_is_valid_and_documents_the_defaults():
     assert cfg.lifecycle == cfgmod.LifecycleSettings()  # the file states the defaults
     assert cfg.reconciler == cfgmod.ReconcilerSettings()
     assert cfg.limits == cfgmod.LimitsSettings()
-    assert cfg.autoscaler.trigger_config().burst_verdicts == ("resource-bound",)
+    assert cfg.autoscaler.trigger_config().burst_verdicts == ("resource-bound", "mixed")
     assert cfg.providers.enabled() == {}  # listed, not enabled
     assert cfg.auth is None  # the file ships with auth commented out, so nothing half-configured
     assert cfg.bootstrap.template_settings()["slurm"]["conf_server"] == "slurmctld.example.internal:6817"

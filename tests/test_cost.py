@@ -8,6 +8,7 @@ import pytest
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, price
 from policies.demand import Demand, DemandError
 from providers.base import Market
+from providers.registry import names
 
 HOUR = 3600.0
 
@@ -151,7 +152,7 @@ def test_egress_tiers_walk_from_the_first_gb(mini_catalog):
 )
 def test_invalid_demands_name_the_field(kw, field):
     with pytest.raises(DemandError) as e:
-        Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"))
+        Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"), names())
     assert e.value.field == field
     assert str(e.value).endswith(".")
 

@@ -8,7 +8,8 @@
 - ``policies/`` is pure: nothing from ``broker/``, from ``providers/`` only the domain types and
   the catalog's types, and no clock (time is a parameter).
 - ``providers/`` never imports ``broker/``, and a cloud SDK is imported at module level only by
-  the provider packages, so ``broker serve`` listens before any SDK is loaded.
+  that cloud's own modules (its registration's provider package and market source), so
+  ``broker serve`` listens before any SDK is loaded.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from broker.lease import LeaseState
+from providers.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("broker", "policies", "providers")
@@ -220,9 +222,17 @@ def test_the_lease_state_check_leaves_other_strings_alone(code):
 # ---------------------------------------------------------------------------------------------
 # Imports and the clock
 
-# Module roots of the cloud SDKs (google.protobuf is gRPC's, not a cloud SDK).
-SDKS = ("boto3", "botocore", "google.cloud", "google.api_core", "google.auth", "google.oauth2", "azure", "moto")
-SDK_PACKAGES = ("providers/aws/", "providers/gcp/", "providers/azure/", "providers/market/")
+# Module roots of the cloud SDKs, from the clouds' registrations (google.protobuf is gRPC's, not a
+# cloud SDK; moto is the AWS emulator, which no product module imports at all at module level).
+SDKS = tuple(m for r in REGISTRY for m in r.sdk_modules) + ("moto",)
+
+
+def _sdk_allowed(rel: str, module: str) -> bool:
+    """``module`` is an SDK that ``rel`` (a product file) may import at module level: one of the
+    cloud's own modules (its provider package, its market source) imports its own SDK."""
+    dotted = rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+    return any(_under(module, r.sdk_modules) and any(_under(dotted, own) for own in r.modules)
+               for r in REGISTRY)
 
 
 def imports(tree: ast.AST, *, module_level: bool = False) -> list[tuple[int, str]]:
@@ -304,9 +314,19 @@ def test_the_clock_check_finds_clock_reads():
                                  (5, "calls dt.date.today()"), (6, "calls time.time()")]
 
 
+def test_the_sdk_rule_lets_each_cloud_import_only_its_own_sdk():
+    assert _sdk_allowed("providers/aws/client.py", "boto3")
+    assert _sdk_allowed("providers/aws/__init__.py", "botocore.exceptions")
+    assert _sdk_allowed("providers/market/gcp.py", "google.cloud.billing_v1")
+    assert not _sdk_allowed("providers/market/gcp.py", "boto3")
+    assert not _sdk_allowed("providers/azure/launch.py", "google.auth")
+    assert not _sdk_allowed("providers/catalog.py", "boto3")
+    assert not _sdk_allowed("broker/market.py", "azure.core")
+
+
 def test_cloud_sdks_are_imported_at_module_level_only_by_the_provider_packages():
     found = [f"{_rel(p)}:{line} imports {m}" for p in product_files()
-             if not _rel(p).startswith(SDK_PACKAGES)
-             for line, m in imports(_tree(p), module_level=True) if _under(m, SDKS)]
+             for line, m in imports(_tree(p), module_level=True)
+             if _under(m, SDKS) and not _sdk_allowed(_rel(p), m)]
     assert not found, ("a cloud SDK imported where `broker serve` or the CLI loads it before listening "
                        "(import it inside the function that needs it): " + ", ".join(found))

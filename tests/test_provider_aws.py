@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from providers.aws import AwsProvider, client_token, map_error, placement_group_name
-from providers.settings import provider_settings
+from providers.registry import provider_settings
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,

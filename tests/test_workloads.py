@@ -139,3 +139,93 @@ def test_simulate_reads_a_class_column_and_reports_waits_per_class(tmp_path):
     bad.write_text("job_id,submit_time_s,num_gpus,duration_s,runtime_known\n1,0,1,60,maybe\n")
     r = CliRunner().invoke(app, ["simulate", "--trace", str(bad), "--onprem-gpus", "8", "--gpu-model", "A100"])
     assert r.exit_code == 2 and "runtime_known must be true or false" in r.stderr
+
+
+def decisions_both_ways(jobs, cfg):
+    """Replay ``jobs`` under the broker policy; at every tick hand the replay's queue to the
+    service's path (a snapshot, the diagnosis' capacity jobs under a mixed verdict,
+    candidates_from_snapshot with the replay's predictions, evaluate) and record both decisions:
+    (time, verdict, service action, service job ids, replay action, replay job ids)."""
+    from dataclasses import replace as dc_replace
+
+    import broker.simulate.replay as rp
+    from broker.simulate.model import PENDING
+    from policies.causes import Verdict
+    from policies.diagnose import diagnose
+    from policies.queue import ClusterNode, PendingJob, QueueSnapshot
+    from policies.triggers import candidates_from_snapshot, signals_from_snapshot
+
+    pol = builtin_policies()["broker"]
+    seen: list = []
+    real_eval = rp.evaluate
+
+    class Both(rp.Replay):
+        def snapshot(self, t):
+            cl, G = self.onprem, self.cfg.gpus_per_node
+            nodes = tuple(ClusterNode(f"n{k}", "mix" if cl.free[k] else "alloc", G, G - cl.free[k])
+                          for k in range(cl.nodes))
+            pend = tuple(PendingJob(j.job_id, j.gpus, est_runtime_s=int(-(-j.duration_s // 1)) if j.runtime_known
+                                    else 0, waited_s=int(t - j.submit_s), pending_reason="Resources",
+                                    interruptible=self.jobs[i].interruptible, kind=j.kind, job_class=j.job_class)
+                         for i in cl.fifo_iter() for j in [self.jobs[i]])
+            return QueueSnapshot("sim", t, pending=pend, nodes=nodes)
+
+        def tick(self, t):
+            before, snap = self.tstate, self.snapshot(t)
+            at = {self.jobs[i].job_id: i for i in range(self.n) if self.state[i] == PENDING}
+            sig = dc_replace(signals_from_snapshot(snap), cloud_gpus_in_flight=self.cloud.gpus)
+            verdict = rp.allocation_verdict(sig)
+            cands = [dc_replace(c, price_ratio=ch.price_ratio, startup_s=ch.startup_s)
+                     for c in candidates_from_snapshot(snap, {k: self.pred[i] for k, i in at.items()},
+                                                       pol.trigger.classes)
+                     for ch in [self.cloud.chooser.for_job(at[c.job.job_id])]
+                     if at[c.job.job_id] not in self.no_offer]
+            capacity = diagnose(snap, [], now=t).capacity_jobs if verdict == Verdict.MIXED else None
+            service, _ = real_eval(pol.trigger, before, t, sig, cands, verdict, capacity_jobs=capacity)
+            captured: list = []
+
+            def replay_eval(*a, **kw):
+                captured.append(real_eval(*a, **kw))
+                return captured[-1]
+
+            rp.evaluate = replay_eval
+            try:
+                super().tick(t)
+            finally:
+                rp.evaluate = real_eval
+            mine = captured[0][0]
+            seen.append((t, str(verdict), service.action, set(service.job_ids), mine.action, set(mine.job_ids)))
+
+    Both(jobs, CAT, pol, cfg, None, None).run()
+    return seen
+
+
+def test_the_service_path_and_the_simulator_decide_the_same_on_the_same_queue():
+    """Two nodes of 8 GPUs with 7 taken on each for hours; a 2-GPU job then waits beside the 2
+    scattered free GPUs (the diagnosis' fragmentation: scheduling, not capacity) and whole-node
+    jobs wait for capacity, a mixed queue. At every tick both paths send the same jobs; the
+    2-GPU job never goes (schedule first), the whole-node ones do."""
+    from broker.simulate.trace import TraceJob
+
+    jobs = [TraceJob(*a, gpu_model="A100", **kw) for a, kw in (
+        (("a", 0, 7, 36000.0), {}), (("b", 0, 7, 36000.0), {}), (("frag", 10, 2, 7200.0), {}),
+        (("w1", 20, 8, 7200.0), {"interruptible": True}), (("w2", 30, 8, 7200.0), {}),
+        (("w3", 40, 8, 14400.0), {"job_class": "production"}), (("w4", 900, 8, 3000.0), {"kind": "eval"}))]
+    seen = decisions_both_ways(jobs, SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="A100"))
+    assert any(v == "mixed" for _, v, *_ in seen)
+    sent = set().union(*(ids for *_, ids, _, _ in seen))
+    assert {"w1", "w2", "w3"} <= sent and "frag" not in sent, seen
+    for t, verdict, s_act, s_ids, m_act, m_ids in seen:
+        assert (s_act, s_ids) == (m_act, m_ids), (t, verdict, s_act, s_ids, m_act, m_ids)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(PROFILES), seed=st.integers(0, 2**31), jobs=st.integers(10, 40))
+def test_on_generated_workloads_the_service_path_and_the_simulator_burst_alike(profile, seed, jobs):
+    """Long services, short bursts, mixed classes and unknown runtimes (the generator's), on a
+    quarter of its pool so the queue builds: the replay sends what the service would."""
+    w = generate(profile, seed, jobs, days=0.5)
+    pool = max(8, w.onprem_gpus // 4 // 8 * 8)
+    seen = decisions_both_ways(w.jobs, SimConfig(onprem_gpus=pool, gpus_per_node=8, default_gpu_model="A100"))
+    for t, verdict, s_act, s_ids, m_act, m_ids in seen:
+        assert (s_act, s_ids) == (m_act, m_ids), (t, verdict, s_act, s_ids, m_act, m_ids)

@@ -48,7 +48,7 @@ def _load(config: Optional[str]):
 
 @catalog_app.command("refresh", help=REFRESH_HELP)
 def refresh_cmd(
-    provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider (aws, gcp, azure)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Only this cloud, e.g. aws (a wrong name lists them)."),
     config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
@@ -57,8 +57,10 @@ def refresh_cmd(
 
     check_format(fmt)
     cfg = _load(config)
-    if provider is not None and provider not in ("aws", "gcp", "azure"):
-        exit_usage(f"--provider must be aws, gcp or azure, got {provider!r}.")
+    from providers import registry  # here, not at the top: `broker --help` reads no cloud's settings
+
+    if provider is not None and provider not in registry.names():
+        exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
     if provider is None and not market.enabled_providers(cfg):
         exit_usage("no provider is enabled in the config: nothing to refresh.")
     from broker.store import Store
@@ -102,8 +104,10 @@ def show_cmd(
 
     check_format(fmt)
     cfg = _load(config)
-    if provider is not None and provider not in ("aws", "gcp", "azure"):
-        exit_usage(f"--provider must be aws, gcp or azure, got {provider!r}.")
+    from providers import registry  # here, not at the top: `broker --help` reads no cloud's settings
+
+    if provider is not None and provider not in registry.names():
+        exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
     db = market_store.reader(cfg.db_url)
     now = time.time()
     try:

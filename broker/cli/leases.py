@@ -77,7 +77,7 @@ message says which).
 def launch(
     quote_id: Optional[str] = typer.Option(None, "--quote-id", help="Stored quote to launch from."),
     offer: int = typer.Option(1, "--offer", help="Rank of the quote's offer to launch."),
-    provider: Optional[str] = typer.Option(None, "--provider", help="aws, gcp or azure (explicit launch)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="The cloud, by its registered name (explicit launch)."),
     region: Optional[str] = typer.Option(None, "--region"),
     zone: str = typer.Option("", "--zone", help="Zone (default: the region's first)."),
     instance_type: Optional[str] = typer.Option(None, "--instance-type"),

@@ -156,7 +156,7 @@ def quote(
     gpu_memory: int = typer.Option(0, "--gpu-memory", help="Minimum memory per GPU, GB."),
     interruptible: bool = typer.Option(False, "--interruptible", help="The job checkpoints: spot capacity is allowed."),
     checkpoint_minutes: int = typer.Option(0, "--checkpoint-minutes", help="Minutes between checkpoints (default 60)."),
-    providers: Optional[str] = typer.Option(None, "--providers", help="Comma list of aws,gcp,azure."),
+    providers: Optional[str] = typer.Option(None, "--providers", help="Comma list of clouds, e.g. aws,gcp (default: every one; a wrong name lists them)."),
     regions: Optional[str] = typer.Option(None, "--regions", help="Comma list of allowed regions."),
     residency: Optional[str] = typer.Option(None, "--residency", help="Data residency: us, eu, asia or region names."),
     min_sla: float = typer.Option(0.0, "--min-sla", help="Minimum published SLA, percent (spot has none)."),

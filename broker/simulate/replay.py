@@ -4,6 +4,14 @@ Every ``tick_s`` while anything is pending the autoscaler calls
 :func:`policies.triggers.evaluate` with the queue's signals, the jobs overdue by the wait rule
 and, for the threshold trigger, the jobs it would send first; a decision's ``wake_at`` adds a
 tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
+
+The verdict is :func:`policies.triggers.allocation_verdict` (the allocation alone); under
+*mixed* the replay does what the service does with the diagnosis' capacity jobs: the oldest
+pending jobs the free GPUs could hold by count wait on scheduling (fragmentation, a drain for a
+whole-node job), so they neither count as pending nor go, and the rest are the capacity jobs
+(``tests/test_workloads.py`` hands the replay's queue to the service's path at every tick and
+gets the same decisions). The threshold trigger's pool is ranked as
+:func:`policies.selection.rank_key` ranks, job kind included.
 """
 from __future__ import annotations
 
@@ -13,9 +21,10 @@ import time
 from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
+from policies.causes import Verdict
 from policies.classes import JobClass, classify, wait_target_s
 from policies.queue import PendingJob
-from policies.selection import Candidate
+from policies.selection import KIND_RANK, Candidate
 from policies.triggers import BURST, Signals, TriggerState, allocation_verdict, evaluate
 from providers.base import MICROS
 from providers.catalog import Catalog
@@ -255,8 +264,8 @@ class Replay:
         j = self.jobs[i]
         self.in_pool[i] = True
         run = j.duration_s if j.runtime_known else math.inf  # as policies.selection.rank_key
-        heapq.heappush(self.pool, ((-self.cls[i].priority, 0 if j.interruptible else 1, 3, run, j.data_gb,
-                                    j.submit_s), i))
+        heapq.heappush(self.pool, ((-self.cls[i].priority, 0 if j.interruptible else 1, KIND_RANK.get(j.kind, 3),
+                                    run, j.data_gb, j.submit_s), i))
 
     # -- the trigger --------------------------------------------------------------------------
 
@@ -313,14 +322,19 @@ class Replay:
         tc = pol.trigger
         sig = Signals(cl.pending_gpus, cl.N, cl.N - cl.free_total, self.cloud.gpus)
         verdict = allocation_verdict(sig) if pol.gate else "resource-bound"
+        # Under mixed, as the diagnosis: the oldest jobs the free GPUs could hold by count wait
+        # on scheduling, not capacity; they neither count as pending nor go.
+        sched = self.scheduling_jobs() if verdict == Verdict.MIXED else set()
+        if sched:
+            sig = replace(sig, pending_gpus=sig.pending_gpus - sum(self.jobs[i].gpus for i in sched))
         # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
         od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
         self.overdue = []
-        chosen = list(od)
+        chosen = [i for i in od if i not in sched]
         popped: list = []
-        excess = cl.pending_gpus - tc.pending_gpus_threshold
+        excess = sig.pending_gpus - tc.pending_gpus_threshold
         if tc.threshold_trigger and excess > 0:
-            chosen += self.threshold_jobs(excess, set(od), popped)
+            chosen += self.threshold_jobs(excess, set(od) | sched, popped)
         cands = [self.candidate(i, t) for i in chosen]
         idx = {c.job.job_id: i for c, i in zip(cands, chosen)}
         cands.sort(key=lambda c: -c.job.waited_s)
@@ -337,6 +351,22 @@ class Replay:
             self.push(decision.wake_at, E_TICK, "wake")
         if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue):
             self.want_tick(t + 1e-9)
+
+    def scheduling_jobs(self) -> set[int]:
+        """The pending jobs, oldest first, that the free GPUs could hold by count (each claims
+        its GPUs from a running tally, as :func:`policies.diagnose.diagnose` does)."""
+        left = self.onprem.free_total
+        out: set[int] = set()
+        if left <= 0:
+            return out
+        for i in self.onprem.fifo_iter():
+            g = self.jobs[i].gpus
+            if g <= left:
+                out.add(i)
+                left -= g
+                if left <= 0:
+                    break
+        return out
 
     def burst(self, i: int, t: float) -> None:
         if self.cloud.burst(i, t):

@@ -56,10 +56,29 @@ Modules: ``errors`` (EC2 codes -> typed errors), ``client`` (session, clients, p
 """
 from __future__ import annotations
 
-from providers.aws.client import Ec2Client, _session  # noqa: F401  (the price fetcher's session)
-from providers.aws.errors import PROVIDER, map_error
-from providers.aws.inventory import PLACEMENT_GROUP_PREFIX, Ec2Inventory, placement_group_name
-from providers.aws.launch import CLIENT_TOKEN_LIMIT, USER_DATA_LIMIT, AwsProvider, client_token
+import importlib
+from typing import Any
 
-__all__ = ["AwsProvider", "CLIENT_TOKEN_LIMIT", "Ec2Client", "Ec2Inventory", "PLACEMENT_GROUP_PREFIX",
-           "PROVIDER", "USER_DATA_LIMIT", "client_token", "map_error", "placement_group_name"]
+from providers.aws.boot import BOOT
+from providers.aws.names import node_name_problem
+from providers.aws.settings import AwsSettings
+from providers.registration import CloudRegistration
+
+REGISTRATION = CloudRegistration(
+    name="aws", title="AWS", provider="providers.aws.launch:AwsProvider", settings=AwsSettings,
+    market="providers.market.aws:MARKET", node_name_problem=node_name_problem,
+    sdk_modules=("boto3", "botocore"), sandbox="broker_sandbox.aws:sandbox_cloud", boot=BOOT)
+
+# The SDK-bound names, imported on first use so that reading the registration loads no SDK.
+_LAZY = {"Ec2Client": "client", "_session": "client", "PROVIDER": "errors", "map_error": "errors",
+         "PLACEMENT_GROUP_PREFIX": "inventory", "Ec2Inventory": "inventory", "placement_group_name": "inventory",
+         "CLIENT_TOKEN_LIMIT": "launch", "USER_DATA_LIMIT": "launch", "AwsProvider": "launch",
+         "client_token": "launch"}
+
+__all__ = ["REGISTRATION", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -13,7 +13,7 @@ from botocore.config import Config
 
 from providers.aws.errors import AWS_ERRORS, PROVIDER, map_error, note_answer
 from providers.base import TAG_LEASE, TAG_OWNER
-from providers.settings import AwsSettings
+from providers.aws.settings import AwsSettings
 
 _log = structlog.get_logger("providers.aws")  # the one logger of every AWS module
 

@@ -25,7 +25,8 @@ from providers.base import (
     Scope,
     TransientError,
 )
-from providers.settings import AwsSettings, provider_settings
+from providers.aws.settings import AwsSettings
+from providers.settings import provider_table
 
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2's limit)
 CLIENT_TOKEN_LIMIT = 64
@@ -51,7 +52,7 @@ class AwsProvider(Ec2Inventory):
     @classmethod
     def from_config(cls, settings: AwsSettings | Mapping[str, Any], owner: str) -> Self:
         """From the typed ``[providers.aws]`` settings (or a raw table, checked by the schema)."""
-        return cls(provider_settings(PROVIDER, settings), owner)
+        return cls(provider_table(AwsSettings, PROVIDER, settings), owner)
 
     def notice_source(self) -> Any:
         """The interruption queue (:class:`providers.aws.interruptions.SqsNotices`) when

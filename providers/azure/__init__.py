@@ -63,11 +63,28 @@ Modules: ``auth`` (credentials and the loopback policies), ``errors`` (ARM codes
 """
 from __future__ import annotations
 
-from providers.azure.auth import ANONYMOUS, _auth_policy, _LoopbackBearerPolicy, _make_credential, _NoAuthPolicy  # noqa: F401
-from providers.azure.client import ArmClient  # noqa: F401
-from providers.azure.errors import map_error
-from providers.azure.inventory import ArmInventory  # noqa: F401
-from providers.azure.launch import AzureProvider, image_reference  # noqa: F401
-from providers.settings import ARM_URL  # noqa: F401  (the price fetcher shares the ARM endpoint)
+import importlib
+from typing import Any
 
-__all__ = ["AzureProvider", "ANONYMOUS", "map_error"]
+from providers.azure.boot import BOOT
+from providers.azure.names import node_name_problem
+from providers.azure.settings import ARM_URL, AzureSettings  # noqa: F401  (the price fetcher shares the ARM endpoint)
+from providers.registration import CloudRegistration
+
+REGISTRATION = CloudRegistration(
+    name="azure", title="Azure", provider="providers.azure.launch:AzureProvider", settings=AzureSettings,
+    market="providers.market.azure:MARKET", node_name_problem=node_name_problem,
+    sdk_modules=("azure",), sandbox="broker_sandbox.azure:sandbox_cloud", boot=BOOT)
+
+# The SDK-bound names, imported on first use so that reading the registration loads no SDK.
+_LAZY = {"ANONYMOUS": "auth", "_auth_policy": "auth", "_LoopbackBearerPolicy": "auth", "_make_credential": "auth",
+         "_NoAuthPolicy": "auth", "ArmClient": "client", "map_error": "errors", "ArmInventory": "inventory",
+         "AzureProvider": "launch", "image_reference": "launch"}
+
+__all__ = ["REGISTRATION", "AzureProvider", "ANONYMOUS", "map_error"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

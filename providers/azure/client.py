@@ -12,7 +12,8 @@ from azure.mgmt.compute import ComputeManagementClient
 from providers.azure.auth import ANONYMOUS, _auth_policy
 from providers.azure.errors import _OperationTimeout
 from providers.base import InvalidRequestError
-from providers.settings import ARM_URL, AzureSettings, is_loopback_url
+from providers.azure.settings import ARM_URL, AzureSettings
+from providers.settings import is_loopback_url
 
 log = structlog.get_logger("providers.azure")
 

@@ -23,7 +23,8 @@ from providers.base import (
     ProviderError,
     Scope,
 )
-from providers.settings import AzureSettings, provider_settings
+from providers.azure.settings import AzureSettings
+from providers.settings import provider_table
 
 NETWORK_API_VERSION = "2020-11-01"  # networkProfile.networkApiVersion for VM-created NICs
 
@@ -51,7 +52,7 @@ class AzureProvider(ArmInventory):
                     ) -> "AzureProvider":
         """Build from the ``[providers.azure]`` table. ``credential``: an ``azure.core``
         ``TokenCredential`` to use instead of the one ``credentials`` names (embedding, tests)."""
-        parsed = provider_settings("azure", settings)
+        parsed = provider_table(AzureSettings, "azure", settings)
         return cls(parsed, credential if credential is not None else _make_credential(parsed.credentials),
                    owner)
 

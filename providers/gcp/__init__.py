@@ -40,12 +40,29 @@ Modules: ``errors`` (Compute errors -> typed errors), ``names`` (labels, request
 """
 from __future__ import annotations
 
-from providers.gcp.client import ComputeClient
-from providers.gcp.credentials import SCOPES, load_credentials
-from providers.gcp.errors import NAME, classify, map_error, operation_error
-from providers.gcp.inventory import ComputeInventory
-from providers.gcp.launch import GcpProvider
-from providers.gcp.names import label_key, label_value, placement_name, request_id
+import importlib
+from typing import Any
 
-__all__ = ["NAME", "SCOPES", "ComputeClient", "ComputeInventory", "GcpProvider", "classify", "label_key",
-           "label_value", "load_credentials", "map_error", "operation_error", "placement_name", "request_id"]
+from providers.gcp.boot import BOOT
+from providers.gcp.names import label_key, label_value, node_name_problem, placement_name, request_id
+from providers.gcp.settings import GcpSettings
+from providers.registration import CloudRegistration
+
+REGISTRATION = CloudRegistration(
+    name="gcp", title="Google Cloud", provider="providers.gcp.launch:GcpProvider", settings=GcpSettings,
+    market="providers.market.gcp:MARKET", node_name_problem=node_name_problem,
+    sdk_modules=("google.cloud", "google.api_core", "google.auth", "google.oauth2"),
+    sandbox="broker_sandbox.gcp:sandbox_cloud", boot=BOOT)
+
+# The SDK-bound names, imported on first use so that reading the registration loads no SDK.
+_LAZY = {"ComputeClient": "client", "SCOPES": "credentials", "load_credentials": "credentials",
+         "NAME": "errors", "classify": "errors", "map_error": "errors", "operation_error": "errors",
+         "ComputeInventory": "inventory", "GcpProvider": "launch"}
+
+__all__ = ["REGISTRATION", "label_key", "label_value", "placement_name", "request_id", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -14,7 +14,7 @@ from google.cloud import compute_v1
 from providers.base import LABEL_LEASE, LABEL_OWNER, Market, TransientError
 from providers.gcp.errors import NAME, map_error
 from providers.gcp.names import META_LEASE, META_OWNER, label_value
-from providers.settings import GcpSettings
+from providers.gcp.settings import GcpSettings
 
 log = structlog.get_logger("providers.gcp")
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from google.auth import exceptions as auth_exc
 
-from providers.settings import GcpSettings
+from providers.gcp.settings import GcpSettings
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 

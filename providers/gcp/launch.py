@@ -32,7 +32,8 @@ from providers.gcp.names import (
     placement_name,
     request_id,
 )
-from providers.settings import GcpSettings, provider_settings
+from providers.gcp.settings import GcpSettings
+from providers.settings import provider_table
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 GENERATIONS = 8  # requestIds tried per node and call when Compute replays finished attempts
@@ -44,7 +45,7 @@ class GcpProvider(ComputeInventory):
     @classmethod
     def from_config(cls, settings: GcpSettings | Mapping[str, Any], owner: str) -> "GcpProvider":
         """From the typed ``[providers.gcp]`` settings (or a raw table, checked by the schema)."""
-        parsed = provider_settings(NAME, settings)
+        parsed = provider_table(GcpSettings, NAME, settings)
         return cls(parsed, owner, load_credentials(parsed))
 
     def notice_source(self) -> Any:

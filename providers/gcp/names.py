@@ -1,5 +1,6 @@
-"""Names the broker gives on Compute: labels (GCP's label rules), metadata keys, placement
-policies and the ``requestId`` of each insert (the same in every process for the same token)."""
+"""Names on Compute: the rule for a node's (instance's) name, the labels the broker gives (GCP's
+label rules), metadata keys, placement policies and the ``requestId`` of each insert (the same in
+every process for the same token). No SDK here: the registration reads the name rule."""
 from __future__ import annotations
 
 import re
@@ -30,3 +31,14 @@ def placement_name(lease_id: str) -> str:
 def request_id(client_token: str, zone: str, index: int, generation: int = 0) -> str:
     """The ``requestId`` of node ``index``'s insert: the same in every process for the same input."""
     return str(uuid.uuid5(REQUEST_NS, f"{client_token}|{zone}|{index}|{generation}"))
+
+
+def node_name_problem(name: str) -> str:
+    """Why Compute would refuse ``name`` as an instance name, RFC 1035 lowercase: a letter, then
+    letters, digits and hyphens, not ending with a hyphen; at most 63 ("" when it takes it)."""
+    if not name:
+        return "is empty"
+    if not NAME_RE.match(name):
+        return ("is not a GCP instance name (a lowercase letter, then lowercase letters, digits "
+                "and hyphens, not ending with a hyphen; at most 63)")
+    return ""

@@ -1,7 +1,8 @@
 """The live market: prices, zones, quotas, reservations and spot signals from the clouds' own APIs.
 
-One fetcher per cloud (:mod:`providers.market.aws`, ``.gcp``, ``.azure``) asks its cloud for the
-offerings the bundled catalog knows and returns a :class:`Snapshot` of plain values. The broker
+One :class:`MarketSource` per cloud (:mod:`providers.market.aws`, ``.gcp``, ``.azure``; a cloud's
+registration names it) asks its cloud for the offerings the bundled catalog knows and returns a
+:class:`Snapshot` of plain values. The broker
 stores it (dated) and overlays it on the catalog; nothing here decides whether a value is used
 (the plausibility check against the list price lives with the overlay, in
 :mod:`providers.catalog`). Errors are the typed :mod:`providers.base` errors, scoped to the cloud
@@ -10,7 +11,7 @@ or region whose API failed, so one broken region never hides another's data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from providers.base import ProviderError
 
@@ -235,21 +236,43 @@ class MarketError(ProviderError):
 Fetcher = Callable[..., Snapshot]
 
 
+@runtime_checkable
+class MarketSource(Protocol):
+    """One cloud's market: what a registration's ``market`` names (an object, not a module).
+
+    ``sources`` says which of :data:`SOURCES` the cloud has (a cloud without a quota API leaves
+    out ``"quotas"``); ``"price_list"`` is required of every cloud. Settings arrive as the raw
+    ``[providers.NAME]`` table or its typed schema; errors are :mod:`providers.base` errors
+    scoped to the cloud or region whose API failed."""
+
+    sources: tuple[str, ...]
+
+    def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
+        """Everything the cloud says about ``catalog``'s offerings in its configured regions: a
+        failing part is recorded in the snapshot (:meth:`Snapshot.part`); a failure that leaves
+        nothing raises :class:`ProviderError`."""
+        ...
+
+    def quotas(self, settings: Any, catalog: Any, region: str, known: Snapshot | None) -> list[Quota]:
+        """``region``'s quotas alone (after a launch met a quota error); ``known`` is the last
+        stored snapshot ([] when the cloud has no quota API)."""
+        ...
+
+    def needs(self, catalog: Any, known: Snapshot | None) -> list[QuotaNeed]:
+        """Which quota each instance type draws on, when ``known`` holds none."""
+        ...
+
+
 def fetch(provider: str, settings: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     """Ask ``provider``'s APIs about every offering of ``catalog`` in its configured regions.
 
     A failing part (one API, one region) is recorded in :attr:`Snapshot.errors` and the rest is
-    still returned; an error that leaves nothing to return raises :class:`ProviderError`.
+    still returned; an error that leaves nothing to return raises :class:`ProviderError`; a cloud
+    no registration carries raises :class:`providers.registry.UnknownCloud` (a ValueError).
     """
-    if provider == "aws":
-        from providers.market.aws import fetch as f
-    elif provider == "gcp":
-        from providers.market.gcp import fetch as f
-    elif provider == "azure":
-        from providers.market.azure import fetch as f
-    else:
-        raise ValueError(f"unknown provider {provider!r}")
-    return f(settings, catalog, now)
+    from providers.registry import market_source
+
+    return market_source(provider).fetch(settings, catalog, now)
 
 
 def rfc3339(ts: float) -> str:

@@ -29,10 +29,12 @@ from typing import Any, Iterable, Mapping
 import botocore.exceptions as bce
 from botocore.config import Config
 
-from providers.aws import _session, map_error
+from providers.aws.client import _session
+from providers.aws.errors import map_error
 from providers.aws.errors import AWS_ERRORS
 from providers.base import MICROS, ProviderError
-from providers.settings import AwsSettings, provider_settings
+from providers.aws.settings import AwsSettings
+from providers.settings import provider_table
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones, instance_types, rfc3339
 
 PRICING_REGION = "us-east-1"  # the Price List Query API answers in us-east-1, eu-central-1, ap-south-1
@@ -186,7 +188,7 @@ def needs_of(catalog: Any) -> list[QuotaNeed]:
 
 
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    settings: AwsSettings = provider_settings("aws", raw)
+    settings: AwsSettings = provider_table(AwsSettings, "aws", raw)
     client = _Clients(settings)
     types = instance_types(catalog, "aws")
     names = sorted(types)
@@ -221,10 +223,29 @@ __all__ = ["fetch", "bucket", "QUOTA_CODES", "rfc3339"]
 
 def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
     """Only ``region``'s quotas, now (after a launch met a quota error there)."""
-    settings: AwsSettings = provider_settings("aws", raw)
+    settings: AwsSettings = provider_table(AwsSettings, "aws", raw)
     client = _Clients(settings)
     vcpus = {n: it.vcpus for n, it in instance_types(catalog, "aws").items()}
     try:
         return quotas_of(client("service-quotas", region), client("ec2", region), region, vcpus)
     except AWS_ERRORS as e:
         raise map_error(e, region=region) from e
+
+
+class AwsMarket:
+    """AWS's :class:`providers.market.MarketSource`: the Price List API, spot price history,
+    spot placement scores, Service Quotas, capacity reservations and zone offerings."""
+
+    sources = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones")
+
+    def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
+        return fetch(settings, catalog, now)
+
+    def quotas(self, settings: Any, catalog: Any, region: str, known: Snapshot | None) -> list[Quota]:
+        return fetch_quotas(settings, catalog, region)
+
+    def needs(self, catalog: Any, known: Snapshot | None) -> list[QuotaNeed]:
+        return needs_of(catalog)
+
+
+MARKET = AwsMarket()

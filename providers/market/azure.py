@@ -27,7 +27,8 @@ from typing import Any, Mapping
 from azure.core.exceptions import AzureError
 
 from providers.base import ProviderError, TransientError
-from providers.settings import provider_settings
+from providers.azure.settings import AzureSettings
+from providers.settings import provider_table
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
 
 RETAIL_API_VERSION = "2023-01-01-preview"
@@ -139,7 +140,7 @@ def _arm_client(settings: Any) -> Any:
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     from providers.azure import map_error
 
-    settings = provider_settings("azure", raw)
+    settings = provider_table(AzureSettings, "azure", raw)
     url = settings.retail_prices_url
     client = _arm_client(settings)
     types = instance_types(catalog, "azure")
@@ -173,8 +174,29 @@ def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str, names: set[s
     """Only ``region``'s usages named ``names``, now (after a launch met a quota error there)."""
     from providers.azure import map_error
 
-    client = _arm_client(provider_settings("azure", raw))
+    client = _arm_client(provider_table(AzureSettings, "azure", raw))
     try:
         return quotas_of(client, region, names)
     except AzureError as e:
         raise map_error(e, region=region) from e
+
+
+class AzureMarket:
+    """Azure's :class:`providers.market.MarketSource`: the Retail Prices API, resource SKUs
+    (zones and quota families), usages (quotas) and capacity reservation groups. The quota an
+    instance type draws on (its family) comes from the resource SKUs of a full fetch."""
+
+    sources = ("price_list", "quotas", "reservations", "zones")
+
+    def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
+        return fetch(settings, catalog, now)
+
+    def quotas(self, settings: Any, catalog: Any, region: str, known: Snapshot | None) -> list[Quota]:
+        names = {n.key for n in known.needs} if known is not None else set()
+        return fetch_quotas(settings, catalog, region, names | {"lowPriorityCores"})
+
+    def needs(self, catalog: Any, known: Snapshot | None) -> list[QuotaNeed]:
+        return list(known.needs) if known is not None else []
+
+
+MARKET = AzureMarket()

@@ -22,8 +22,10 @@ from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 
 from providers.base import ProviderError
-from providers.settings import is_loopback_url, provider_settings
-from providers.gcp import load_credentials, map_error
+from providers.gcp.settings import GcpSettings
+from providers.settings import is_loopback_url, provider_table
+from providers.gcp.credentials import load_credentials
+from providers.gcp.errors import map_error
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -195,7 +197,7 @@ def needs_of(catalog: Any) -> list[QuotaNeed]:
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
     from google.cloud import billing_v1, compute_v1
 
-    settings = provider_settings("gcp", raw)
+    settings = provider_table(GcpSettings, "gcp", raw)
     billing_endpoint = settings.billing_api_endpoint
     if settings.credentials == "anonymous" and not (billing_endpoint and is_loopback_url(billing_endpoint)):
         raise ValueError("providers.gcp.credentials = \"anonymous\" is only accepted with "
@@ -241,7 +243,7 @@ def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quot
     """Only ``region``'s GPU quotas, now (after a launch met a quota error there)."""
     from google.cloud import compute_v1
 
-    settings = provider_settings("gcp", raw)
+    settings = provider_table(GcpSettings, "gcp", raw)
     options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
     metrics = metrics_of(catalog)
     client = compute_v1.RegionsClient(credentials=load_credentials(settings), transport="rest", client_options=options)
@@ -249,3 +251,22 @@ def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quot
         return quotas_of(client, settings.project, region, metrics)
     except gexc.GoogleAPIError as e:
         raise map_error(e, region=region) from e
+
+
+class GcpMarket:
+    """Google Cloud's :class:`providers.market.MarketSource`: the Cloud Billing Catalog, machine
+    type and accelerator zones, regional quotas and reservations."""
+
+    sources = ("price_list", "quotas", "reservations", "zones")
+
+    def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
+        return fetch(settings, catalog, now)
+
+    def quotas(self, settings: Any, catalog: Any, region: str, known: Snapshot | None) -> list[Quota]:
+        return fetch_quotas(settings, catalog, region)
+
+    def needs(self, catalog: Any, known: Snapshot | None) -> list[QuotaNeed]:
+        return needs_of(catalog)
+
+
+MARKET = GcpMarket()

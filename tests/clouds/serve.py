@@ -29,9 +29,9 @@ def _answer(clouds: Any, command: str) -> dict[str, Any]:
     if command == "alive":
         return {c: len(v) for c, v in clouds.alive_instances().items()}
     if command == "stats":
-        return {"aws": {"instances": len(clouds.aws.instances()), "calls": len(clouds.aws.calls)},
-                "gcp": {"instances": len(clouds.gcp.instances()), "calls": len(clouds.gcp.calls)},
-                "azure": {"instances": len(clouds.azure.instances()), "calls": len(clouds.azure.calls)}}
+        # Each registered cloud's own fake (the one named after it) counts its instances and calls.
+        return {name: {"instances": len(fake.instances()), "calls": len(fake.calls)}
+                for name, cloud in clouds.clouds.items() if (fake := cloud.fakes.get(name)) is not None}
     if command == "reset":
         clouds.reset()
         return {}

@@ -1,0 +1,26 @@
+"""What an Azure node does at boot on its own (:class:`providers.registration.BootHooks`): it
+learns its name from the instance metadata's VM name, and watches the Scheduled Events for a
+``Preempt`` (or a ``Terminate``/``Redeploy``) naming this VM."""
+from __future__ import annotations
+
+from providers.registration import BootHooks
+
+BOOT = BootHooks(
+    whoami=('BROKER_NODE_NAME=$(curl -sf -H "Metadata: true" '
+            '"http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text")'),
+    metadata_url="http://169.254.169.254",
+    notice_watch=r"""broker_watch_notices() {
+    local doc
+    while :; do
+        doc=$(curl -sf -H 'Metadata: true' "$notice_md/metadata/scheduledevents?api-version=2020-07-01") \
+            || { sleep 5; continue; }
+        case "$doc" in *"\"$BROKER_NODE_NAME\""*)
+            case "$doc" in
+                *'"Preempt"'*) broker_notice preemption "azure: scheduled event Preempt"; return ;;
+                *'"Terminate"'*|*'"Redeploy"'*) broker_notice maintenance "azure: scheduled event"; return ;;
+            esac ;;
+        esac
+        sleep 1
+    done
+}""",
+)
