@@ -57,7 +57,8 @@ def request_bytes(jobs: int, nodes: int, seed: int = 1) -> bytes:
         for g in range(8):
             s.gpu_samples.add(node=name, index=g, utilization_pct=rng.uniform(0, 100), memory_used_mb=1000)
         if alloc:
-            s.running.add(job_id=f"r{i}", gpus=alloc, nodes=[name], runtime_s=3600, user="u", queue="gpu")
+            s.running.add(job_id=f"r{i}", gpus=alloc, nodes=[name], runtime_s=3600, time_limit_s=4 * 3600,
+                          user="u", queue="gpu")
     for j in range(jobs):
         g = rng.choice([1, 1, 2, 4, 8, 16])
         s.pending.add(job_id=f"{100000 + j}" + ("+0" if j % 997 == 0 else ""), user=f"u{j % 50}",

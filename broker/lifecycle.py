@@ -406,7 +406,7 @@ class Lifecycle:
         now = self.clock()
         zone = instances[0].zone if instances else lease.zone
         return self._write(lease, state=LeaseState.RUNNING,
-                           message=f"{len(instances)} nodes running in {lease.provider}/{zone}",
+                           message=f"{len(instances)} nodes running in {lease.provider}/{zone or lease.region}",
                            instances=[instance_dict(i) for i in instances], zone=zone,
                            started_at=lease.started_at or now, accrued_at=now,
                            idle_since=0.0 if has_work(lease) else now, attempts=attempts)

@@ -150,7 +150,7 @@ FIELDS: dict[str, Rule] = {
     "GpuSample.node": NAME, "GpuSample.index": Rule(0, 1024), "GpuSample.utilization_pct": Rule(0, 100),
     "GpuSample.memory_used_mb": Rule(0, 1e9),
     "RunningJob.job_id": ID, "RunningJob.user": NAME, "RunningJob.queue": NAME, "RunningJob.gpus": Rule(0, 100_000),
-    "RunningJob.runtime_s": SECONDS,
+    "RunningJob.runtime_s": SECONDS, "RunningJob.time_limit_s": SECONDS, "RunningJob.est_runtime_s": SECONDS,
     "QueueSnapshot.source": NAME,
     "LaunchRequest.max_restarts": Rule(0, 1000), "Job.restarts": Rule(0, 1_000_000),
     "Job.max_restarts": Rule(0, 1000), "ReportJobRequest.lease_id": ID, "ReportJobRequest.job_id": ID,

@@ -229,8 +229,12 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
     for cloud, dist in dists.items():
         mine = sum(1 for _, c in own.get(cloud, ()) if not c)
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
+    from providers.catalog import bundled
+
     enabled = sorted(config.providers.enabled()) or sorted(registered_clouds())
-    rest = [p for p in enabled if p not in dists]
+    # Only clouds that sell spot capacity have spot judged at all (Lambda Cloud sells none).
+    spot_clouds = {o.provider for o in bundled(config.catalog.path or None).offerings if o.market.value == "spot"}
+    rest = [p for p in enabled if p not in dists and p in spot_clouds]
     source = ""
     if parts:
         source = "observed lifetimes: " + ", ".join(parts)

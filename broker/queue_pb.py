@@ -34,7 +34,8 @@ FIELDS = {
         "job_id", "gpus", "user", "queue", "gpu_model", "min_gpu_memory_gb", "nodes",
         "time_limit_s", "est_runtime_s", "waited_s", "pending_reason", "interruptible",
         "checkpoint_minutes", "data_gb", "kind", "exclusive", "job_class", "qos", "priority"),
-    (RunningJob, pb.RunningJob): ("job_id", "gpus", "user", "queue", "nodes", "runtime_s"),
+    (RunningJob, pb.RunningJob): ("job_id", "gpus", "user", "queue", "nodes", "runtime_s",
+                                  "time_limit_s", "est_runtime_s"),
     (ClusterNode, pb.ClusterNode): ("name", "state", "gpus_total", "gpus_allocated", "gpu_model",
                                     "partitions", "reason"),
     (GpuSample, pb.GpuSample): ("node", "index", "utilization_pct", "memory_used_mb"),
@@ -72,10 +73,11 @@ def _pending(items) -> list | None:
 def _running(items) -> list | None:
     out, get, intern = [], _get[RunningJob], sys.intern
     for r in items:
-        job_id, gpus, user, queue, nodes, runtime_s = get(r)
-        if not job_id or gpus < 0 or runtime_s < 0:
+        job_id, gpus, user, queue, nodes, runtime_s, limit, est = get(r)
+        if not job_id or gpus < 0 or runtime_s < 0 or limit < 0 or est < 0:
             return None
-        out.append(RunningJob(job_id, gpus, intern(user), intern(queue), tuple(nodes), runtime_s))
+        out.append(RunningJob(job_id, gpus, intern(user), intern(queue), tuple(nodes), runtime_s,
+                              limit, est))
     return out
 
 

@@ -52,7 +52,15 @@ class RunningJob:
     user: str = ""
     queue: str = ""
     nodes: tuple[str, ...] = ()
-    runtime_s: int = 0
+    runtime_s: int = 0  # how long it has run so far
+    time_limit_s: int = 0  # 0: the scheduler reports none
+    est_runtime_s: int = 0  # expected total runtime (falls back to time_limit_s)
+
+    @property
+    def remaining_s(self) -> int | None:
+        """Expected seconds left (start + runtime or limit, less now); None: not reported."""
+        total = self.est_runtime_s or self.time_limit_s
+        return max(0, total - self.runtime_s) if total > 0 else None
 
 
 @dataclass(frozen=True, slots=True)

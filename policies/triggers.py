@@ -37,6 +37,7 @@ from policies.causes import Verdict
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
+from policies.waits import fluid_wait_s, snapshot_waits  # noqa: F401 (fluid_wait_s: re-exported)
 
 _HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan of the tuple
 
@@ -424,20 +425,6 @@ def signals_from_snapshot(
     )
 
 
-def fluid_wait_s(gpus: int, work_ahead_gpu_s: float, free_gpus: int, capacity_gpus: int) -> float:
-    """Predicted on-prem wait of a job behind ``work_ahead_gpu_s`` of queued work.
-
-    A fluid estimate: it starts at once when it fits and nothing is ahead; otherwise when the
-    cluster's capacity has drained the work ahead of it (the running work is already counted
-    as draining). O(1), so a caller keeping ``work_ahead`` incrementally never re-simulates.
-    """
-    if capacity_gpus <= 0:
-        return float("inf")
-    if work_ahead_gpu_s <= 0 and gpus <= free_gpus:
-        return 0.0
-    return max(0.0, work_ahead_gpu_s) / capacity_gpus
-
-
 def candidates_from_snapshot(
     snap: QueueSnapshot,
     predicted_wait_s: Mapping[str, float] | None = None,
@@ -445,23 +432,23 @@ def candidates_from_snapshot(
 ) -> list[Candidate]:
     """Pending jobs as candidates, oldest first, with a predicted total wait each.
 
-    Without predictions, a fluid estimate over the queue in order (longest waiting first) with
-    the cluster's GPUs as capacity. With ``classes``, each is classified (else the trigger does). Jobs held for non-capacity reasons (dependencies, holds,
-    limits) are never candidates: the cloud cannot release them either.
+    Without predictions, :func:`policies.waits.snapshot_waits` over the queue in order (longest
+    waiting first): the running jobs' expected ends where the scheduler reports them, else the
+    queue-ahead estimate. The simulator predicts with the same function on every tick. With
+    ``classes``, each is classified (else the trigger does). Jobs held for non-capacity reasons
+    (dependencies, holds, limits) are never candidates: the cloud cannot release them either.
     """
     jobs = [j for j in snap.pending if j.pending_reason not in _HELD]
     jobs.sort(key=attrgetter("waited_s"), reverse=True)  # stable, as a sort by -waited_s
-    total = snap.gpus_total  # a sum over the nodes: once, not per job
-    free = total - snap.gpus_allocated
+    remaining = snapshot_waits(snap, jobs) if predicted_wait_s is None or any(
+        j.job_id not in predicted_wait_s for j in jobs) else ()
     out: list[Candidate] = []
-    ahead = 0.0
-    for j in jobs:
+    for k, j in enumerate(jobs):
         if predicted_wait_s is not None and j.job_id in predicted_wait_s:
             pred = predicted_wait_s[j.job_id]
         else:
-            pred = j.waited_s + fluid_wait_s(j.gpus, ahead, free, total)
+            pred = j.waited_s + remaining[k]
         out.append(Candidate(j, pred))
-        ahead += j.gpus * max(0, j.runtime_s)
     return out if classes is None else classed(TriggerConfig(classes=tuple(classes)), out)
 
 

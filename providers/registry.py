@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from providers import aws, azure, gcp
+from providers import aws, azure, gcp, lambda_cloud
 from providers.base import Provider
 from providers.registration import CloudRegistration
 from providers.settings import SettingsError, Table, provider_table
@@ -23,6 +23,7 @@ REGISTRY: tuple[CloudRegistration, ...] = (
     aws.REGISTRATION,
     gcp.REGISTRATION,
     azure.REGISTRATION,
+    lambda_cloud.REGISTRATION,
 )
 
 

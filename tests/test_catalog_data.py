@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from providers.registry import names
+
 DATA = Path(__file__).resolve().parent.parent / "providers" / "data"
 
-PROVIDERS = {"aws", "gcp", "azure"}
+PROVIDERS = set(names())  # every registered cloud has its rows and terms here
 GPU_MODELS = {"H200", "H100", "A100", "A10G", "A10", "L4", "L40S", "T4", "V100"}
 INTERCONNECTS = {"efa", "tcpx", "tcpxo", "infiniband", "ethernet"}
 GEOS = {"us", "eu", "asia", "ca", "sa", "au", "me"}

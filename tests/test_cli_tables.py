@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+from providers import registry
 from tests.conftest import ROOT
 
 
@@ -22,7 +23,7 @@ def test_catalog_show_fits_80_columns_with_every_region_instance_and_price_whole
     lines = r.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in r.stdout, max(lines, key=len)
     doc = json.loads(broker("catalog", "show", "-o", "json").stdout)
-    table = [line.split() for line in lines if line.startswith(("aws ", "gcp ", "azure "))]
+    table = [line.split() for line in lines if line.startswith(tuple(f"{n} " for n in registry.names()))]
     assert len(table) == len(doc["offerings"]) > 100
     for cells, o in zip(table, doc["offerings"]):
         price = f"{o['hourly_usd']:.2f}" + ("*" if o["stale"] else "")

@@ -52,6 +52,9 @@ def test_quote_launch_handoff_watch_release_against_the_sandbox(tmp_path):
         assert r.returncode == 0, r.stderr
         q = json.loads(r.stdout)
         assert q["offers"] and q["prices_only"] is False  # providers are enabled: launchable offers
+        # Lambda Cloud is in the sandbox too, and its on-demand 8 x H100 is the cheapest: the launch,
+        # hand-off and release below run against the fake Lambda Cloud API through a real broker.
+        assert q["offers"][0]["provider"] == "lambda", q["offers"][0]
         r = broker("launch", "--quote-id", q["quote_id"], "--offer", "1", "-o", "json", server=server)
         assert r.returncode == 0, r.stderr
         lease = json.loads(r.stdout)

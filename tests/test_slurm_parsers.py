@@ -87,8 +87,13 @@ def test_squeue_json_reasons_waits_and_limits():
     assert p[ROLES["whole_node"]].pending_reason in ("Resources", "Priority")
     assert all(0 <= j.waited_s < 600 for j in pending)
     assert p[ROLES["whole_node"]].time_limit_s == 0  # UNLIMITED
-    train = by_id(running)[ROLES["train"]]
+    train, ev = by_id(running)[ROLES["train"]], by_id(running)[ROLES["eval"]]
     assert 0 <= train.runtime_s < 600
+    # a running job's time limit says when it is expected to end (the wait predictor's input)
+    assert (train.time_limit_s, ev.time_limit_s) == (7200, 3600)
+    assert train.remaining_s == 7200 - train.runtime_s
+    # the eval job's comment says runtime=20 (minutes): the estimate wins over the limit
+    assert ev.est_runtime_s == 1200 and ev.remaining_s == 1200 - ev.runtime_s
 
 
 def test_squeue_json_hints_from_comment_and_name():

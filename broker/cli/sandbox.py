@@ -10,8 +10,8 @@ import typer
 
 from broker.cli.app import DEFAULT_SERVER, app, exit_error, exit_usage
 
-HELP = """Try the broker with no cloud account: start the mocked AWS, GCP and Azure
-(the ones the test suite runs against; real SDK calls over loopback HTTP) and a
+HELP = """Try the broker with no cloud account: start the mocked AWS, GCP, Azure and
+Lambda Cloud (the ones the test suite runs against; real API calls over loopback HTTP) and a
 `broker serve` configured against them, then print the commands to use.
 
 Everything listens on 127.0.0.1; state lives in its own directory (default
@@ -77,7 +77,7 @@ def _interrupt(*_) -> None:
 
 
 def _instructions(listen: str, home: Path) -> str:
-    return f"""Sandbox ready: mocked AWS, GCP and Azure on 127.0.0.1, a broker on {listen}.
+    return f"""Sandbox ready: mocked AWS, GCP, Azure and Lambda Cloud on 127.0.0.1, a broker on {listen}.
 State and the broker's log: {home}. Ctrl-C stops it all.
 
 In another terminal:

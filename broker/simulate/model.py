@@ -28,7 +28,7 @@ class Policy:
     name: str
     market: str
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
-    predict: bool = False  # predict on-prem waits at submission (wait trigger ahead of time)
+    predict: bool = False  # predict on-prem waits on every tick (policies.waits; wait trigger ahead of time)
     gate: bool = False  # diagnosis gate (allocation verdict) for the threshold trigger
     deadline_slack: float = 1.0  # cloud deadline = start-up + runtime x (1 + slack): twice the runtime
     learn_interruptions: bool = False  # update spot interruption rates from what it saw

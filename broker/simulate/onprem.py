@@ -15,11 +15,12 @@ import math
 from collections import deque
 from typing import Callable, Iterable, Sequence
 
+from policies.waits import forecast
+
 from broker.simulate.model import DONE, E_ONPREM_END, ONPREM, PENDING, SimConfig
 from broker.simulate.trace import TraceJob
 
 BACKFILL_DEPTH = 64
-RATE_WINDOW_S = 3600.0  # how far back the wait predictor looks at the release rate
 
 
 class Cluster:
@@ -48,8 +49,7 @@ class Cluster:
         self.pending_gpus = 0
         self.pending_jobs = 0
         self.busy_gpu_s = 0.0
-        self.released = 0.0  # exponentially decayed GPUs released (see release_rate)
-        self.released_at = 0.0
+        self.running: set[int] = set()  # jobs running on-prem now
         self.resv = None  # (head job, shadow time, reserved nodes frozenset)
         self.fifo: deque[int] = deque()  # every queued job in arrival order (left ones dropped lazily)
         # Per node, when the current head's size could start there (-inf: now), for
@@ -171,6 +171,7 @@ class Cluster:
         self.free_total -= g
         self.place[i] = chosen
         self.state[i] = ONPREM
+        self.running.add(i)
         self.start[i] = t
         self.wait[i] = t - j.submit_s
         self.pending_gpus -= g
@@ -192,8 +193,7 @@ class Cluster:
             self.touched.add(nd)
         self.free_total += j.gpus
         self.busy_gpu_s += j.gpus * j.duration_s
-        self.released = self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) + j.gpus
-        self.released_at = t
+        self.running.discard(i)
         self.state[i] = DONE
         self.resv = None
         self.schedule(t)
@@ -306,22 +306,13 @@ class Cluster:
 
     # -- prediction ---------------------------------------------------------------------------
 
-    def release_rate(self, t: float) -> float:
-        """GPUs released per second on-prem, exponentially weighted over ``RATE_WINDOW_S``."""
-        return self.released * math.exp(-(t - self.released_at) / RATE_WINDOW_S) / RATE_WINDOW_S
-
-    def predict(self, i: int, t: float, ahead_gpus: int) -> float:
-        """Predicted wait of a job that could not start at once, in O(1): the GPUs queued ahead
-        of it plus its own, less those free now, over the rate at which the cluster has been
-        releasing GPUs lately; at the head of the queue, its reservation (when its GPUs free
-        up, from the running jobs' ends)."""
-        j = self.jobs[i]
-        if j.gpus > self.N:
-            return math.inf
-        if ahead_gpus <= 0:
-            return max(0.0, self.reservation(i, t)[1] - t)
-        rate = self.release_rate(t)
-        need = ahead_gpus + j.gpus - self.free_total
-        if need <= 0:
-            return 0.0
-        return need / rate if rate > 0 else math.inf
+    def waits(self, t: float, order: Sequence[int]) -> list[float]:
+        """Remaining waits of the pending jobs ``order`` (oldest first) by
+        :func:`policies.waits.forecast`, from what a scheduler reports: the running jobs' time
+        run and runtimes (none when the trace does not know it), the queue's runtimes."""
+        jobs, start = self.jobs, self.start
+        running = [(jobs[i].gpus, int(t - start[i]), math.ceil(jobs[i].duration_s) if jobs[i].runtime_known
+                    else 0) for i in self.running]
+        queue = [(jobs[i].gpus, math.ceil(jobs[i].duration_s) if jobs[i].runtime_known else 0)
+                 for i in order]
+        return forecast(queue, running, self.free_total, self.N)

@@ -1,9 +1,10 @@
 """The replay: one event loop per policy over one trace, with the autoscaler's trigger.
 
-Every ``tick_s`` while anything is pending the autoscaler calls
-:func:`policies.triggers.evaluate` with the queue's signals, the jobs overdue by the wait rule
-and, for the threshold trigger, the jobs it would send first; a decision's ``wake_at`` adds a
-tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
+Every ``tick_s`` while anything is pending the autoscaler predicts every pending job's wait
+with the service's predictor (:func:`policies.waits.forecast`: the running jobs' ends, the
+queue's runtimes), then calls :func:`policies.triggers.evaluate` with the queue's signals, the
+jobs overdue by the wait rule (waited or predicted past their target) and, for the threshold
+trigger, the jobs it would send first; a decision's ``wake_at`` adds a tick. Waits are submit to first start, on-prem or in the cloud. Money is integer micro-dollars.
 
 The verdict is :func:`policies.triggers.allocation_verdict` (the allocation alone); under
 *mixed* the replay does what the service does with the diagnosis' capacity jobs: the oldest
@@ -113,6 +114,7 @@ class Replay:
         self.pool: list = []  # ranked heap of eligible pending jobs
         self.in_pool = [False] * n
         self.ratio = policy.trigger.wait_runtime_ratio
+        self.watch: dict[int, tuple[float, float]] = {}  # pending job: (wait target, pool bar)
         # series
         self.series = {"t_h": [], "pending_jobs": [], "pending_gpus": [], "cloud_gpus_spot": [],
                        "cloud_gpus_on_demand": [], "cloud_cost_usd": []}
@@ -224,15 +226,12 @@ class Replay:
             if self.cloud is None or not self.cloud.burst(i, t):
                 self.state[i] = NEVER
             return
-        ahead = cl.enqueue(i)
+        cl.enqueue(i)
         if cl.free_total >= j.gpus:
             cl.schedule(t)
         if self.state[i] != PENDING or not self.burst_enabled:
             return
-        pol = self.policy
-        if pol.predict:
-            self.pred[i] = cl.predict(i, t, ahead)
-        tc = pol.trigger
+        tc = self.policy.trigger
         cls = self.cls[i]
         if tc.order == "ranked" and cls.burst:
             # Eligible by wait now or later: add it to the pool when its (predicted) wait reaches
@@ -242,20 +241,19 @@ class Replay:
             ch = self.cloud.chooser.for_job(i)
             min_run = tc.selection.min_runtime_startups * ch.startup_s
             if (run >= min_run or run <= 0) and j.gpus <= tc.max_gpus_in_flight:
-                pred = self.pred[i]
+                # The wait so far reaching either; the predicted wait is checked on every tick
+                # (predict_all).
                 target = wait_target_s(run, 0.0, cls, self.ratio)
-                if pred > target:
-                    self.overdue.append(i)
-                    self.want_tick(t)
-                elif math.isfinite(target):
+                if math.isfinite(target):
                     self.push(t + target + 1e-6, E_CHECK, i)
+                bar = math.inf
                 if tc.threshold_trigger:
                     share = tc.selection.min_wait_share * ch.price_ratio
                     bar = min(share * run, cls.max_wait_s) if run > 0 else cls.max_wait_s
-                    if pred >= bar:
-                        self.add_pool(i)
-                    elif math.isfinite(bar):
+                    if math.isfinite(bar):
                         self.push(t + bar, E_CHECK, -1 - i)
+                if self.policy.predict:
+                    self.watch[i] = (target, bar)
         self.want_tick(t)
 
     def add_pool(self, i: int) -> None:
@@ -317,9 +315,28 @@ class Replay:
             want -= jobs[i].gpus
         return out
 
+    def predict_all(self, t: float) -> None:
+        """Predict every pending job's wait (:func:`policies.waits.forecast`, as the service
+        does on every snapshot); a watched job predicted past its pool bar joins the pool, past
+        its wait target the overdue list."""
+        order = list(self.onprem.fifo_iter())
+        jobs, pred, watch = self.jobs, self.pred, self.watch
+        for i, left in zip(order, self.onprem.waits(t, order)):
+            p = pred[i] = int(t - jobs[i].submit_s) + left
+            w = watch.get(i)
+            if w is not None:
+                if p > w[0]:
+                    self.overdue.append(i)
+                if p >= w[1]:
+                    self.add_pool(i)
+        for i in [i for i in watch if self.state[i] != PENDING]:
+            del watch[i]
+
     def tick(self, t: float) -> None:
         pol, cl, state = self.policy, self.onprem, self.state
         tc = pol.trigger
+        if pol.predict:
+            self.predict_all(t)
         sig = Signals(cl.pending_gpus, cl.N, cl.N - cl.free_total, self.cloud.gpus)
         verdict = allocation_verdict(sig) if pol.gate else "resource-bound"
         # Under mixed, as the diagnosis: the oldest jobs the free GPUs could hold by count wait
@@ -349,7 +366,7 @@ class Replay:
         self.overdue.extend(i for i in od if state[i] == PENDING)
         if decision.wake_at is not None and decision.wake_at > t:
             self.push(decision.wake_at, E_TICK, "wake")
-        if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue):
+        if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue or self.watch):
             self.want_tick(t + 1e-9)
 
     def scheduling_jobs(self) -> set[int]:

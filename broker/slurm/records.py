@@ -353,6 +353,7 @@ def jobs_to_queue(jobs: Iterable[SlurmJob], now: float
                 job_id=job.job_id, gpus=job.gpus, user=job.user, queue=job.partition,
                 nodes=job.nodes,
                 runtime_s=max(0, int(now - job.start_time)) if job.start_time else 0,
+                time_limit_s=job.time_limit_s, est_runtime_s=hints.runtime_s,
             ))
     extra: dict = {}
     if warnings:

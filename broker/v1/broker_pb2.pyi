@@ -623,20 +623,24 @@ class GpuSample(_message.Message):
     def __init__(self, node: _Optional[str] = ..., index: _Optional[int] = ..., utilization_pct: _Optional[float] = ..., memory_used_mb: _Optional[float] = ...) -> None: ...
 
 class RunningJob(_message.Message):
-    __slots__ = ("job_id", "user", "queue", "gpus", "nodes", "runtime_s")
+    __slots__ = ("job_id", "user", "queue", "gpus", "nodes", "runtime_s", "time_limit_s", "est_runtime_s")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_S_FIELD_NUMBER: _ClassVar[int]
+    EST_RUNTIME_S_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     queue: str
     gpus: int
     nodes: _containers.RepeatedScalarFieldContainer[str]
     runtime_s: int
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., runtime_s: _Optional[int] = ...) -> None: ...
+    time_limit_s: int
+    est_runtime_s: int
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., gpus: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., runtime_s: _Optional[int] = ..., time_limit_s: _Optional[int] = ..., est_runtime_s: _Optional[int] = ...) -> None: ...
 
 class QueueSnapshot(_message.Message):
     __slots__ = ("source", "taken_at", "pending", "nodes", "gpu_samples", "running")

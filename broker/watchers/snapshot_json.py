@@ -5,12 +5,15 @@ The document (``"schema": "broker.queue-snapshot/v1"``)::
     {"schema": "broker.queue-snapshot/v1", "source": "slurm:a", "taken_at": 1767225600.0,
      "pending": [{"job_id": "17", "gpus": 4, "queue": "gpu", "pending_reason": "Resources",
                   "kind": "eval", ...}],
-     "running": [{"job_id": "12", "gpus": 2, "nodes": ["gpu-1"], "runtime_s": 3600}],
+     "running": [{"job_id": "12", "gpus": 2, "nodes": ["gpu-1"], "runtime_s": 3600,
+                  "time_limit_s": 14400, "est_runtime_s": 7200}],
      "nodes": [{"name": "gpu-1", "state": "mix", "gpus_total": 4, "gpus_allocated": 2}],
      "gpu_samples": [{"node": "gpu-1", "index": 0, "utilization_pct": 12.0}],
      "extra": {}}
 
-Field names are those of :mod:`policies.queue`; fields left out take their defaults; unknown
+Field names are those of :mod:`policies.queue`; a running job's ``runtime_s`` is how long it has
+run, its ``time_limit_s`` / ``est_runtime_s`` (0 or left out: not reported) say when it is
+expected to end, for the wait predictor (:mod:`policies.waits`); fields left out take their defaults; unknown
 fields are errors (a typo must not pass silently). ``taken_at`` is epoch seconds or an ISO-8601
 time with a zone. Errors raise :class:`broker.watchers.ParseError` naming the line and field.
 """

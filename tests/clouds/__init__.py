@@ -4,5 +4,5 @@ from here as before. ``three`` (all clouds plus a ``broker serve`` subprocess) i
 import importlib
 import sys
 
-for _name in ("aws", "aws_market", "azure", "azure_market", "gcp", "gcp_billing", "gcp_market"):
+for _name in ("aws", "aws_market", "azure", "azure_market", "gcp", "gcp_billing", "gcp_market", "lambda_cloud"):
     sys.modules[f"{__name__}.{_name}"] = globals()[_name] = importlib.import_module(f"broker_sandbox.{_name}")
