@@ -52,7 +52,7 @@ def refresh_cmd(
     config: Optional[str] = typer.Option(None, "--config", help="Config file (default $BROKER_CONFIG)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
 ) -> None:
-    from broker import market, market_store
+    from broker import market
     from broker.errors import BrokerError
 
     check_format(fmt)
