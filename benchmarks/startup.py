@@ -6,19 +6,28 @@ Starts `broker serve` as a subprocess (SQLite store in a temporary directory, 12
 measures, from the moment the process is spawned:
 
 - listen: the port accepts a TCP connection (the gRPC health service answers, NOT_SERVING);
-- serving: grpc.health.v1 says SERVING for broker.v1.Broker (store open, providers built);
+- serving: grpc.health.v1 says SERVING for broker.v1.Broker (store open, quote engine built; the
+  enabled clouds' providers are built after it, in the background);
 - cli: `broker --help` to exit, the cost every command pays.
+
+``--cli-only`` measures, instead of the above, `broker --help` and a cold in-process
+`broker quote --gpu H100:8 --hours 24` (table and ``-o json``) as whole processes, wall and CPU
+(user + system of the child, from ``getrusage``: steadier than wall on a loaded machine).
+Compile the bytecode first (``python -m compileall broker policies providers``) where
+``PYTHONDONTWRITEBYTECODE`` is set: an install has it.
 
 three times: with no provider enabled, the same with ``--processes 2`` (a parent starts the
 serving processes: the first listens and serves, the second joins the port once built), and
-with all three providers enabled (their SDKs imported and clients built; endpoints on a closed
-loopback port, anonymous credentials: nothing leaves the machine).
+with all three providers enabled (built lazily behind SERVING; endpoints on a closed loopback
+port, anonymous credentials: nothing leaves the machine). ``BROKER_BENCH_ROOT=DIR`` runs the
+code of another checkout (a before/after in one sitting); every child runs outside this one.
 The baseline is `python -c pass` in the same run; figures are medians, with their ratio to it.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -58,7 +67,7 @@ ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench bench@example"
 
 def env() -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
-    e["PYTHONPATH"] = str(ROOT)
+    e["PYTHONPATH"] = os.environ.get("BROKER_BENCH_ROOT", str(ROOT))  # another checkout, for a before/after
     return e
 
 
@@ -69,9 +78,39 @@ def free_port() -> int:
 
 
 def timed(argv: list[str]) -> float:
+    return timed_cpu(argv)[0]
+
+
+def timed_cpu(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of ``argv`` to its exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(argv, env=env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    subprocess.run(argv, env=env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   cwd=tempfile.gettempdir())  # not the checkout: PYTHONPATH picks the code
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+QUOTE = ["quote", "--gpu", "H100:8", "--hours", "24"]
+
+
+def cli_only(runs: int) -> None:
+    cases = {"python -c pass": ["-c", "pass"], "broker --help": ["-m", "broker", "--help"],
+             "broker quote": ["-m", "broker", *QUOTE], "broker quote -o json": ["-m", "broker", *QUOTE, "-o", "json"]}
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for _ in range(2):  # warm-up: the page cache
+        for argv in cases.values():
+            timed_cpu([sys.executable, *argv])
+    for _ in range(runs):  # interleaved, so load on the machine touches every figure alike
+        for name, argv in cases.items():
+            got[name].append(timed_cpu([sys.executable, *argv]))
+    bw = statistics.median(w for w, _ in got["python -c pass"])
+    bc = statistics.median(c for _, c in got["python -c pass"])
+    for name, rs in got.items():
+        w, c = statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)
+        print(f"{name}: wall {w * 1000:.0f} ms ({w / bw:.1f}x), CPU {c * 1000:.0f} ms ({c / bc:.1f}x)"
+              f" (median of {runs})")
 
 
 def serve_once(config: Path, db: Path, deadline_s: float = 120.0, processes: int = 1) -> tuple[float, float]:
@@ -81,7 +120,8 @@ def serve_once(config: Path, db: Path, deadline_s: float = 120.0, processes: int
     if processes > 1:
         argv += ["--processes", str(processes)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            cwd=tempfile.gettempdir())
     listen = serving = None
     try:
         end = t0 + deadline_s
@@ -115,7 +155,10 @@ def serve_once(config: Path, db: Path, deadline_s: float = 120.0, processes: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cli-only", action="store_true", help="only `--help` and `quote`, no server")
     a = ap.parse_args()
+    if a.cli_only:
+        return cli_only(a.runs)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         configs = {"no provider": tmp / "none.toml", "no provider, --processes 2": tmp / "none.toml",

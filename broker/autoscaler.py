@@ -2,12 +2,17 @@
 launch (with failover) → hand-off. Teardown follows from the lease lifecycle (job done, idle,
 lifetime, budget) and from the trigger's scale-in of idle cloud capacity.
 
-Sources are the Slurm watcher (``[slurm] enabled``) and snapshots pushed by any scheduler over
-the ReportQueue RPC. For a Slurm source the hand-off is Slurm's own: a chosen job is allowed onto
-the burst partition (``scontrol update jobid=… partition=…``) and Slurm powers cloud nodes up
-through ResumeProgram (``broker slurm resume``), which launches their leases. For a pushed source
-the autoscaler launches the lease itself, attaches the job, and the scheduler sees the nodes on
-WatchLeases / GetLease.
+Sources are the scheduler watchers the registry builds from the configuration (each kind's
+``[<kind>] enabled``: :mod:`broker.watchers.registry`) and snapshots pushed by any scheduler
+over the ReportQueue RPC. What the autoscaler does for a source follows from the capabilities
+its watcher offers (:mod:`broker.watchers.base`): one that hands bursts over
+(:class:`~broker.watchers.base.BurstHandoff`) gets the chosen jobs and launches cloud nodes
+itself; for any other source, pushed ones included, the autoscaler launches the lease, attaches
+the job (booting it into the scheduler's cluster when the watcher says how:
+:class:`~broker.watchers.base.JoinNodes`), and the scheduler sees the nodes on WatchLeases /
+GetLease. Jobs blocking training are moved first by a watcher that can offload
+(:class:`~broker.watchers.base.OffloadJobs`), or named in an ``offload`` decision for a pushed
+source.
 
 Every decision, "did not burst, because …" included, is persisted and streamed as an event;
 repeated identical holds are recorded once until something changes.
@@ -17,7 +22,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 import structlog
 
@@ -25,6 +30,7 @@ from broker.config import AutoscalerSettings
 from broker.lifecycle import LeaseError
 from broker.quote import new_id
 from broker.lease import LIVE, LeaseState
+from broker.watchers.base import BurstHandoff, JoinNodes, OffloadJobs, SchedulerWatcher, capability
 from policies.demand import Demand, DemandError
 from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
 from policies.queue import PendingJob, QueueSnapshot
@@ -32,12 +38,6 @@ from policies.triggers import (BURST, SCALE_IN, Decision, TriggerConfig, Trigger
                                candidates_from_snapshot, evaluate, signals_from_snapshot)
 
 log = structlog.get_logger("broker.autoscaler")
-
-
-class BurstTarget(Protocol):
-    """Where a chosen job goes: a scheduler that can hand it to cloud capacity itself (Slurm)."""
-
-    def allow_burst(self, job_ids: list[str]) -> None: ...
 
 
 @dataclass
@@ -53,15 +53,13 @@ class SourceState:
 
 class Autoscaler:
     def __init__(self, service, settings: AutoscalerSettings, trigger: TriggerConfig,
-                 diagnose_cfg: DiagnoseConfig, *, watchers: Mapping[str, Any] | None = None,
-                 targets: Mapping[str, BurstTarget] | None = None,
+                 diagnose_cfg: DiagnoseConfig, *, watchers: Mapping[str, SchedulerWatcher] | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self.svc = service
         self.settings = settings
         self.trigger_cfg = trigger
         self.diagnose_cfg = diagnose_cfg
-        self.watchers = dict(watchers or {})  # source name -> object with .snapshot(now)
-        self.targets = dict(targets or {})  # source name -> BurstTarget (Slurm)
+        self.watchers = dict(watchers or {})  # source name -> SchedulerWatcher
         self.clock = clock or service.clock
         self.interval_s = settings.interval_s
         self.sources: dict[str, SourceState] = {}
@@ -143,12 +141,13 @@ class Autoscaler:
 
         Only leases burst for this source count (``job.source``, which the autoscaler alone
         writes), so a snapshot decides nothing about, and its answer tells nothing of, another
-        source's or tenant's capacity. A lease without a source is no pushed source's; a source
-        the broker watches itself (Slurm) also counts the unsourced nodes its scheduler resumed
-        (leases with node names) as in flight, never as idle capacity to scale in."""
+        source's or tenant's capacity. A lease without a source is no pushed source's; a watched
+        source whose scheduler launches its own cloud nodes (its watcher hands bursts over) also
+        counts the unsourced nodes its scheduler resumed (leases with node names) as in flight,
+        never as idle capacity to scale in."""
         gpus, idle = 0, {}
         cat = self.svc.engine.catalog
-        watched = source in self.watchers
+        watched = capability(self.watchers.get(source), BurstHandoff) is not None
         for l in self.svc.store.list_leases(states=LIVE):
             job = l.job
             mine = job.get("source") == source
@@ -156,7 +155,7 @@ class Autoscaler:
                 continue
             it = cat.instance(l.provider, l.instance_type)
             gpus += l.nodes * (it.gpus if it else 0)
-            # Leases of scheduler-managed nodes (Slurm cloud nodes) are torn down by the scheduler.
+            # Leases of scheduler-managed nodes (resumed by the scheduler) are torn down by it.
             if mine and l.state is LeaseState.RUNNING and not job.get("job_id") and not job.get("node_names") \
                     and l.idle_since:
                 idle[l.lease_id] = l.idle_since
@@ -165,14 +164,17 @@ class Autoscaler:
     # -- acting ----------------------------------------------------------------------------------
     def _offload(self, source: str, snap: QueueSnapshot, diag: Diagnosis, st: SourceState, now: float) -> None:
         """Move the tuning/eval/inference jobs that block training before anything bursts: a
-        Slurm source into its offload partition, a pushed one by an ``offload`` decision naming
-        the jobs for its scheduler to move. Either way the trigger stops counting them."""
+        watched source through its watcher (OffloadJobs) into its offload queue, a pushed one by
+        an ``offload`` decision naming the jobs for its scheduler to move. Either way the trigger
+        stops counting them. A watched source that cannot offload, or has no offload queue, only
+        has them named by the diagnosis."""
         from policies.offload import plan
 
-        target = self.targets.get(source)
-        partition = getattr(target, "offload_partition", "") if target is not None else ""
-        if target is not None and not partition:
-            return  # a Slurm source with no offload partition: the diagnosis names them only
+        watcher = self.watchers.get(source)
+        target = capability(watcher, OffloadJobs)
+        partition = target.offload_queue if target is not None else ""
+        if watcher is not None and not partition:
+            return
         p = plan(snap, diag, partition, frozenset(st.offloaded))
         if p is None:
             return
@@ -200,7 +202,7 @@ class Autoscaler:
         NotLeader on a replica that does not (or no longer) lead."""
         store = self.svc.store
         if d.action == BURST:
-            target = self.targets.get(source)
+            target = capability(self.watchers.get(source), BurstHandoff)
             for c in d.jobs:
                 st.burst_jobs.add(c.job.job_id)
             if target is not None:
@@ -263,11 +265,16 @@ class Autoscaler:
                                   [job.job_id], data={"source": source, "quote_id": q.quote_id})
             return
         targets = q.targets(lc.settings.max_failover)
-        jobdoc = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
+        jobdoc: dict[str, Any] = {"job_id": job.job_id, "owner": job.user, "queue": job.queue, "source": source}
+        joiner = capability(self.watchers.get(source), JoinNodes)
+        join = joiner.join_spec(job) if joiner is not None else None
+        if join is not None and join.env:
+            jobdoc["env"] = dict(join.env)
         try:
             lease, created = lc.create(idempotency_key=f"auto-{source}-{job.job_id}", target=targets[0],
                                        tenant=demand.tenant, demand=demand, alternatives=targets[1:],
-                                       quote_id=q.quote_id, offer_rank=1, job=jobdoc)
+                                       quote_id=q.quote_id, offer_rank=1, job=jobdoc,
+                                       bootstrap=join.bootstrap if join is not None else "")
             store.record_decision(new_id("d"), now, "burst",
                                   f"{d.reason}; job {job.job_id} → {targets[0].provider}/{targets[0].region} "
                                   f"{targets[0].instance_type} ({targets[0].market.value}), quote {q.quote_id}",
@@ -285,13 +292,4 @@ def autoscaler_for(service) -> Autoscaler | None:
     if not settings.enabled:
         return None
     trig, diag = settings.trigger_config(), settings.diagnose_config()
-    watchers: dict[str, Any] = {}
-    targets: dict[str, BurstTarget] = {}
-    slurm_cfg = service.config.slurm
-    if slurm_cfg.enabled:
-        from broker.slurm.watcher import slurm_source
-
-        name, watcher, target = slurm_source(slurm_cfg)
-        watchers[name] = watcher
-        targets[name] = target
-    return Autoscaler(service, settings, trig, diag, watchers=watchers, targets=targets)
+    return Autoscaler(service, settings, trig, diag, watchers=service.schedulers)

@@ -36,7 +36,7 @@ from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market import CatalogSettings, MarketSettings
-from broker.slurm.settings import SlurmSettings
+from broker.watchers import registry as scheduler_registry
 from providers.registry import ProvidersSettings, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
@@ -391,9 +391,13 @@ class TelemetrySettings(Table):
 # ---------------------------------------------------------------------------------------------
 # the whole file
 
+#: One top-level table per registered scheduler kind (``[slurm]``, ...): broker.watchers.registry.
+SchedulerTables = scheduler_registry.settings_struct(__name__)
 
-class Config(Table):
-    """The whole configuration file, checked. Every table is optional."""
+
+class Config(SchedulerTables):  # type: ignore[misc,valid-type]
+    """The whole configuration file, checked. Every table is optional; the schedulers' tables
+    come from the scheduler registry (:attr:`schedulers`)."""
 
     owner: Annotated[str, Meta(min_length=1, max_length=63)] = field(default_factory=_default_owner)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -408,7 +412,6 @@ class Config(Table):
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
     autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
     bootstrap: BootstrapSettings = field(default_factory=BootstrapSettings)
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     budget_tables: dict[str, BudgetSettings] = field(default_factory=dict, name="budgets")
     budget_policy: BudgetPolicy = field(default_factory=BudgetPolicy)  # [budgets] on_exhausted
     auth: Union[AuthSettings, None] = None
@@ -418,6 +421,7 @@ class Config(Table):
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
+        scheduler_registry.check(self)  # what an enabled scheduler needs of the other tables
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):
             raise ValueError(
@@ -449,6 +453,11 @@ class Config(Table):
     def budget(self, tenant: str) -> Budget | None:
         b = self.budgets
         return b.get(tenant) or b.get("default")
+
+    @property
+    def schedulers(self) -> Mapping[str, Any]:
+        """Scheduler kind name -> its settings table (enabled or not)."""
+        return scheduler_registry.settings_of(self)
 
     @property
     def auth_tokens(self) -> dict[str, str]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from broker.attempts import attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.jobs import JobState, job_state_of
@@ -46,6 +48,14 @@ Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the
 class BootScriptError(FailedPrecondition):
     """The lease's boot script cannot be rendered: the lease fails at once (no offer would do
     better), instead of staying in provisioning to be resumed forever."""
+
+
+class ProviderFault(ProviderError):
+    """A provider raised what no provider error covers (a bug, an SDK's surprise) during a launch:
+    the offer fails at once, naming the provider and the exception's class (the traceback goes to
+    the log only), and the launch fails over to the next cloud instead of staying provisioning."""
+
+    default_scope = Scope.CLOUD
 
 
 def lease_view(lease: Lease, now: float) -> dict[str, Any]:
@@ -210,7 +220,7 @@ class Lifecycle:
                                  "code": "BootScript", "scope": "", "kind": "invalid", "message": str(e)[:300]})
                 return self._fail(self.get(lease.lease_id), attempts)
             if instances is None:
-                if isinstance(error, AuthError):  # the next offer of the same cloud will not do better
+                if isinstance(error, (AuthError, ProviderFault)):  # the same cloud's next offer fares no better
                     refused[target.provider] = f"{error.code or 'auth error'} earlier in this launch"
                 continue
             try:
@@ -244,7 +254,7 @@ class Lifecycle:
             try:
                 instances = self._launch(lease, t)
             except ProviderError as e:
-                attempts.append(_attempt(t, e))
+                attempts.append(attempt_record(t, e))
                 log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
                             code=e.code, scope=str(e.scope))
                 if e.retryable and i < tries - 1:
@@ -330,9 +340,9 @@ class Lifecycle:
                 log.warning("attempt_leftovers", lease=lease.lease_id, provider=t.provider, region=t.region,
                             instances=[i.instance_id for i in left])
                 provider.terminate(left)
-        except ProviderError as e:
-            log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider, code=e.code,
-                        error=str(e))
+        except Exception as e:  # noqa: BLE001 - whatever is left carries the lease's tag: an orphan then
+            log.warning("attempt_cleanup_failed", lease=lease.lease_id, provider=t.provider,
+                        code=getattr(e, "code", type(e).__name__), error=str(e)[:500])
 
     def _launched_too_late(self, lease: Lease, instances: Sequence[Instance]) -> Lease:
         """The launch finished but the lease moved on meanwhile (adopted by the reconciler,
@@ -381,7 +391,18 @@ class Lifecycle:
         if provider is None:
             raise InvalidRequestError(f"provider {t.provider} is not enabled", provider=t.provider,
                                       code="ProviderDisabled", scope=Scope.CLOUD)
-        return self._checked(provider, self.spec_for(lease), t)
+        spec = self.spec_for(lease)
+        try:
+            return self._checked(provider, spec, t)
+        except (ProviderError, BrokerError, StaleLease):
+            raise
+        except Exception as e:  # a provider's bug: this offer failed, said in one line
+            said = (str(e).strip().splitlines() or [""])[0][:200]
+            frame = traceback.extract_tb(e.__traceback__)[-1]  # where, without the frames' values (secrets)
+            log.error("launch_crashed", lease=lease.lease_id, provider=t.provider, region=t.region,
+                      error=f"{type(e).__name__}: {said}", at=f"{frame.filename}:{frame.lineno} in {frame.name}")
+            raise ProviderFault(f"{t.provider} raised {type(e).__name__}{': ' + said if said else ''}",
+                                provider=t.provider, code=type(e).__name__, region=t.region, zone=t.zone) from e
 
     def _checked(self, provider: Provider, spec: LaunchSpec, t: Target) -> list[Instance]:
         """``provider.launch``, holding it to its contract: ``spec.count`` live nodes of the
@@ -530,31 +551,6 @@ class Lifecycle:
         raise StaleLease(f"lease {lease.lease_id} keeps changing under us")
 
 
-def attempts_summary(attempts: Sequence[Mapping[str, Any]], shown: int = 2) -> str:
-    """The launch attempts in one line, each distinct reason once (the provider's own code, the
-    scope it blocked, its sentence) with where it happened: the first ``shown`` offers and how
-    many more (the lease's ``attempts`` list every one)."""
-    groups: dict[tuple, list[str]] = {}
-    for a in attempts:
-        where = (f"{a['provider']}/{a['region']}{'/' + a['zone'] if a.get('zone') else ''}/"
-                 f"{a['instance_type']}/{a['market']}")
-        groups.setdefault((a["code"], a["scope"] or "skipped", a["message"]), []).append(where)
-    parts = []
-    for (code, scope, message), wheres in groups.items():
-        wheres = list(dict.fromkeys(wheres))
-        more = f" and {len(wheres) - shown} more" if len(wheres) > shown else ""
-        parts.append(f"{code} ({scope}) {message} [{', '.join(wheres[:shown])}{more}]")
-    return "; ".join(parts)
-
-
-def launch_failure(lease: Lease) -> FailedPrecondition:
-    """The error of a launch that failed for good (every offer tried or ruled out), with its
-    attempts: FAILED_PRECONDITION, not a retryable UNAVAILABLE — the same request fails again;
-    a new quote (or a new key) is what can help."""
-    return FailedPrecondition(f"lease {lease.lease_id} could not be launched: "
-                              f"{attempts_summary(lease.attempts) or lease.state_reason}", attempts=lease.attempts)
-
-
 def has_work(lease: Lease) -> bool:
     """Does the lease have a job? A job attached (at launch or by a hand-off), or nodes that a
     scheduler runs jobs on (Slurm cloud nodes, named by the job; Slurm powers them down itself).
@@ -583,9 +579,3 @@ def _d2t(d: dict) -> Target:
 def _lease_target(lease: Lease) -> Target:
     return Target(lease.provider, lease.region, lease.zone, lease.instance_type, Market(lease.market),
                   lease.nodes, lease.hourly_micros, lease.reservation)
-
-
-def _attempt(t: Target, e: ProviderError) -> dict:
-    return {"provider": t.provider, "region": t.region, "zone": t.zone, "instance_type": t.instance_type,
-            "market": t.market.value, "code": e.code or type(e).__name__, "scope": e.scope_key,
-            "kind": type(e).__name__.removesuffix("Error").lower(), "message": e.message[:300]}

@@ -10,8 +10,10 @@ each instance, and acts once per lease:
   quoted for the work left, the offering blocked for a spot preemption — and the replacement is
   launched at once, while the old node keeps running until the cloud takes it (the reconciler
   then drains the lease and finds the replacement already made: one replacement, one requeue);
-* a Slurm lease's jobs are Slurm's: its nodes are drained and the jobs running on them requeued
-  (``scontrol requeue``); Slurm resumes other cloud nodes for them through its resume program;
+* a lease of a scheduler's own nodes (a scheduler resumed them, e.g. Slurm's power saving)
+  holds that scheduler's jobs: the watcher that knows the nodes drains them and requeues the
+  jobs running on them (:class:`broker.watchers.base.DrainNodes`; Slurm: ``scontrol requeue``),
+  and the scheduler resumes other cloud nodes for them;
 * a rebalance recommendation is advice: the event is recorded, nothing else (as Karpenter).
 
 A repeated notice for a lease changes nothing. Messages are deleted once handled; one that cannot
@@ -30,6 +32,7 @@ import structlog
 
 from broker.lease import Lease, LeaseState
 from broker.leader import NotLeader
+from broker.watchers.base import DrainNodes, UnknownNodes, capability
 from providers.base import Market, ProviderError, offering_key
 from providers.notices import Notice, NoticeKind
 
@@ -48,6 +51,7 @@ class Outcome:
     replacement: str = ""
     blocked: str = ""
     requeued: list[str] = field(default_factory=list)
+    scheduler: str = ""  # the source of the scheduler that requeued them
     note: str = ""  # why nothing was done, or why there is no replacement
 
 
@@ -63,13 +67,13 @@ class PollReport:
 class Notices:
     """Acts on notices for the leader (``reconciler`` supplies the replacement and the fence)."""
 
-    def __init__(self, reconciler: Any, *, scontrol: Callable[[], Any] | None = None,
+    def __init__(self, reconciler: Any, *, schedulers: Callable[[], Iterable[Any]] = tuple,
                  count: Callable[[str, str, str], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.reconciler = reconciler
         self.lc = reconciler.lc
         self.store = reconciler.store
-        self.scontrol = scontrol  # () -> broker.slurm.commands.Scontrol, when [slurm] is enabled
+        self.schedulers = schedulers  # () -> the watched schedulers (broker.watchers.registry)
         self.count = count or (lambda provider, kind, outcome: None)
         self.clock = clock
         self._launching: list[threading.Thread] = []
@@ -123,12 +127,13 @@ class Notices:
     def on_lease(self, lease: Lease, notice: Notice) -> Outcome:
         """Block, checkpoint, replace, record: see the module's description. The job's side is
         the one every notice takes (:func:`broker.interruption.on_notice`, as the node's own
-        report through the callback); a Slurm lease's jobs are Slurm's to requeue."""
+        report through the callback); the jobs on a scheduler's own nodes are its to requeue."""
         from broker.interruption import Notice as LeaseNotice, on_notice
 
         if lease.state is not LeaseState.RUNNING:
             return Outcome(lease.lease_id, False, note=f"lease is {lease.state}")
-        slurm = self.scontrol is not None and bool(lease.job.get("node_names")) and not lease.job.get("job_id")
+        drainers = [d for w in self.schedulers() if (d := capability(w, DrainNodes)) is not None]
+        handed = bool(drainers) and bool(lease.job.get("node_names")) and not lease.job.get("job_id")
         if lease.job.get("notice_at") or self._noted(lease, notice):
             self.count(notice.provider, notice.kind.value, "repeated")
             return Outcome(lease.lease_id, notice.kind.acts, lease.job.get("replaced_by", ""),
@@ -138,13 +143,13 @@ class Notices:
         out = Outcome(lease.lease_id, notice.kind.acts)
         preempted = notice.kind is NoticeKind.PREEMPTION or (
             notice.kind is NoticeKind.STOPPING and lease.market == Market.SPOT.value)
-        if not notice.kind.acts or slurm:
-            if slurm and notice.kind.acts:
+        if not notice.kind.acts or handed:
+            if handed and notice.kind.acts:
                 if preempted:
                     out.blocked = offering_key(lease.provider, lease.region, lease.instance_type, lease.market)
                     self.store.block(out.blocked, now + self.lc.settings.interruption_block_s,
                                      f"spot interruption on {out.blocked}")
-                out.requeued, out.note = self._slurm_checkpoint(lease, notice)
+                out.requeued, out.scheduler, out.note = self._drain(drainers, lease, notice)
             else:
                 out.note = "advice only"
             self.store.add_event(lease.lease_id, EVENT, _sentence(lease, notice, out), now, {
@@ -168,18 +173,21 @@ class Notices:
         return out
 
     def _noted(self, lease: Lease, notice: Notice) -> bool:
-        """Whether a notice of this kind was recorded for the lease already (advice, Slurm)."""
+        """Whether a notice of this kind was recorded for the lease already (advice, a scheduler's nodes)."""
         return any(e.kind == EVENT and json.loads(e.data or "{}").get("kind") == notice.kind.value
                    for e in self.store.events_of(lease.lease_id))
 
-    def _slurm_checkpoint(self, lease: Lease, notice: Notice) -> tuple[list[str], str]:
-        """Drain the lease's Slurm nodes and requeue the jobs running on them."""
+    def _drain(self, drainers: list[DrainNodes], lease: Lease, notice: Notice) -> tuple[list[str], str, str]:
+        """The first scheduler that knows the lease's nodes drains them and requeues their jobs."""
         nodes = list(lease.job["node_names"])
-        sc = self.scontrol()
-        sc.drain(nodes, f"broker: {notice.kind.value} notice")
-        jobs = sc.running_on(nodes)
-        sc.requeue(jobs)
-        return jobs, "Slurm requeued the jobs; it resumes other cloud nodes for them"
+        for d in drainers:
+            try:
+                jobs = d.drain_and_requeue(nodes, f"broker: {notice.kind.value} notice")
+            except UnknownNodes:
+                continue
+            name = str(getattr(d, "source", "the scheduler"))
+            return jobs, name, f"{name} requeued the jobs; it resumes other cloud nodes for them"
+        return [], "", f"no watched scheduler knows nodes {', '.join(nodes)}"
 
     def _launch(self, lease: Lease) -> None:
         """Launch a replacement now, beside this loop (a launch may fail over for a while)."""
@@ -217,7 +225,7 @@ def _sentence(lease: Lease, notice: Notice, out: Outcome) -> str:
         parts.append(f"expected at {iso(notice.not_before)}")
     job = lease.job.get("job_id")
     if out.requeued:
-        parts.append(f"Slurm jobs {', '.join(out.requeued)} requeued")
+        parts.append(f"{out.scheduler} jobs {', '.join(out.requeued)} requeued")
     elif job and out.acted:
         parts.append(f"job {job} told to checkpoint")
     if out.replacement:
@@ -233,10 +241,10 @@ def notice_sources(providers: dict[str, Any]) -> list[Any]:
     """Every enabled provider's notice source (those that have one configured)."""
     out = []
     for name, p in sorted(providers.items()):
-        make = getattr(p, "notice_source", None)
-        if make is None:
-            continue
         try:
+            make = getattr(p, "notice_source", None)  # a lazily built provider is built here
+            if make is None:
+                continue
             src = make()
         except (ProviderError, ValueError) as e:
             log.warning("notice_source_unavailable", provider=name, error=str(e)[:300])

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 import msgspec
 import structlog
@@ -76,6 +76,7 @@ class Reconciler:
         self.clock = clock
         self.on_error = on_error  # (phase, provider): a unit of the pass failed
         self._first_seen: dict[str, float] = {}  # orphan instance id -> first time seen
+        self._told_unreadable: set[str] = set()  # instances whose unreadable record was logged
         # Called before every side-effecting step; raises (broker.leader.NotLeader) when this
         # replica no longer leads, which ends the pass. The service sets it; alone, it leads.
         self.fence: Callable[[], object] = lambda: None
@@ -118,6 +119,7 @@ class Reconciler:
         # the few columns a steady lease is judged by; a lease that needs more is read in full.
         live: dict[str, Any] = {r.lease_id: r for r in self.store.lease_rows(PASS_COLUMNS, states=LIVE)}
         ids = {k: _listed_ids(r.instances) for k, r in live.items() if r.state == LeaseState.RUNNING}
+        claimed = self._unreadable(listings, live, ids, by_lease, report, now)
 
         # sync -----------------------------------------------------------------------------
         for lease_id, row in list(live.items()):
@@ -138,7 +140,7 @@ class Reconciler:
                     live[replacement.lease_id] = replacement
 
         # step -----------------------------------------------------------------------------
-        self._terminate_orphans(listings, live, ids, report, now)
+        self._terminate_orphans(listings, live, ids, report, now, claimed)
         budget_reasons = self._over_budget(live.values(), now, report)
         for lease_id, entry in list(live.items()):
             if entry.state not in LIVE:
@@ -158,6 +160,40 @@ class Reconciler:
 
     def _full(self, lease_id: str) -> Lease | None:
         return self.store.get_lease(lease_id)
+
+    def _unreadable(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Any],
+                    ids: Mapping[str, set[str]], by_lease: dict[str, list[Instance]],
+                    report: PassReport, now: float) -> set[str]:
+        """Instances part of whose record a cloud's answer could not carry (``Instance.problem``,
+        e.g. a tag written outside the broker with a control character): each counts as an error
+        of its provider's listing on every pass (the ``broker_reconcile_errors`` metric), is
+        logged once, and gives the lease it belongs to (by its tag, else the running lease that
+        lists it) one event; every other instance of the provider is reconciled as usual. Returns
+        the ids of those whose lease is known only from the lease's own list (not orphans)."""
+        bad = [(name, i) for name, insts in listings.items() for i in insts if i.problem]
+        self._told_unreadable &= {i.instance_id for _, i in bad}
+        if not bad:
+            return set()
+        listed_by = {iid: lease_id for lease_id, known in ids.items() for iid in known}
+        claimed: set[str] = set()
+        for name, i in bad:
+            report.errors += 1
+            if self.on_error is not None:
+                self.on_error("list", name)
+            owner = i.lease_id if i.lease_id in live else listed_by.get(i.instance_id, "")
+            if owner and owner != i.lease_id:
+                claimed.add(i.instance_id)
+                by_lease.setdefault(owner, []).append(i)
+            if i.instance_id in self._told_unreadable:
+                continue
+            with self._isolated(report, "list", name, instance=i.instance_id):
+                log.warning("instance_unreadable", provider=name, instance=i.instance_id, lease=owner,
+                            problem=i.problem)
+                if owner:
+                    self.store.add_event(owner, "instance_unreadable", i.problem[:500], now,
+                                         {"instance_id": i.instance_id})
+                self._told_unreadable.add(i.instance_id)
+        return claimed
 
     def _sync_due(self, row: Any, insts: list[Instance], ids: Mapping[str, set[str]]) -> bool:
         """Whether :meth:`_sync` could change anything for this lease (a quick look at its row)."""
@@ -225,7 +261,8 @@ class Reconciler:
 
     # -- step: act on the clouds ----------------------------------------------------------------
     def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Any],
-                           ids: Mapping[str, set[str]], report: PassReport, now: float) -> None:
+                           ids: Mapping[str, set[str]], report: PassReport, now: float,
+                           claimed: AbstractSet[str] = frozenset()) -> None:
         """Tagged instances that no live lease accounts for: of a lease that ended (or never
         existed), or of a running lease that does not list them (a launch attempt it moved on
         from, a duplicate). Those of leases still launching or draining are theirs to settle.
@@ -238,6 +275,8 @@ class Reconciler:
             orphans = []
             for i in insts:
                 lease = live.get(i.lease_id)
+                if i.instance_id in claimed:
+                    continue  # its lease tag is unreadable, but a running lease lists it
                 if lease is not None and (lease.state != LeaseState.RUNNING or i.instance_id in ids[i.lease_id]):
                     continue
                 seen.add(i.instance_id)

@@ -14,6 +14,8 @@ from broker import market_store
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from policies.demand import Demand, DemandError
+from providers.base import ProviderError
+from providers.registry import LazyProvider
 
 log = structlog.get_logger("broker.service")
 
@@ -81,7 +83,10 @@ class Service:
             self.auth = Auth(config.auth_tokens, issued=issued)
         self.engine = market.quote_engine(config, self.store.engine)
         try:
-            self.providers = dict(providers) if providers is not None else build_enabled(config.providers, config.owner)
+            # Lazily: the clouds' SDKs cost ~3 s of start-up with all three enabled; they are
+            # built behind the service once it answers (start_background).
+            self.providers = (dict(providers) if providers is not None
+                              else build_enabled(config.providers, config.owner, lazy=True))
         except ValueError as e:  # the providers' settings or the credentials they name
             raise ConfigError(f"config: {e}") from None
         self.budgets = Budgets(self.store, config.budgets, config.budget_policy.on_exhausted)
@@ -104,7 +109,10 @@ class Service:
         self.leadership = None  # set by start_background: replicas elect one leader
 
         self.metrics = Metrics(self.store, self.engine.catalog, self.budgets, clock)
-        self.notices = Notices(self.reconciler, scontrol=self._scontrol if config.slurm.enabled else None,
+        from broker.watchers.registry import build_watchers
+
+        self.schedulers = build_watchers(config)  # source -> watcher, of each enabled scheduler kind
+        self.notices = Notices(self.reconciler, schedulers=lambda: self.schedulers.values(),
                                count=lambda *labels: self.metrics.notices.labels(*labels).inc(), clock=clock)
         # launch targets and top-N slices of cached quote results
         self._derived = DerivedCache(config.limits.quote_cache_entries, config.limits.derived_cache_bytes)
@@ -360,7 +368,6 @@ class Service:
             if self.autoscaler is not None:
                 loops.append(self._loop("autoscaler", self.autoscaler.interval_s,
                                         self._leading(self.autoscaler.tick)))
-            loops.extend(self._notice_loops())
         from broker.market import Refresher
 
         # The leader refreshes the live market; every replica re-prices when it changes.
@@ -370,6 +377,41 @@ class Service:
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)
+        # The interruption notices need the built providers: their loops start once they are.
+        self._build_providers(then=self._start_notice_loops if lead else None)
+
+    def _start_notice_loops(self) -> None:
+        if not self._stop.is_set():
+            loops = self._notice_loops()
+            self._threads.extend(loops)
+            if loops:
+                log.info("background_started", loops=[t.name for t in loops], contends=True)
+
+    def _build_providers(self, then: Callable[[], None] | None = None) -> None:
+        """Build the lazily made providers in a background thread, one after the other (their SDK
+        imports hold the GIL: in parallel they would not finish sooner), then call ``then``; a
+        call that needs one meanwhile waits for it. One that cannot be built is logged; every
+        use of it says why."""
+        lazy = [p for p in self.providers.values() if isinstance(p, LazyProvider) and not p.built]
+        if not lazy:
+            if then is not None:
+                then()
+            return
+
+        def run() -> None:
+            for p in lazy:
+                if self._stop.is_set():
+                    return
+                t = time.monotonic()
+                try:
+                    p.build()
+                    log.info("provider.built", provider=p.name, seconds=round(time.monotonic() - t, 3))
+                except ProviderError as e:
+                    log.error("provider.unusable", provider=p.name, error=str(e))
+            if then is not None:
+                then()
+
+        threading.Thread(target=run, name="providers-build", daemon=True).start()
 
     def _notice_loops(self) -> list[threading.Thread]:
         """One loop per interruption-notice source (the leader's: an SQS queue is long-polled, GCP's
@@ -381,12 +423,6 @@ class Service:
             poll = (lambda s: lambda: self.notices.poll(s))(src)
             loops.append(self._loop(f"notices-{src.provider}", getattr(src, "poll_s", 1.0), self._leading(poll)))
         return loops
-
-    def _scontrol(self):
-        from broker.slurm.commands import Scontrol
-
-        s = self.config.slurm
-        return Scontrol(s.scontrol, s.env, s.command_timeout_s)
 
     def _quota_error(self, provider: str, region: str) -> None:
         """A launch met a quota error: re-read that region's quota in the background and
@@ -474,6 +510,9 @@ class Service:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        from broker.watchers.registry import stop_watchers
+
+        stop_watchers(getattr(self, "schedulers", {}))  # watchers with threads of their own
         for t in self._threads:
             t.join(timeout)
         if getattr(self, "leadership", None) is not None:

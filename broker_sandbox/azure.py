@@ -66,7 +66,12 @@ BUILTIN_REGIONS = (
     "southeastasia", "eastasia", "australiaeast", "centralindia", "southindia", "uaenorth",
     "southafricanorth", "qatarcentral",
 )
-FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "not_found", "html")
+FAULT_KINDS = ("capacity", "quota", "throttle", "5xx", "slow", "auth", "not_found", "html", "garbage",
+               "truncated", "shape")
+# A 2xx whose body is no ARM answer: "garbage" is not JSON and "shape" is JSON of another shape
+# (nothing is done), "truncated" is the real answer cut short (the request took effect).
+GARBAGE = b"\x00\x01<<not an answer>> \xff\xfe garbage"
+WRONG_SHAPE = b'[{"value": 7, "nextLink": {"not": "a link"}, "tags": ["x"], "location": 5}]'
 # "html": what a gateway in front of ARM answers instead of its JSON (a 502 page).
 HTML_PAGE = (b"<!DOCTYPE html>\r\n<html><head><title>502 - Web server received an invalid response while acting "
              b"as a gateway or proxy server.</title></head><body><h2>502 - Web server received an invalid "
@@ -315,6 +320,9 @@ class FakeArm(ArmMarketMixin):
         * ``5xx``: ``500 InternalServerError`` (``code="ServiceUnavailable"`` gives 503).
         * ``slow``: sleeps ``slow_s`` before answering normally (the work is still done).
         * ``auth``: ``401 InvalidAuthenticationToken`` (``code="AuthorizationFailed"`` gives 403).
+        * ``html``: a gateway's 502 HTML page; ``garbage`` / ``shape``: a 200 whose body is not
+          JSON / JSON of another shape (nothing done); ``truncated``: the real answer, its body cut
+          short (the request took effect).
         * ``not_found``: a ``404`` that is not "this resource does not exist": ARM's
           ``ResourceGroupNotFound`` (the default), ``ParentResourceNotFound``, the generic
           ``NotFound`` of a regional front end, or ``code="ResourceNotFound"`` naming ANOTHER
@@ -820,7 +828,8 @@ class FakeArm(ArmMarketMixin):
                 time.sleep(self.slow_s)
                 if generation != self._generation:  # reset() while asleep: act on nothing
                     raise ArmError(503, "ServiceUnavailable", "The fake was reset.")
-            self._raise_fault(fault, path)
+            if fault.kind != "truncated":  # cut short in _serve, once done
+                self._raise_fault(fault, path)
         if self.require_auth and not headers.get("authorization", "").lower().startswith("bearer "):
             raise ArmError(401, "AuthenticationFailed", "Authentication failed. The "
                            "'Authorization' header is missing.")
@@ -847,6 +856,8 @@ class FakeArm(ArmMarketMixin):
     def _raise_fault(self, f: _Fault, path: str = "") -> None:
         if f.kind == "html":
             raise ArmError(502, "", "", page=HTML_PAGE)
+        if f.kind in ("garbage", "shape"):
+            raise ArmError(200, "", "", page=GARBAGE if f.kind == "garbage" else WRONG_SHAPE)
         if f.kind == "not_found":
             m = re.search(r"/resourceGroups/([^/]+)(?:/providers/[^/]+/[^/]+/([^/?]+))?", path, re.I)
             rg, name = (m.group(1), m.group(2) or "") if m else ("", "")
@@ -1008,6 +1019,9 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = 500, {"error": {"code": "InternalServerError", "message": repr(e)}}
         call.status = status
         payload = page if page is not None else b"" if body is None else json.dumps(body).encode()
+        if call.fault == "truncated" and 200 <= status < 300:
+            payload = payload[:len(payload) // 2] or b"{"
+        page = page if page is None or page.lstrip().startswith(b"<") else None  # garbage is sent as "JSON"
         try:
             self.send_response(status)
             self.send_header("x-ms-request-id", str(uuid.uuid4()))

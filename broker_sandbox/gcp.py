@@ -24,7 +24,9 @@ differ). What it models, after the public API reference:
 * Preemption (``interrupt``): the VM goes TERMINATED with ``lastStopTimestamp``, a DONE
   ``compute.instances.preempted`` operation is recorded, and with
   ``instanceTerminationAction: DELETE`` the VM is then deleted.
-* Fault injection: ``inject(kind, times, match)`` and ``fail_rate(p, kinds, seed)``.
+* Fault injection: ``inject(kind, times, match)`` and ``fail_rate(p, kinds, seed)``; besides
+  Compute's own errors, a proxy's HTML page ("html") and a 200 whose body is no answer
+  ("garbage", "truncated" — the real answer cut short, the call done — and "shape").
 
 Use ``FakeGcpCompute().start()`` (``.url``, ``.stop()``) from any test, or the ``fake_gcp``
 fixture; ``python -m broker_sandbox.gcp --port N`` serves it on its own.
@@ -61,8 +63,14 @@ CATALOG = Path(providers.__file__).resolve().parent / "data" / "instances.csv"
 
 # kind → what the fake answers. capacity/quota finish the insert operation with an error, as the
 # real API does; the others answer the HTTP request itself.
-FAULT_KINDS = ("capacity", "quota", "throttle", "ratelimit", "5xx", "slow", "auth", "forbidden", "html")
+FAULT_KINDS = ("capacity", "quota", "throttle", "ratelimit", "5xx", "slow", "auth", "forbidden", "html",
+               "garbage", "truncated", "shape")
 # "html": what a proxy or load balancer in front of the API answers instead of Compute's JSON.
+# A 200 whose body is no answer: "garbage" is not JSON (nothing is done), "truncated" is the real
+# answer cut short (the call took effect), "shape" is JSON of the wrong shape (nothing is done).
+GARBAGE_KINDS = ("garbage", "truncated", "shape")
+GARBAGE = b"\x00\x01<<not an answer>> \xff\xfe garbage"
+WRONG_SHAPE = b'[{"kind": 7, "items": "none", "id": {"not": "a number"}}]'
 HTML_PAGE = (b"<!DOCTYPE html>\n<html lang=en><meta charset=utf-8><title>Error 502 (Server Error)!!1</title>"
              b"<p><b>502.</b> <ins>That's an error.</ins><p>The server encountered a temporary error and "
              b"could not complete your request.<p>Please try again in 30 seconds.</html>\n")
@@ -425,6 +433,11 @@ class FakeGcpCompute(GcpMarketMixin):
         with self._lock:
             self._rate = (p, tuple(kinds), random.Random(seed)) if p > 0 else None
 
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._rate = None
+
     def add_reservation(self, zone: str, name: str, machine_type: str, count: int,
                         accelerator: str = "", accelerator_count: int = 0) -> None:
         with self._lock:
@@ -541,13 +554,19 @@ class FakeGcpCompute(GcpMarketMixin):
         if fault and fault.kind == "html":
             call.status = 502
             return 502, HTML_PAGE
+        if fault and fault.kind in ("garbage", "shape"):
+            call.status = 200
+            return 200, GARBAGE if fault.kind == "garbage" else WRONG_SHAPE
         try:
-            if fault and fault.kind not in OP_FAULTS:
+            if fault and fault.kind not in (*OP_FAULTS, "truncated"):
                 raise self._fault_error(fault.kind)
-            status, out = self._route(method, path, query, body, fault)
+            status, out = self._route(method, path, query, body, None if fault and fault.kind == "truncated" else fault)
         except HttpError as e:
             status, out = e.status, e.body()
         call.status = status
+        if fault and fault.kind == "truncated":
+            whole = json.dumps(out).encode()
+            return 200, whole[:len(whole) // 2]
         return status, out
 
     def _fault_error(self, kind: str) -> HttpError:
@@ -1047,8 +1066,9 @@ def _make_handler(fake: FakeGcpCompute) -> type[BaseHTTPRequestHandler]:
                 status, out = fake.handle(self.command, self.path, body)
             except Exception as e:  # a bug in the fake: answer 500 rather than hang the client
                 status, out = 500, HttpError(500, "backendError", f"fake error: {e!r}").body()
-            page = isinstance(out, bytes)  # a proxy's HTML page, not Compute's JSON
-            data = out if page else json.dumps(out).encode()
+            raw = isinstance(out, bytes)  # a proxy's HTML page or garbage, not Compute's JSON
+            data = out if raw else json.dumps(out).encode()
+            page = raw and data.lstrip().startswith(b"<")
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "text/html; charset=UTF-8" if page else

@@ -140,6 +140,10 @@ class Instance:
     stop_reason: StopReason = StopReason.NONE
     stop_detail: str = ""  # the cloud's own code/message for the stop
     launched_at: float = 0.0  # epoch seconds
+    # Why part of the cloud's record of it could not be read ("" when all of it could): e.g. a
+    # tag written outside the broker with characters the answer cannot carry. The instance is
+    # still listed (the reconciler reports it and goes on with the others).
+    problem: str = ""
 
 
 # ---------------------------------------------------------------------------------------------

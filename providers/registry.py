@@ -9,12 +9,13 @@ source by import path, and :func:`build` / :func:`market_source` import them whe
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping
 
 import msgspec
 
 from providers import aws, azure, gcp, lambda_cloud
-from providers.base import Provider
+from providers.base import AuthError, Provider
 from providers.registration import CloudRegistration
 from providers.settings import SettingsError, Table, provider_table
 
@@ -94,11 +95,62 @@ def build(name: str, settings: Table | Mapping[str, Any], owner: str) -> Provide
     return reg.load("provider").from_config(provider_table(reg.settings, name, settings), owner=owner)
 
 
-def build_enabled(tables: Any, owner: str) -> dict[str, Provider]:
-    """Every provider whose settings say ``enabled = true`` (typed ``[providers]``, or raw tables)."""
-    if isinstance(tables, _Providers):
-        return {n: build(n, s, owner) for n, s in tables.enabled().items()}
-    return {n: build(n, t, owner) for n, t in tables.items() if t.get("enabled", False)}
+def build_enabled(tables: Any, owner: str, *, lazy: bool = False) -> dict[str, Provider]:
+    """Every provider whose settings say ``enabled = true`` (typed ``[providers]``, or raw tables).
+    ``lazy``: each a :class:`LazyProvider`, its SDK imported on first use (or :meth:`LazyProvider.build`)."""
+    enabled = (tables.enabled() if isinstance(tables, _Providers) else
+               {n: t for n, t in tables.items() if t.get("enabled", False)})
+    if lazy:
+        for n in enabled:
+            get(n)  # an unknown cloud is still refused at once
+        return {n: LazyProvider(n, s, owner) for n, s in enabled.items()}  # type: ignore[misc]
+    return {n: build(n, s, owner) for n, s in enabled.items()}
+
+
+class LazyProvider:
+    """Cloud ``name``'s provider, built (its SDK imported, its clients made) when first used.
+
+    `broker serve` with AWS, GCP and Azure enabled spends ~3 s of CPU importing their SDKs
+    (``google.cloud.compute_v1`` most of it): built lazily, the service answers on the bundled
+    prices first and builds them behind it (:meth:`build`, from a background thread). Any
+    attribute is the built provider's. Settings or credentials it cannot be built from are a
+    :class:`providers.base.AuthError` (the whole cloud) on every use, with the reason.
+    """
+
+    def __init__(self, name: str, settings: Table | Mapping[str, Any], owner: str) -> None:
+        self.name = name
+        self._settings, self._owner = settings, owner
+        self._lock = threading.Lock()
+        self._built: Provider | None = None
+        self._error: str = ""
+
+    def build(self) -> Provider:
+        """The provider, built now if it is not yet (once: callers meanwhile wait for it)."""
+        built = self._built
+        if built is not None:
+            return built
+        with self._lock:
+            if self._built is None and not self._error:
+                try:
+                    self._built = build(self.name, self._settings, self._owner)
+                except ValueError as e:
+                    self._error = str(e) or type(e).__name__
+        if self._built is None:
+            raise AuthError(f"providers.{self.name} cannot be used: {self._error}", provider=self.name,
+                            code="ProviderSettings")
+        return self._built
+
+    @property
+    def built(self) -> bool:
+        return self._built is not None
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # copy, pickle and the like probe dunders: not the provider's
+            raise AttributeError(attr)
+        return getattr(self.build(), attr)
+
+    def __repr__(self) -> str:
+        return f"LazyProvider({self.name!r}, {'built' if self.built else 'not built'})"
 
 
 def market_source(name: str) -> Any:

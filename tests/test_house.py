@@ -330,3 +330,58 @@ def test_cloud_sdks_are_imported_at_module_level_only_by_the_provider_packages()
              if _under(m, SDKS) and not _sdk_allowed(_rel(p), m)]
     assert not found, ("a cloud SDK imported where `broker serve` or the CLI loads it before listening "
                        "(import it inside the function that needs it): " + ", ".join(found))
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedulers behind one interface
+
+#: The core that reads and acts on schedulers only through broker.watchers (base, registry).
+SCHEDULER_NEUTRAL = ("broker/autoscaler.py", "broker/service.py", "broker/config.py", "broker/notices.py")
+
+
+def scheduler_packages() -> tuple[str, ...]:
+    """The package of every registered scheduler kind (``broker.slurm``), and the node-side
+    programs' package."""
+    from broker.watchers.registry import KIND_MODULES
+
+    return tuple(sorted({m.rsplit(".", 1)[0] for m in KIND_MODULES} | {"broker.slurm_node"}))
+
+
+def named_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import, ``from a import b`` also as ``a.b``, and every string
+    constant that reads as a dotted module path (for importlib)."""
+    out = list(imports(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and re.fullmatch(r"[a-z_]+(\.[a-z_]+)+(:\w+)?", node.value):
+            out.append((node.lineno, node.value.split(":")[0]))
+    return out
+
+
+def test_the_core_names_no_scheduler_package():
+    pkgs = scheduler_packages()
+    assert "broker.slurm" in pkgs
+    found = [f"{rel}:{line} names {m}" for rel in SCHEDULER_NEUTRAL
+             for line, m in named_modules(_tree(ROOT / rel)) if _under(m, pkgs)]
+    assert not found, ("the autoscaler, service, notices and settings schema reach schedulers through "
+                       "broker.watchers (base, registry): " + ", ".join(found))
+
+
+@pytest.mark.parametrize("code", [
+    "from broker.slurm.watcher import slurm_source\n",
+    "def f():\n    from broker import slurm\n",
+    "import broker.slurm_node.programs as p\n",
+    "importlib.import_module('broker.slurm.kind')\n",
+])
+def test_the_scheduler_check_finds_every_way_to_name_a_package(code):
+    assert any(_under(m, scheduler_packages()) for _, m in named_modules(ast.parse(code)))
+
+
+def test_the_in_server_scheduler_packages_never_import_the_node_side_programs():
+    found = [f"{_rel(p)}:{line} names {m}" for pkg in scheduler_packages() if pkg != "broker.slurm_node"
+             for p in product_files(pkg.replace(".", "/")) for line, m in named_modules(_tree(p))
+             if _under(m, "broker.slurm_node")]
+    assert product_files("broker/slurm_node") and product_files("broker/slurm")
+    assert not found, "the watcher side must not load the programs slurmctld runs: " + ", ".join(found)

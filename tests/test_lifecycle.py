@@ -263,7 +263,7 @@ def test_watch_leases_streams_state_changes(clouds, tmp_path):  # noqa: F811
 
 # -- the reconciler after a crash ---------------------------------------------------------------
 
-class Crash(Exception):
+class Crash(BaseException):
     """The broker process dying at this point (not a cloud error: nothing catches it)."""
 
 

@@ -108,6 +108,32 @@ def test_list_managed_sees_only_this_owner(lam: LambdaProvider, fake_lambda: Fak
     assert lam.list_managed(["us-west-1"]) == []
 
 
+@pytest.mark.parametrize("garble", [
+    {"instance_type": 42},                       # a field of another type
+    {"region": "us-east-1"},                     # an object become a string
+    {"status": None, "ip": ["10.0.0.1"]},        # nulls and lists where strings were
+])
+def test_one_unreadable_instance_record_never_hides_the_others(lam: LambdaProvider, fake_lambda: FakeLambdaCloud,
+                                                               garble: dict) -> None:
+    lam.launch(spec("good"))
+    (bad,) = lam.launch(spec("bad"))
+    fake_lambda._instances[bad.instance_id].update(garble)  # the API's answer for this one changed shape
+    with structlog.testing.capture_logs() as logs:
+        listed = {i.lease_id: i for i in lam.list_managed()}
+    assert set(listed) == {"good", "bad"}  # both still listed, the readable one unchanged
+    assert listed["good"].problem == "" and listed["good"].state is InstanceState.RUNNING
+    assert listed["bad"].instance_id == bad.instance_id and bad.instance_id in listed["bad"].problem
+    assert any(e["event"] == "lambda.instance.unreadable" for e in logs)
+
+
+def test_a_record_without_an_id_is_left_out_and_the_rest_listed(lam: LambdaProvider,
+                                                               fake_lambda: FakeLambdaCloud) -> None:
+    lam.launch(spec("good"))
+    (bad,) = lam.launch(spec("bad"))
+    fake_lambda._instances[bad.instance_id]["id"] = None
+    assert [i.lease_id for i in lam.list_managed()] == ["good"]
+
+
 def test_retry_after_a_crash_adopts_the_nodes_already_launched(lam: LambdaProvider,
                                                                fake_lambda: FakeLambdaCloud) -> None:
     first = lam.launch(spec(count=1, names=("lease-1-n0",)))

@@ -2,6 +2,8 @@
 launch forever; a background loop that dies turns health NOT_SERVING."""
 from __future__ import annotations
 
+import contextlib
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -92,25 +94,86 @@ def test_an_unknown_boot_template_fails_the_lease_without_a_cloud_call(kit):
     assert [m for m, _ in clouds["aws"].calls] == []
 
 
+class ProcessDied(BaseException):
+    """The launching process dies in the middle of the cloud call (nothing of it runs on)."""
+
+
 def test_a_launch_resumed_again_and_again_still_times_out_from_its_creation(kit):
     lc, rec, clouds, clock, errors = kit
     created = clock()
-    # Every launch call dies with what no provider error covers: the lease is left provisioning,
-    # and every pass resumes it (provisioning → requested → provisioning restarts state_since).
-    clouds["aws"].fail("launch", ConnectionResetError("connection reset by peer"), times=100)
-    with pytest.raises(ConnectionResetError):
+    # Every launch call dies with its process: the lease is left provisioning, and every pass
+    # resumes it (provisioning → requested → provisioning restarts state_since).
+    clouds["aws"].fail("launch", ProcessDied(), times=100)
+    with pytest.raises(ProcessDied):
         lc.launch(idempotency_key="k", target=target(lc))
     lease_id = lc.store.lease_by_key("default", "k").lease_id
     while clock() - created < 900:
         clock.advance(250)
-        rec.run_pass()
+        with contextlib.suppress(ProcessDied):  # the broker dies in the pass's launch, and restarts
+            rec.run_pass()
         if lc.get(lease_id).state not in (S.REQUESTED, S.PROVISIONING):
             break
     lease = lc.get(lease_id)
     assert lease.state is S.RELEASED and lease.state_reason == "launch did not finish within 900 s"
     assert created + 900 <= lease.ended_at <= created + 900 + 250
     launches = [m for m, _ in clouds["aws"].calls if m == "launch"]
-    assert len(launches) == 4 and len(errors) == 3  # resumed at each pass, each failure counted
+    assert len(launches) == 4  # resumed at each pass
+
+
+def test_a_provider_bug_in_a_launch_fails_over_at_once_naming_the_provider_and_the_class(kit):
+    lc, rec, clouds, clock, errors = kit
+    clouds["aws"].fail("launch", KeyError("Reservations"))
+    from policies.demand import Demand
+
+    lease = lc.launch(idempotency_key="k", target=target(lc, "aws"), alternatives=[target(lc, "gcp")],
+                      demand=Demand(gpus=8, hours=1, gpu_model="H100"))
+    assert lease.state is S.RUNNING and lease.provider == "gcp"  # failed over, not left provisioning
+    (bug,) = [a for a in lease.attempts if a["provider"] == "aws" and a["kind"] != "blocked"]
+    assert bug["code"] == "KeyError" and bug["message"] == "aws raised KeyError: 'Reservations'"
+    assert [m for m, _ in clouds["aws"].calls].count("launch") == 1  # a bug is not retried
+
+
+def test_a_provider_bug_after_the_launch_fails_the_lease_and_its_nodes_are_reaped_as_orphans(kit):
+    lc, rec, clouds, clock, errors = kit
+    aws = clouds["aws"]
+    real_launch = aws.launch
+
+    def launched_then_crashed(spec):  # the nodes exist; the answer is never recorded
+        real_launch(spec)
+        raise AttributeError("'NoneType' object has no attribute 'get'\n  (and a second line)")
+
+    aws.launch = launched_then_crashed
+    aws.fail("describe", RuntimeError("the rollback's listing is broken too"))
+    with pytest.raises(LeaseError) as e:
+        lc.launch(idempotency_key="k", target=target(lc, "aws"))
+    lease = lc.store.lease_by_key("default", "k")
+    assert lease.state is S.FAILED and lease.ended_at == clock()  # at once, not after provision_timeout_s
+    assert "aws raised AttributeError: 'NoneType' object has no attribute 'get'" in str(e.value)
+    assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+    (left,) = aws.alive()
+    assert left.lease_id == lease.lease_id
+    rec.run_pass()  # seen for the first time: the orphan grace starts
+    clock.advance(61)
+    assert rec.run_pass().orphans_terminated == 1 and aws.alive() == []
+
+
+def test_a_provider_bug_is_failed_precondition_to_a_grpc_caller_never_internal(tmp_path, mini_catalog_dir):
+    from broker.v1 import broker_pb2 as pb
+    from broker.v1 import broker_pb2_grpc as pb_grpc
+
+    aws = FakeProvider("aws")
+    aws.fail("launch", TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'"), times=100)
+    with running_server(tmp_path, providers={"aws": aws}, config={"catalog.path": str(mini_catalog_dir)}) as (addr, svc):
+        with grpc.insecure_channel(addr) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.BrokerStub(ch).Launch(pb.LaunchRequest(
+                    idempotency_key="k", offering=pb.Offering(provider="aws", region="us-east-1",
+                                                             instance_type="p5.48xlarge",
+                                                             market=pb.MARKET_ON_DEMAND, count=1)), timeout=60)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION, e.value.details()
+        assert "aws raised TypeError" in e.value.details() and "Traceback" not in e.value.details()
+        (lease,) = svc.store.list_leases()
+        assert lease.state is LeaseState.FAILED
 
 
 def test_a_background_loop_that_dies_turns_health_not_serving(tmp_path, mini_catalog_dir):

@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 from broker.config import ConfigError
-from broker.slurm.commands import Scontrol
-from broker.slurm.groups import (Group, ResumeFileError, SlurmHandoffError, demand_for, group_nodes,
-                                 idempotency_key, nodes_from_key, parse_resume_file,
-                                 read_resume_file, split_by_shape)
-from broker.slurm.programs import resume, resume_fail, suspend
+from broker.slurm.commands import Scontrol, SlurmHandoffError
 from broker.slurm.records import SlurmJob
 from broker.slurm.settings import settings_from_config
 from broker.slurm.watcher import SlurmBurstTarget, slurm_source
+from broker.slurm_node.groups import (Group, ResumeFileError, demand_for, group_nodes, idempotency_key,
+                                      nodes_from_key, parse_resume_file, read_resume_file, split_by_shape)
+from broker.slurm_node.programs import resume, resume_fail, suspend
 from tests.clouds.three import clouds, clouds_server  # noqa: F401
 from tests.conftest import ROOT
 from tests.grpc_server import running_server
@@ -241,11 +240,19 @@ def test_allow_burst_names_each_job_it_could_not_hand_over(fake):
 
 
 def test_slurm_source_for_the_autoscaler(fake):
-    name, watcher, target = slurm_source({"enabled": True, "cluster": "prod", "scontrol": str(fake.path),
-                                          "squeue": "/opt/slurm/bin/squeue", "slurm_conf": "/etc/slurm/x.conf"})
-    assert name == "slurm:prod" and watcher.source == "slurm:prod"
+    from broker.watchers.base import BurstHandoff, DrainNodes, OffloadJobs, SchedulerWatcher
+
+    watcher = slurm_source({"enabled": True, "cluster": "prod", "scontrol": str(fake.path),
+                            "squeue": "/opt/slurm/bin/squeue", "slurm_conf": "/etc/slurm/x.conf",
+                            "offload_partition": "light"})
+    assert watcher.source == "slurm:prod" and watcher.offload_queue == "light"
     assert watcher.squeue == "/opt/slurm/bin/squeue" and watcher.env["SLURM_CONF"] == "/etc/slurm/x.conf"
-    assert hasattr(target, "allow_burst") and watcher.burst_partition == "burst"
+    assert watcher.burst_partition == "burst"
+    for protocol in (SchedulerWatcher, BurstHandoff, OffloadJobs, DrainNodes):
+        assert isinstance(watcher, protocol)
+    fake.job("11")
+    watcher.allow_burst(["11"])  # through the scontrol the settings name
+    assert fake.updates() == [["update", "jobid=11", "partition=gpu,burst"]]
 
 
 def test_the_watcher_leaves_out_jobs_that_are_not_the_brokers_to_burst(monkeypatch):
@@ -255,9 +262,9 @@ def test_the_watcher_leaves_out_jobs_that_are_not_the_brokers_to_burst(monkeypat
     jobs = (PendingJob("1", 1, queue="gpu"), PendingJob("2", 1, queue="gpu,burst"),
             PendingJob("3", 1, queue="debug"), PendingJob("4", 1, queue="debug,gpu"))
     monkeypatch.setattr(SlurmWatcher, "snapshot", lambda self, now=None: QueueSnapshot("slurm:x", 0.0, jobs))
-    _, watcher, _ = slurm_source({"onprem_partitions": ["gpu"]})
+    watcher = slurm_source({"onprem_partitions": ["gpu"]})
     assert [j.job_id for j in watcher.snapshot(0.0).pending] == ["1", "4"]
-    _, watcher, _ = slurm_source({})
+    watcher = slurm_source({})
     assert [j.job_id for j in watcher.snapshot(0.0).pending] == ["1", "3", "4"]
 
 

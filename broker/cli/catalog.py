@@ -46,6 +46,53 @@ def _load(config: Optional[str]):
         exit_usage(str(e))
 
 
+def _store_failed(url: str, e: BaseException) -> None:
+    """Exit with one sentence, as `broker db` and `broker tokens` do: a database that does not
+    answer (refused, or not within ``[store] connect_timeout_s``) is exit 7, one that cannot be
+    used exit 2."""
+    from broker.cli.db import _reason, _unreachable
+    from broker.errors import Unavailable, outcome
+    from broker.migrate import where
+
+    sentence = f"cannot open the store at {where(url)}: {_reason(e)}."
+    if _unreachable(e):
+        exit_error(sentence, outcome(Unavailable("")).exit_code)
+    exit_usage(sentence)
+
+
+def _open_store(cfg):
+    """The store (its schema brought up to date), or exit (see :func:`_store_failed`)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from broker.errors import BrokerError
+    from broker.store import Store
+
+    try:
+        return Store(cfg.db_url, connect_timeout_s=cfg.store.connect_timeout_s)
+    except BrokerError as e:  # the store's schema is newer than this broker
+        exit_usage(str(e))
+    except (SQLAlchemyError, OSError) as e:
+        _store_failed(cfg.db_url, e)
+
+
+def _reader(cfg):
+    """What `catalog show` reads the market from (None: an embedded store not made yet), once the
+    database has answered within ``[store] connect_timeout_s``; or exit (see :func:`_store_failed`)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from broker import market_store
+
+    db = market_store.reader(cfg.db_url, cfg.store.connect_timeout_s)
+    if db is not None and hasattr(db, "connect"):  # a server: reads below take its silence for "never refreshed"
+        try:
+            with db.connect():
+                pass
+        except SQLAlchemyError as e:
+            db.dispose()
+            _store_failed(cfg.db_url, e)
+    return db
+
+
 @catalog_app.command("refresh", help=REFRESH_HELP)
 def refresh_cmd(
     provider: Optional[str] = typer.Option(None, "--provider", help="Only this cloud, e.g. aws (a wrong name lists them)."),
@@ -63,12 +110,7 @@ def refresh_cmd(
         exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
     if provider is None and not market.enabled_providers(cfg):
         exit_usage("no provider is enabled in the config: nothing to refresh.")
-    from broker.store import Store
-
-    try:
-        store = Store(cfg.db_url)
-    except BrokerError as e:  # the store's schema is newer than this broker
-        exit_usage(str(e))
+    store = _open_store(cfg)
     try:
         outcomes = market.refresh(cfg, store.engine, [provider] if provider else None)
         _, warnings = market.live_catalog(cfg, store.engine)
@@ -108,7 +150,7 @@ def show_cmd(
 
     if provider is not None and provider not in registry.names():
         exit_usage(f"--provider must be {registry.choices()}, got {provider!r}.")
-    db = market_store.reader(cfg.db_url)
+    db = _reader(cfg)
     now = time.time()
     try:
         catalog, warnings = market.live_catalog(cfg, db, now)

@@ -37,7 +37,7 @@ def _setup(config: Optional[str], log_file: Optional[str], command: str, hostlis
     import structlog
 
     from broker import config as cfgmod
-    from broker.slurm.programs import configure_file_logging
+    from broker.slurm_node.programs import configure_file_logging
     from broker.slurm.settings import SlurmSettings
 
     try:
@@ -112,8 +112,8 @@ def resume_cmd(
             read_error = f"cannot read the resume file {resume_file}: {e.strerror or e}"
     settings, lg = _setup(config, log_file, "resume", nodes)
     from broker.slurm.commands import Scontrol
-    from broker.slurm.groups import ResumeFileError, expand, parse_resume_file
-    from broker.slurm.programs import Outcome, node_reason, resume
+    from broker.slurm_node.groups import ResumeFileError, expand, parse_resume_file
+    from broker.slurm_node.programs import Outcome, node_reason, resume
 
     try:
         expand(nodes)
@@ -178,8 +178,8 @@ def _release_nodes(program: str, nodes: str, config: Optional[str], server: Opti
                    log_file: Optional[str]) -> None:
     """suspend / resume-fail: release the leases of these nodes, logging everything."""
     settings, lg = _setup(config, log_file, program, nodes)
-    from broker.slurm import programs
-    from broker.slurm.groups import expand
+    from broker.slurm_node import programs
+    from broker.slurm_node.groups import expand
 
     try:
         expand(nodes)
@@ -205,7 +205,7 @@ def allow_burst_cmd(
     log_file: Optional[str] = typer.Option(None, "--log", help=LOG_HELP),
 ) -> None:
     settings, lg = _setup(config, log_file, "allow-burst", ",".join(job_ids))
-    from broker.slurm.groups import SlurmHandoffError
+    from broker.slurm.commands import SlurmHandoffError
     from broker.slurm.watcher import SlurmBurstTarget
 
     try:

@@ -16,9 +16,14 @@ import hostlist
 
 from broker.slurm.parse import parse_scontrol_job
 from broker.slurm.records import SlurmJob
+from broker.watchers.base import HandoffError, SchedulerError
 
 
-class SlurmCommandError(RuntimeError):
+class SlurmHandoffError(HandoffError):
+    """The hand-off could not be done; the message says what and why."""
+
+
+class SlurmCommandError(SchedulerError):
     """A Slurm command could not be run or failed; the message names the command and its error."""
 
     def __init__(self, argv: Sequence[str], message: str, returncode: int | None = None,

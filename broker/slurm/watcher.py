@@ -14,17 +14,17 @@ import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import structlog
 
-from broker.slurm.commands import CommandRunner, Scontrol, SlurmCommandError, default_bin
-from broker.slurm.groups import SlurmHandoffError
+from broker.slurm.commands import CommandRunner, Scontrol, SlurmCommandError, SlurmHandoffError, default_bin
 from broker.slurm.parse import (parse_sinfo_json, parse_sinfo_text,
                                 parse_squeue_jobs_json, parse_squeue_text_jobs)
 from broker.slurm.records import SINFO_FORMAT, SQUEUE_FORMAT, SQUEUE_STATES, SlurmJob, jobs_to_queue
 from broker.slurm.settings import SlurmSettings, settings_from_config
 from broker.watchers import ParseError
+from broker.watchers.base import UnknownNodes
 from policies.queue import QueueSnapshot
 
 log = structlog.get_logger("broker.slurm")
@@ -142,7 +142,8 @@ class SlurmBurstTarget:
         returns the ids moved. Raises :class:`SlurmHandoffError` naming every job that could not
         be moved (the others are)."""
         part = self.settings.offload_partition
-        moved, errors = [], []
+        moved: list[str] = []
+        errors: list[tuple[str, str]] = []
         for jid in job_ids:
             try:
                 job = self.scontrol.job(jid)
@@ -153,9 +154,9 @@ class SlurmBurstTarget:
                     log.info("offloaded", job=jid, partition=part)
                 moved.append(jid)
             except (SlurmCommandError, ValueError) as e:
-                errors.append(f"job {jid}: {e}")
+                errors.append((jid, str(e)))
         if errors:
-            raise SlurmHandoffError("; ".join(errors))
+            raise SlurmHandoffError.of(errors)
         return moved
 
     def allow_burst(self, job_ids: list[str]) -> None:
@@ -166,7 +167,7 @@ class SlurmBurstTarget:
         could not be handed over (the others are done).
         """
         s = self.settings
-        errors = []
+        errors: list[tuple[str, str]] = []
         for jid in job_ids:
             try:
                 job = self.scontrol.job(jid)
@@ -184,15 +185,61 @@ class SlurmBurstTarget:
                 self.scontrol.set_partitions(jid, parts + [s.burst_partition])
                 log.info("burst_allowed", job=jid, partitions=parts + [s.burst_partition])
             except (SlurmHandoffError, SlurmCommandError, ValueError) as e:
-                errors.append(f"job {jid}: {e}")
+                errors.append((jid, str(e)))
         if errors:
-            raise SlurmHandoffError("; ".join(errors))
+            raise SlurmHandoffError.of(errors)
 
 
-def slurm_source(cfg: Mapping[str, Any]) -> tuple[str, SlurmSourceWatcher, SlurmBurstTarget]:
-    """(source name, watcher, burst target) for ``[slurm] enabled = true`` (broker.autoscaler)."""
-    s = settings_from_config(cfg)
-    watcher = SlurmSourceWatcher(squeue=s.squeue, sinfo=s.sinfo, scontrol=s.scontrol, source=s.source,
-                                 env=s.env, timeout=s.command_timeout_s, burst_partition=s.burst_partition,
-                                 onprem_partitions=s.onprem_partitions)
-    return s.source, watcher, SlurmBurstTarget(s)
+@dataclass
+class SlurmScheduler(SlurmSourceWatcher):
+    """Slurm behind the scheduler interface (:mod:`broker.watchers.base`): the autoscaler's
+    watcher, with Slurm's capabilities — the burst hand-off (the burst partition), the offload
+    (``offload_partition``) and the drain of a cloud node's Slurm node on an interruption notice."""
+
+    settings: SlurmSettings = field(default_factory=SlurmSettings)
+    _target: SlurmBurstTarget | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, s: SlurmSettings) -> "SlurmScheduler":
+        return cls(squeue=s.squeue, sinfo=s.sinfo, scontrol=s.scontrol, source=s.source, env=s.env,
+                   timeout=s.command_timeout_s, burst_partition=s.burst_partition,
+                   onprem_partitions=s.onprem_partitions, settings=s)
+
+    @property
+    def target(self) -> SlurmBurstTarget:
+        if self._target is None:
+            self._target = SlurmBurstTarget(self.settings, Scontrol(self.scontrol, self.env, self.timeout))
+        return self._target
+
+    @property
+    def offload_queue(self) -> str:
+        return self.settings.offload_partition
+
+    def allow_burst(self, job_ids: list[str]) -> None:
+        self.target.allow_burst(job_ids)
+
+    def offload(self, job_ids: list[str]) -> list[str]:
+        return self.target.offload(job_ids)
+
+    def drain_and_requeue(self, nodes: Sequence[str], reason: str) -> list[str]:
+        """``scontrol update nodename=… state=drain``, then ``scontrol requeue`` of the jobs
+        running on them (Slurm resumes other cloud nodes for those). UnknownNodes when Slurm
+        knows none of ``nodes``."""
+        sc = self.target.scontrol
+        try:
+            sc.drain(nodes, reason)
+        except SlurmCommandError as e:
+            if _UNKNOWN_NODE.search(e.stderr):
+                raise UnknownNodes(f"{self.source} has no node {', '.join(nodes)}") from None
+            raise
+        jobs = sc.running_on(nodes)
+        sc.requeue(jobs)
+        return jobs
+
+
+_UNKNOWN_NODE = re.compile(r"invalid node name|node .* not found|unable to find node", re.I)
+
+
+def slurm_source(cfg: SlurmSettings | Mapping[str, Any]) -> SlurmScheduler:
+    """The Slurm scheduler for a ``[slurm]`` table (typed or raw)."""
+    return SlurmScheduler.from_settings(settings_from_config(cfg))

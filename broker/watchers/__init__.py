@@ -1,7 +1,11 @@
 """Scheduler watchers: turn a scheduler's own output into a :class:`policies.queue.QueueSnapshot`.
 
-- Slurm's ``squeue``/``sinfo``/``scontrol`` parsers and watcher live with the rest of the Slurm
-  hand-off in :mod:`broker.slurm` (:mod:`broker.slurm.parse`, :mod:`broker.slurm.watcher`).
+- :mod:`broker.watchers.base` — the one interface every scheduler implements (a watcher and its
+  optional capabilities, typed errors) and how to add a scheduler;
+- :mod:`broker.watchers.registry` — the scheduler kinds, each with its ``[<kind>]`` settings
+  table, and the watchers of the enabled ones;
+- Slurm is one kind: its ``squeue``/``sinfo``/``scontrol`` parsers and watcher live in
+  :mod:`broker.slurm` (:mod:`broker.slurm.parse`, :mod:`broker.slurm.watcher`).
 - :mod:`broker.watchers.nvidia_smi` — ``nvidia-smi --query-gpu`` CSV → GPU utilisation samples.
 - :mod:`broker.watchers.snapshot_json` — a QueueSnapshot as a JSON document and back.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 
 import botocore.exceptions as bce
@@ -67,19 +68,52 @@ _answer = threading.local()  # the HTTP status of this thread's last AWS answer 
 _PROTOCOL_START = (b"<?xml", b"<Response", b"<ErrorResponse", b"<Error", b"{")
 
 
+#: What XML 1.0 cannot carry: C0 controls but tab, LF and CR, U+FFFE and U+FFFF (a surrogate or
+#: any other byte that is no UTF-8 is decoded as U+FFFD first), and character references to them.
+_XML_UNFIT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_CHAR_REF = re.compile(r"&#(x[0-9a-fA-F]{1,8}|[0-9]{1,10});")
+_XML_UNFIT_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]|\xef\xbf[\xbe\xbf]|&#|[\x80-\xff]")
+UNREADABLE = "\ufffd"  # what an unfit character of an answer becomes (see readable)
+
+
+def _fit_ref(m: re.Match) -> str:
+    ref = m.group(1)
+    n = int(ref[1:], 16) if ref[0] == "x" else int(ref)
+    fit = n in (0x9, 0xA, 0xD) or 0x20 <= n <= 0xD7FF or 0xE000 <= n <= 0xFFFD or 0x10000 <= n <= 0x10FFFF
+    return m.group(0) if fit else UNREADABLE
+
+
+def readable(body: bytes) -> bytes:
+    """``body`` with every character XML 1.0 cannot carry replaced by U+FFFD: one tag value
+    written outside the broker with a control character (EC2 echoes it raw) would otherwise make
+    the whole answer, every other instance of the listing with it, unparseable."""
+    if not _XML_UNFIT_BYTES.search(body):
+        return body
+    text = body.decode("utf-8", errors="replace")
+    fixed = _XML_UNFIT.sub(UNREADABLE, text)
+    if "&#" in fixed:
+        fixed = _CHAR_REF.sub(_fit_ref, fixed)
+    return body if fixed == text and UNREADABLE not in text else fixed.encode("utf-8")
+
+
 def note_answer(response_dict=None, **_kwargs) -> None:
     """botocore's ``before-parse`` hook (every AWS client of the broker): remember the answer's
     HTTP status, and make a 5xx whose body is not the service's own format (a proxy's or load
     balancer's HTML page: ``<!DOCTYPE html>``...) the generic error botocore already makes of a
-    bare ``<html>`` one, so it is retried and then mapped by its status, never misparsed."""
+    bare ``<html>`` one, so it is retried and then mapped by its status, never misparsed. An XML
+    answer's characters XML cannot carry become U+FFFD (:func:`readable`), so the one value that
+    holds them is reported by the inventory instead of failing the whole answer."""
     if not response_dict:
         return
     status = int(response_dict.get("status_code") or 0)
     _answer.status = status
     body = response_dict.get("body")
-    if status >= 500 and isinstance(body, (bytes, bytearray)) and body.strip() \
-            and not body.lstrip().startswith(_PROTOCOL_START):
+    if not isinstance(body, (bytes, bytearray)):
+        return
+    if status >= 500 and body.strip() and not body.lstrip().startswith(_PROTOCOL_START):
         response_dict["body"] = b""
+    elif body.lstrip().startswith(b"<"):
+        response_dict["body"] = readable(bytes(body))
 
 
 def _unreadable(status: int, **where) -> ProviderError:

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import tenacity
 
 from providers.aws.client import Ec2Client, _log
-from providers.aws.errors import PROVIDER
+from providers.aws.errors import PROVIDER, UNREADABLE
 from providers.base import (
     TAG_LEASE,
     Instance,
@@ -58,7 +58,8 @@ class Ec2Inventory(Ec2Client):
 
     def to_instance(self, region: str, raw: Mapping[str, Any]) -> Instance:
         """An EC2 ``Instance`` structure as the broker's :class:`Instance`."""
-        tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+        tags = {str(t.get("Key", "")): str(t.get("Value", "")) for t in raw.get("Tags") or []}
+        problem = _unreadable_tags(region, raw.get("InstanceId", ""), tags)
         state_name = (raw.get("State") or {}).get("Name", "pending")
         state = _STATES.get(state_name, InstanceState.PENDING)
         reason = StopReason.NONE
@@ -81,12 +82,13 @@ class Ec2Inventory(Ec2Client):
             instance_type=raw.get("InstanceType", ""),
             market=market,
             state=state,
-            lease_id=tags.get(TAG_LEASE, ""),
+            lease_id="" if UNREADABLE in tags.get(TAG_LEASE, "") else tags.get(TAG_LEASE, ""),
             node_name=tags.get("Name", ""),
             private_ip=raw.get("PrivateIpAddress") or "",
             stop_reason=reason,
             stop_detail=detail,
             launched_at=launched.timestamp() if hasattr(launched, "timestamp") else 0.0,
+            problem=problem,
         )
 
     def describe(self, lease_id: str, region: str) -> list[Instance]:
@@ -164,6 +166,21 @@ class Ec2Inventory(Ec2Client):
             raise TransientError(
                 f"{len(left)} instance(s) not terminated after {self.settings.terminate_timeout_s:.0f}s: "
                 f"{', '.join(left[:10])}", provider=PROVIDER, code="TerminateTimeout", region=region) from None
+
+
+def _unreadable_tags(region: str, instance_id: str, tags: Mapping[str, str]) -> str:
+    """Why the tags of an instance cannot be read ("" when they can): a character AWS's answer
+    cannot carry (see ``providers.aws.errors.readable``). Logged and counted as a provider error
+    (``UnreadableTag``); a lease tag that cannot be read names no lease."""
+    bad = sorted(k for k, v in tags.items() if UNREADABLE in k or UNREADABLE in v)
+    if not bad:
+        return ""
+    why = (f"tag {', '.join(bad)} of {instance_id} holds characters an AWS answer cannot carry "
+           "(written outside the broker)")
+    TransientError(why, provider=PROVIDER, code="UnreadableTag", region=region)  # counted
+    _log.warning("aws.instance.unreadable", provider=PROVIDER, region=region, instance_id=instance_id,
+                 tags=bad)
+    return why
 
 
 def _launch_order(raw: Mapping[str, Any]) -> tuple:

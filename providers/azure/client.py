@@ -10,7 +10,7 @@ import structlog
 from azure.mgmt.compute import ComputeManagementClient
 
 from providers.azure.auth import ANONYMOUS, _auth_policy
-from providers.azure.errors import _OperationTimeout
+from providers.azure.errors import _OperationTimeout, check_answer
 from providers.base import InvalidRequestError
 from providers.azure.settings import ARM_URL, AzureSettings
 from providers.settings import is_loopback_url
@@ -67,6 +67,7 @@ class ArmClient:
             retry_total=settings.retries,
             connection_timeout=settings.timeout_s,
             read_timeout=settings.timeout_s,
+            raw_response_hook=check_answer,  # a 2xx that is no ARM answer: a retryable error
         )
         policy = _auth_policy(credential, settings.base_url, scopes)
         if policy is not None:

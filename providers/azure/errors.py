@@ -2,9 +2,16 @@
 on, and what a 404 really says."""
 from __future__ import annotations
 
+import http.client
+import json
+import threading
+from typing import Any
+
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
+    DecodeError,
+    DeserializationError,
     HttpResponseError,
     ResourceNotFoundError,
     ServiceRequestError,
@@ -85,20 +92,47 @@ def _is_page(response) -> bool:
     return "html" in ctype or body.startswith(("<!doctype", "<html"))
 
 
+_answer = threading.local()  # the HTTP status of this thread's last ARM answer (see check_answer)
+
+
+def check_answer(pipeline_response: Any) -> None:
+    """The ARM client's ``raw_response_hook``: remember the answer's HTTP status, and make a 2xx
+    whose body is not a JSON object (ARM answers objects: a resource, ``{"value": [...]}``, an
+    operation's status) — garbage, a body cut short, an array — a :class:`DecodeError`, which
+    :func:`map_error` makes a retryable error naming the status, not a crash deep in the SDK."""
+    response = pipeline_response.http_response
+    status = int(response.status_code or 0)
+    _answer.status = status
+    if not 200 <= status < 300:
+        return
+    try:
+        body = response.body()
+        parsed = json.loads(body) if body and body.strip() else {}
+    except (ValueError, UnicodeDecodeError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise DecodeError(message=_not_an_answer(status), response=response)
+
+
+def _not_an_answer(status: int) -> str:
+    said = f"HTTP {status} {http.client.responses.get(status, '')}".strip() if status else "an answer"
+    return f"Azure answered {said}, not an ARM answer (a gateway's or proxy's page, or garbage)"
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Map an Azure SDK error onto the broker's error types (``provider="azure"``)."""
     if isinstance(exc, ProviderError):
         return exc
     kw = dict(provider="azure", region=region, zone=zone)
+    if isinstance(exc, (DecodeError, DeserializationError)):  # a 2xx (or error) body that is no answer
+        response = getattr(exc, "response", None)
+        status = int(getattr(response, "status_code", 0) or getattr(_answer, "status", 0) or 0)
+        return TransientError(_not_an_answer(status), code=f"HTTP{status}" if status else "UnreadableAnswer", **kw)
     if isinstance(exc, HttpResponseError) and exc.response is not None:
         status = exc.status_code or 0
         code, message = _error_code_message(exc)
         if not code and _is_page(exc.response):
-            import http.client
-
-            said = f"HTTP {status} {http.client.responses.get(status, '')}".strip()
-            return TransientError(f"Azure answered {said}, not an ARM answer (a gateway's or proxy's "
-                                  "page, or garbage)", code=f"HTTP{status}", **kw)
+            return TransientError(_not_an_answer(status), code=f"HTTP{status}", **kw)
         if code in CAPACITY_CODES:
             scope = Scope.ZONE if code.startswith(("Zonal", "OverconstrainedZonal")) and zone \
                 else Scope.REGION

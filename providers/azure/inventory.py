@@ -11,7 +11,7 @@ from azure.core.rest import HttpRequest
 
 from providers.azure.client import ArmClient, _norm_region, _ppg_name, _tag
 from providers.azure.errors import CAPACITY_CODES, _gone, _OperationTimeout, map_error
-from providers.base import TAG_LEASE, TAG_OWNER, Instance, InstanceState, Market, StopReason
+from providers.base import TAG_LEASE, TAG_OWNER, Instance, InstanceState, Market, StopReason, TransientError
 
 NIC_READ_API_VERSION = "2024-05-01"  # Microsoft.Network api-version to read a NIC's private IP
 _VM_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/(?P<rg>[^/]+)/providers/"
@@ -95,13 +95,27 @@ class ArmInventory(ArmClient):
         market = Market.SPOT if spot else Market.RESERVED if reserved else Market.ON_DEMAND
         state, reason, detail = _state(vm.provisioning_state or "", view, spot)
         created = vm.time_created
+        problem = self._unreadable(vm)
         return Instance(
             provider="azure", instance_id=vm.id or self._arm_id("virtualMachines", vm.name),
             region=_norm_region(vm.location), zone=(vm.zones or [""])[0],
             instance_type=vm.hardware_profile.vm_size if vm.hardware_profile else "",
-            market=market, state=state, lease_id=_tag(vm, TAG_LEASE), node_name=vm.name,
+            market=market, state=state, lease_id=_readable(_tag(vm, TAG_LEASE)) or "", node_name=vm.name,
             private_ip=ip, stop_reason=reason, stop_detail=detail,
-            launched_at=created.timestamp() if created else 0.0)
+            launched_at=created.timestamp() if created else 0.0, problem=problem)
+
+    def _unreadable(self, vm: Any) -> str:
+        """Why the broker's tags of a VM cannot be read ("" when they can): a value that is no text
+        (a lone surrogate JSON let through, written outside the broker). Logged and counted as a
+        provider error (``UnreadableTag``); a lease tag so read names no lease."""
+        bad = sorted(k for k, v in (vm.tags or {}).items()
+                     if str(k).startswith("broker:") and _readable(v) is None)
+        if not bad:
+            return ""
+        why = f"tag {', '.join(bad)} of {vm.name} is not text (written outside the broker)"
+        TransientError(why, provider="azure", code="UnreadableTag", region=_norm_region(vm.location or ""))  # counted
+        self._log.warning("instance.unreadable", vm=vm.name, tags=bad)
+        return why
 
     # ------------------------------------------------------------------------------ terminate
     def terminate(self, instances: Sequence[Instance]) -> None:
@@ -167,6 +181,17 @@ class ArmInventory(ArmClient):
         except AzureError as e:
             raise map_error(e) from e
         self._log.info("placement_group.deleted", lease=lease_id, name=name)
+
+
+def _readable(value: Any) -> str | None:
+    """``value`` when it is text that can be stored and logged, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    return value
 
 
 def _rg_name(inst: Instance, default_rg: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from google.api_core.client_options import ClientOptions
 from google.cloud import compute_v1
 
 from providers.base import LABEL_LEASE, LABEL_OWNER, Market, TransientError
-from providers.gcp.errors import NAME, map_error
+from providers.gcp.errors import NAME, map_error, note_status
 from providers.gcp.names import META_LEASE, META_OWNER, label_value
 from providers.gcp.settings import GcpSettings
 
@@ -68,6 +68,10 @@ class ComputeClient:
             services = getattr(client._transport, "_extended_operations_services", None)
             if isinstance(services, dict):
                 services[key] = ops
+        for client in (self._instances, self._operations, self._region_operations, self._policies):
+            session = getattr(client._transport, "_session", None)
+            if session is not None and note_status not in session.hooks.setdefault("response", []):
+                session.hooks["response"].append(note_status)  # the status of an unreadable answer
         self._seen: dict[str, dict[str, _Seen]] = {}
         # (client token, zone, node index) → the requestId generation last used: a retry in this
         # process starts there instead of walking the replays again.

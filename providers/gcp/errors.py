@@ -2,12 +2,16 @@
 ``error.errors[].code`` alike, with the scope failover acts on."""
 from __future__ import annotations
 
+import json
+import re
+import threading
 from typing import Any, Sequence
 
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
+from google.protobuf import json_format
 
 from providers.base import (
     AuthError,
@@ -70,10 +74,41 @@ def _not_an_answer(status: int) -> str:
     return f"GCP answered {said}, not a Compute API answer (a proxy's or load balancer's page, or garbage)"
 
 
+_answer = threading.local()  # the HTTP status of this thread's last Compute answer (see note_status)
+
+#: What the REST transport raises for a 2xx whose body it cannot read: not JSON, cut short, or
+#: JSON of another shape than the method's (its own errors are GoogleAPICallError).
+UNREADABLE = (json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+# A JSON escape of a lone UTF-16 surrogate (a high one not followed by a low one, or a low one
+# alone), not itself an escaped backslash's "u": no text, and protobuf refuses the whole answer.
+_LONE_SURROGATE = re.compile(rb"(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+UNREADABLE_TEXT = "\ufffd"  # what a value that JSON cannot carry as text reads as
+
+
+def note_status(response: requests.Response, *_args: Any, **_kwargs: Any) -> requests.Response:
+    """A ``requests`` response hook on every Compute client's session: remember the answer's HTTP
+    status, for the sentence of an answer that cannot be read, and make a lone surrogate in a 2xx
+    answer (one metadata value written outside the broker) U+FFFD, so that value is reported by
+    the inventory instead of failing every instance of the listing with it."""
+    _answer.status = response.status_code
+    if 200 <= response.status_code < 300:
+        body = response.content
+        if body and (b"\\ud" in body or b"\\uD" in body):
+            response._content = _LONE_SURROGATE.sub(rb"\\ufffd", body)
+    return response
+
+
 def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> ProviderError:
     """Any error a Compute call raised, as the provider error that decides failover."""
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, UNREADABLE):  # a 2xx whose body is garbage: retryable, named by its status
+        status = int(getattr(_answer, "status", 0) or 0)
+        return TransientError(_not_an_answer(status), provider=NAME, code=f"HTTP{status}" if status else
+                              "UnreadableAnswer", region=region, zone=zone)
     if isinstance(exc, gexc.GoogleAPICallError):
         status = exc.code if isinstance(exc.code, int) else 0
         if not exc.errors and not exc.reason and _looks_like_a_page(exc.message or str(exc)):

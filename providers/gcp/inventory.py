@@ -10,9 +10,9 @@ from typing import Any, Iterable, Sequence
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from providers.base import LABEL_LEASE, Instance, InstanceState, Market, ProviderError, StopReason
+from providers.base import LABEL_LEASE, Instance, InstanceState, Market, ProviderError, StopReason, TransientError
 from providers.gcp.client import ComputeClient, _region_of, _Seen, _tail, log
-from providers.gcp.errors import GONE_CODES, NAME, map_error, operation_error
+from providers.gcp.errors import GONE_CODES, NAME, UNREADABLE_TEXT, map_error, operation_error
 from providers.gcp.names import META_LEASE, META_OWNER, META_TYPE, placement_name
 
 PREEMPTED = "compute.instances.preempted"
@@ -39,6 +39,19 @@ def _epoch(ts: str) -> float:
 def _preempted_detail(op: compute_v1.Operation) -> str:
     when = op.end_time or op.insert_time
     return f"{op.operation_type} {op.name} at {when}: {op.status_message or 'Instance was preempted.'}"
+
+
+def _unreadable(zone: str, name: str, values: dict[str, str]) -> str:
+    """Why the broker's labels and metadata of an instance cannot be read ("" when they can): a
+    value the answer could not carry as text (see ``providers.gcp.errors.note_status``). Logged
+    and counted as a provider error (``UnreadableLabel``); a lease value so read names no lease."""
+    bad = sorted(k for k, v in values.items() if k.startswith("broker-") and UNREADABLE_TEXT in v)
+    if not bad:
+        return ""
+    why = f"label or metadata {', '.join(bad)} of {name} holds what a Compute answer cannot carry as text"
+    TransientError(why, provider=NAME, code="UnreadableLabel", region=_region_of(zone), zone=zone)  # counted
+    log.warning("gcp.instance.unreadable", provider=NAME, zone=zone, instance=name, keys=bad)
+    return why
 
 
 class ComputeInventory(ComputeClient):
@@ -73,9 +86,8 @@ class ComputeInventory(ComputeClient):
         dead_spot = {z for z, i in rows if i.status not in _ALIVE and self._is_spot(i)}
         zones = dead_spot | {seen.zone for _, _, seen in gone}
         preempted = {z: self._preemptions(z) for z in sorted(zones)}
-        out = []
-        for z, inst in rows:
-            out.append(self._to_instance(z, inst, preempted.get(z, {}).get(inst.id)))
+        out = [self._to_instance(z, inst, preempted.get(z, {}).get(inst.id)) for z, inst in rows]
+        made = list(out)
         for lease, name, seen in gone:
             op = preempted.get(seen.zone, {}).get(seen.instance_id)
             if op is None:  # deleted by someone, not preempted: it is simply gone
@@ -86,7 +98,7 @@ class ComputeInventory(ComputeClient):
                 instance_type=seen.instance_type, market=seen.market, state=InstanceState.TERMINATED,
                 lease_id=lease, node_name=name, stop_reason=StopReason.INTERRUPTED,
                 stop_detail=_preempted_detail(op), launched_at=seen.launched_at))
-        self._remember(rows)
+        self._remember(rows, made)
         return out
 
     def _preemptions(self, zone: str) -> dict[int, compute_v1.Operation]:
@@ -125,19 +137,25 @@ class ComputeInventory(ComputeClient):
             else:
                 reason, detail = StopReason.USER, f"{inst.status} at {inst.last_stop_timestamp or 'unknown time'}"
         nics = list(inst.network_interfaces)
+        lease_id = meta.get(META_LEASE) or inst.labels.get(LABEL_LEASE, "")
+        problem = _unreadable(zone, inst.name, {**dict(inst.labels), **meta})
         return Instance(
             provider=NAME, instance_id=inst.name, region=_region_of(zone), zone=zone,
             instance_type=meta.get(META_TYPE) or _tail(inst.machine_type), market=market, state=state,
-            lease_id=meta.get(META_LEASE) or inst.labels.get(LABEL_LEASE, ""), node_name=inst.name,
+            lease_id="" if UNREADABLE_TEXT in lease_id else lease_id, node_name=inst.name,
             private_ip=nics[0].network_i_p if nics else "", stop_reason=reason, stop_detail=detail,
-            launched_at=_epoch(inst.creation_timestamp),
+            launched_at=_epoch(inst.creation_timestamp), problem=problem,
         )
 
     # -- memory of seen instances --------------------------------------------------------------
 
-    def _remember(self, rows: Iterable[tuple[str, compute_v1.Instance]]) -> None:
+    def _remember(self, rows: Iterable[tuple[str, compute_v1.Instance]],
+                  made: Sequence[Instance] | None = None) -> None:
+        """Remember ``rows`` (``made``: them as :class:`Instance` already, in the same order)."""
+        rows = list(rows)
+        made = made if made is not None else [self._to_instance(z, raw) for z, raw in rows]
         seen = [(i.lease_id, i.instance_id, _Seen(z, raw.id, i.instance_type, i.market, i.launched_at))
-                for z, raw in rows for i in [self._to_instance(z, raw)] if i.lease_id and raw.id]
+                for (z, raw), i in zip(rows, made) if i.lease_id and raw.id]
         with self._seen_lock:
             for lease, name, entry in seen:
                 self._seen.setdefault(lease, {})[name] = entry

@@ -125,6 +125,8 @@ class RemoteInstance(msgspec.Struct, frozen=True):
     region: Region | None = None
     instance_type: TypeRef | None = None
     tags: list[Tag] = []
+    #: Why part of this record could not be read ("" when all of it could): see :func:`_lenient`.
+    problem: str = ""
 
     def tag(self, key: str) -> str:
         return next((t.value for t in self.tags if t.key == key), "")
@@ -135,7 +137,7 @@ class _Types(msgspec.Struct):
 
 
 class _Instances(msgspec.Struct):
-    data: list[RemoteInstance]
+    data: list[msgspec.Raw]
 
 
 class _Instance(msgspec.Struct):
@@ -192,7 +194,17 @@ class LambdaClient:
         return self._call("GET", "/api/v1/instance-types", _Types).data
 
     def instances(self) -> list[RemoteInstance]:
-        return self._call("GET", "/api/v1/instances", _Instances).data
+        """Every instance of the account. One record the broker cannot read never hides the others:
+        it is decoded as far as it goes (:func:`_lenient`) and carries its ``problem``."""
+        out = []
+        for raw in self._call("GET", "/api/v1/instances", _Instances).data:
+            try:
+                out.append(msgspec.json.decode(raw, type=RemoteInstance))
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                found = _lenient(raw, str(e))
+                if found is not None:
+                    out.append(found)
+        return out
 
     def instance(self, instance_id: str) -> RemoteInstance | None:
         try:
@@ -260,6 +272,41 @@ class LambdaClient:
             err.retry_after = _retry_after(r.headers.get("Retry-After"))  # type: ignore[attr-defined]
         log.info("lambda.error", method=method, path=path, status=r.status_code, code=err.code)
         raise err
+
+
+def _lenient(raw: msgspec.Raw, why: str) -> RemoteInstance | None:
+    """What can be read of an instance record of an unexpected shape: its id, status, region,
+    type and the tags that are strings, with ``problem`` saying why (logged and counted as the
+    provider error ``UnreadableInstance``). A record without a string id names no instance: it is
+    logged, counted and left out."""
+    try:
+        rec = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        rec = None
+    rec = rec if isinstance(rec, dict) else {}
+    ident = rec.get("id")
+    problem = f"instance record {ident if isinstance(ident, str) else '?'} cannot be read ({why[:200]})"
+    TransientError(problem, provider=NAME, code="UnreadableInstance")  # counted
+    log.warning("lambda.instance.unreadable", provider=NAME, instance_id=ident if isinstance(ident, str) else "",
+                reason=why[:200])
+    if not isinstance(ident, str) or not ident:
+        return None
+
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) else None
+
+    def named(value: Any, cls: Any) -> Any:
+        return cls(name=value["name"]) if isinstance(value, dict) and isinstance(value.get("name"), str) else None
+
+    region = rec.get("region")
+    tags = [Tag(key=t["key"], value=t["value"]) for t in rec.get("tags") or [] if isinstance(rec.get("tags"), list)
+            and isinstance(t, dict) and isinstance(t.get("key"), str) and isinstance(t.get("value"), str)]
+    return RemoteInstance(
+        id=ident, status=text(rec.get("status")) or "unknown", name=text(rec.get("name")),
+        ip=text(rec.get("ip")), private_ip=text(rec.get("private_ip")), hostname=text(rec.get("hostname")),
+        region=Region(name=region["name"], description=text(region.get("description")) or "")
+        if isinstance(region, dict) and isinstance(region.get("name"), str) else None,
+        instance_type=named(rec.get("instance_type"), TypeRef), tags=tags, problem=problem)
 
 
 def _retry_after(value: str | None) -> float:

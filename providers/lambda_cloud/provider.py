@@ -202,4 +202,5 @@ def _to_instance(r: RemoteInstance) -> Instance:
     return Instance(provider=NAME, instance_id=r.id, region=_region(r), zone="",
                     instance_type=r.instance_type.name if r.instance_type else "", market=Market.ON_DEMAND,
                     state=state, lease_id=r.tag(LABEL_LEASE), node_name=r.tag(TAG_NODE) or (r.name or ""),
-                    private_ip=r.private_ip or r.ip or "", stop_reason=reason, stop_detail=detail)
+                    private_ip=r.private_ip or r.ip or "", stop_reason=reason, stop_detail=detail,
+                    problem=r.problem)

@@ -32,12 +32,11 @@ import hostlist
 import structlog
 
 from broker.lease import SERVING, LeaseState
-from broker.slurm.commands import Scontrol
-from broker.slurm.groups import (Group, ResumeRequest, SlurmHandoffError, demand_for, expand,
-                                 group_nodes, idempotency_key, lease_nodes, resume_digest,
-                                 split_by_shape)
+from broker.slurm.commands import Scontrol, SlurmHandoffError
 from broker.slurm.records import SlurmJob
 from broker.slurm.settings import SlurmSettings
+from broker.slurm_node.groups import (Group, ResumeRequest, demand_for, expand, group_nodes, idempotency_key,
+                                      lease_nodes, resume_digest, split_by_shape)
 from policies.demand import Demand
 
 log = structlog.get_logger("broker.slurm")

@@ -10,15 +10,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import hostlist
 
+from broker.slurm.commands import SlurmHandoffError
 from broker.slurm.records import SlurmJob, parse_job_hints
 from broker.slurm.settings import Shape, SlurmSettings
 from policies.demand import Demand
 
 KEY_WINDOW_S = 600  # without a resume file, a re-run within this window is the same resume
-
-
-class SlurmHandoffError(RuntimeError):
-    """The hand-off could not be done; the message says what and why."""
 
 
 class ResumeFileError(ValueError):

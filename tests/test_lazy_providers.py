@@ -1,0 +1,108 @@
+"""`broker serve` builds the enabled clouds' providers lazily: the service answers before their
+SDKs are imported, builds them behind it, and a call that needs one first waits for it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.config import load
+from broker.service import Service
+from providers import registry
+from providers.base import AuthError
+from providers.registry import LazyProvider, build_enabled
+
+ROOT = Path(__file__).resolve().parents[1]
+AWS = {"enabled": True, "regions": ["us-east-1"], "image_id": "ami-0abc12345def67890",
+       "endpoint_url": "http://127.0.0.1:9", "credentials": "anonymous"}
+
+
+def wait_for(cond, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_lazy_providers_import_no_sdk_until_used():
+    snippet = ("import json, sys\n"
+               "from providers.registry import build_enabled\n"
+               f"ps = build_enabled({{'aws': {AWS!r}}}, 'o', lazy=True)\n"
+               "before = 'boto3' in sys.modules\n"
+               "regions = ps['aws'].settings.regions\n"
+               "print(json.dumps([before, 'boto3' in sys.modules, type(ps['aws'].build()).__name__, regions]))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", snippet], check=False, capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [False, True, "AwsProvider", ["us-east-1"]]
+
+
+def test_a_provider_that_cannot_be_built_says_why_on_every_use_and_is_tried_once(monkeypatch):
+    calls = []
+
+    def refuse(name, settings, owner):
+        calls.append(name)
+        raise ValueError("credentials file /nowhere/key.json does not exist")
+
+    monkeypatch.setattr(registry, "build", refuse)
+    p = build_enabled({"aws": AWS}, "o", lazy=True)["aws"]
+    for _ in range(2):
+        with pytest.raises(AuthError) as e:
+            p.describe("l-1", "us-east-1")
+        assert "providers.aws cannot be used: credentials file /nowhere/key.json does not exist" in str(e.value)
+        assert e.value.provider == "aws"
+    assert calls == ["aws"] and not p.built
+
+
+def test_an_unknown_cloud_is_refused_at_once_even_lazily():
+    with pytest.raises(ValueError, match="not a known cloud"):
+        build_enabled({"zed": {"enabled": True}}, "o", lazy=True)
+
+
+def test_callers_that_need_the_provider_meanwhile_wait_for_the_one_build(monkeypatch):
+    gate, calls = threading.Event(), []
+
+    def slow(name, settings, owner):
+        calls.append(name)
+        gate.wait(10)
+        return object()
+
+    monkeypatch.setattr(registry, "build", slow)
+    p = LazyProvider("aws", AWS, "o")
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(p.build())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: calls)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert calls == ["aws"] and len(got) == 4 and all(g is got[0] for g in got) and p.built
+
+
+def test_the_service_answers_before_the_clouds_are_built_and_builds_them_behind(tmp_path):
+    config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
+                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0})
+    svc = Service(config)
+    try:
+        assert isinstance(svc.providers["aws"], LazyProvider) and not svc.providers["aws"].built
+        assert svc.quote(svc.engine.validate(_demand())).offers  # the bundled prices serve
+        svc.start_background()
+        wait_for(lambda: svc.providers["aws"].built)
+    finally:
+        svc.stop()
+
+
+def _demand():
+    from policies.demand import Demand
+
+    return Demand(gpus=8, hours=1, gpu_model="H100")
