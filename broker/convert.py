@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 #: UNAVAILABLE (a cloud down, a database lost) from no broker answering at all.
 ANSWERED = "broker-answered"
 
-MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED}
+MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED,
+                "queued": pb.MARKET_QUEUED}
 MARKET_FROM_PB = {v: k for k, v in MARKET_TO_PB.items()}
 STATE_TO_PB = {s.value: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
 STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
@@ -122,7 +123,7 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
     """The part of a Quote message that a repeated demand shares (everything but the id and
     validity). Money is formatted from the integer micro-dollars (no Decimal on this path):
     each line rounded half to even to the ten-thousandth, the total the sum of the rounded lines."""
-    from broker.views import market_fields
+    from broker.views import market_fields, queued_fields
 
     m = pb.Quote(catalog_as_of=q.catalog_as_of, demand=demand_to_pb(q.demand), spot_model=q.spot_model,
                  prices_only=q.prices_only)
@@ -136,7 +137,7 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
             gpu=it.gpu, gpus_per_node=it.gpus, gpu_memory_gb=it.gpu_memory_gb, nodes=p.nodes,
             market=MARKET_TO_PB[o.market.value], hourly_usd=usd_text(o.hourly_micros),
             interconnect=it.interconnect, interconnect_gbps=it.interconnect_gbps, sla_pct=o.sla_pct,
-            runtime_hours=p.runtime_hours, **market_fields(o),
+            runtime_hours=p.runtime_hours, **market_fields(o, q.created_at),
             cost=pb.CostBreakdown(
                 compute_usd=text[0], interruption_usd=text[1], storage_usd=text[2], data_transfer_usd=text[3],
                 sla_risk_usd=text[4], total_usd=_usd_4dp(sum(lines)),
@@ -145,7 +146,8 @@ def quote_body_pb(q: "Quote") -> pb.Quote:
     for e in q.excluded:
         o = e.offering
         add_excluded(provider=o.instance.provider, region=o.region, instance_type=o.instance.name,
-                     market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind])
+                     market=MARKET_TO_PB[o.market.value], reason=e.reason, kind=EXCLUSION_TO_PB[e.kind],
+                     **queued_fields(o, q.created_at))
     return m
 
 
@@ -166,6 +168,11 @@ def quote_response_bytes(q: "Quote", body: bytes) -> bytes:
     head.valid_until.FromNanoseconds(int(q.valid_until * 1e9))
     quote = head.SerializeToString() + body
     return b"\x0a" + _varint(len(quote)) + quote  # QuoteResponse.quote: field 1, length-delimited
+
+
+def _queued_of(m: Any) -> dict[str, Any]:
+    """A protobuf Offer's / ExcludedOffer's queued-capacity fields, as :func:`broker.views.queued_fields`."""
+    return {"starts_at": m.starts_at, "upfront_usd": m.upfront_usd, "max_run_hours": m.max_run_hours}
 
 
 def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
@@ -190,13 +197,14 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
                 },
                 "price_as_of": as_of(o.price_as_of), "price_source": o.price_source, "stale": o.stale,
                 "zones": list(o.zones), "interruptions_per_hour": o.interruptions_per_hour,
-                "interruption_source": o.interruption_source,
+                "interruption_source": o.interruption_source, **_queued_of(o),
             }
             for o in q.offers
         ],
         "excluded": [
             {"provider": e.provider, "region": e.region, "instance_type": e.instance_type,
-             "market": MARKET_FROM_PB[e.market], "kind": EXCLUSION_FROM_PB.get(e.kind, "unspecified"), "reason": e.reason}
+             "market": MARKET_FROM_PB[e.market], "kind": EXCLUSION_FROM_PB.get(e.kind, "unspecified"), "reason": e.reason,
+             **_queued_of(e)}
             for e in q.excluded
         ],
         "spot_model": q.spot_model,

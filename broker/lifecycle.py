@@ -383,8 +383,16 @@ class Lifecycle:
             lease_id=lease.lease_id, provider=lease.provider, region=lease.region, zone=lease.zone,
             instance=it, market=Market(lease.market), count=lease.nodes, client_token=lease.client_token,
             node_names=names, boot_script=script, tags={TAG_LEASE: lease.lease_id, TAG_OWNER: self.owner},
-            reservation=lease.reservation,
+            reservation=lease.reservation, max_run_h=self._max_run_h(lease),
         )
+
+    def _max_run_h(self, lease: Lease) -> float:
+        """A queued lease's longest run, from its offering (GCP flex-start's maxRunDuration)."""
+        if lease.market != Market.QUEUED.value:
+            return 0.0
+        return next((o.max_run_h for o in self.engine.catalog.offerings
+                     if o.market is Market.QUEUED and o.provider == lease.provider and o.region == lease.region
+                     and o.instance.name == lease.instance_type), 0.0)
 
     def _launch(self, lease: Lease, t: Target) -> list[Instance]:
         provider = self.providers.get(t.provider)

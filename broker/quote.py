@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
 from broker.errors import InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
-from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer
+from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer, utc
 from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
@@ -187,6 +187,7 @@ class QuoteEngine:
         cache_bytes: int | None = None,
         spot: SpotModel | None = None,
         max_nodes: int = 1024,
+        buy_capacity_blocks: bool = False,
     ) -> None:
         """``enabled_providers``: the clouds this broker launches on (None: quote every cloud, as
         the in-process ``broker quote`` does). ``regions``: per provider, the regions it is
@@ -199,7 +200,10 @@ class QuoteEngine:
         ``spot``: what spot offers are priced and chosen by (:mod:`policies.spot_choice`): observed
         lifetimes where it has them, else each offer's interruption rate.
         ``max_nodes``: the most nodes one demand may take (``[limits] max_nodes``): with the
-        catalog's largest node, it bounds the GPUs a demand may ask for."""
+        catalog's largest node, it bounds the GPUs a demand may ask for.
+        ``buy_capacity_blocks``: whether a launch may buy a queued offering paid up front (an AWS
+        Capacity Block); off, such offers are quoted and excluded as not launchable."""
+        self.buy_capacity_blocks = buy_capacity_blocks
         self.bulk, self.max_nodes = bulk, max_nodes
         self.spot = spot or SpotModel()
         extra = []
@@ -267,7 +271,9 @@ class QuoteEngine:
         if table is None:
             from policies.bulk import Table
 
-            table = self._tables[key] = Table(self.shapes(d), self.catalog.terms)
+            # Queued capacity is priced one by one (its start and fee; see _price_all).
+            shapes = [(it, [o for o in offs if o.market is not Market.QUEUED]) for it, offs in self.shapes(d)]
+            table = self._tables[key] = Table([(it, offs) for it, offs in shapes if offs], self.catalog.terms)
         return table
 
     def _price(self, d: Demand, ctx: Context, top: int) -> tuple[list[PricedOffer], list[Exclusion]]:
@@ -284,7 +290,15 @@ class QuoteEngine:
 
     def _price_all(self, d: Demand, ctx: Context, top: int) -> tuple[list[PricedOffer], list[Exclusion]]:
         if self.bulk:
-            return self.table(d).price(d, ctx, top)
+            queued = [o for _, offs in self.shapes(d) for o in offs if o.market is Market.QUEUED]
+            if not queued:
+                return self.table(d).price(d, ctx, top)
+            ok, out = self.table(d).price(d, ctx, 0)
+            price_one = pricer(d, ctx)
+            for r in map(price_one, queued):
+                (out if type(r) is Exclusion else ok).append(r)
+            ok.sort(key=_rank_key)  # stable: the table's order among the rest stands
+            return (ok[:top] if top else ok), out
         price_one, ok, out = pricer(d, ctx), [], []
         for _, offerings in self.shapes(d):
             for o in offerings:
@@ -379,6 +393,23 @@ class QuoteEngine:
                     o, f"not launchable here: {o.instance.provider} region {o.region} is not in "
                        f"providers.{o.instance.provider}.regions ({', '.join(sorted(allowed))})",
                     ExclusionKind.NOT_LAUNCHABLE))
+        return self._unbought(keep, excluded)
+
+    def _unbought(self, priced: list[PricedOffer], excluded: list[Exclusion]) -> list[PricedOffer]:
+        """Capacity Block offerings stay quoted (start and fee) but out of launch: a block must be
+        bought (``[market] buy_capacity_blocks``) and then waited for, which launches do not do
+        yet; once bought it is a capacity reservation like any other."""
+        keep = []
+        for p in priced:
+            o = p.offering
+            if o.market is Market.QUEUED and o.upfront_micros:
+                why = ("buying one at launch is not built yet" if self.buy_capacity_blocks
+                       else "[market] buy_capacity_blocks is off")
+                excluded.append(Exclusion(
+                    o, f"not launchable here: capacity block {o.offer_id} starts at {utc(o.starts_at)} for "
+                       f"${usd(o.upfront_micros * p.nodes):,.2f} up front, and {why}", ExclusionKind.NOT_LAUNCHABLE))
+            else:
+                keep.append(p)
         return keep
 
     def _cache_get(self, key):
@@ -435,14 +466,27 @@ def engine_for(config, catalog: Catalog | None = None, *, bulk: bool = True,
     ]
     enabled = list(config.providers.enabled()) or None
     regions = {n: tuple(t.regions) for n, t in config.providers.enabled().items()}
+    catalog = _with_flex_start(catalog, config.providers.enabled().get("gcp"))
     try:
         return QuoteEngine(catalog, reservations, Decimal(str(config.quote.onprem_egress_usd_per_gb)), enabled,
                            config.quote.ttl_s, regions=regions, bulk=bulk,
                            cache_entries=config.limits.quote_cache_entries,
                            cache_bytes=config.limits.quote_cache_bytes, spot=spot,
-                           max_nodes=config.limits.max_nodes)
+                           max_nodes=config.limits.max_nodes,
+                           buy_capacity_blocks=config.market.buy_capacity_blocks)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
+
+
+def _with_flex_start(catalog: Catalog, gcp) -> Catalog:
+    """``catalog`` plus GCP's flex-start offerings when ``[providers.gcp] flex_start`` is on."""
+    if gcp is None or not getattr(gcp, "flex_start", False):
+        return catalog
+    from providers.gcp.flex import flex_start_offerings
+
+    extra = flex_start_offerings(catalog.offerings, gcp)
+    return Catalog(catalog.instances, catalog.regions, catalog.terms, catalog.gpu_perf,
+                   tuple(catalog.offerings) + tuple(extra), catalog.committed_micros, catalog.as_of)
 
 
 def quote_engine_from_config(path: str | None) -> QuoteEngine:

@@ -14,7 +14,7 @@ from broker import market_store
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
 from policies.demand import Demand, DemandError
-from providers.base import ProviderError
+from providers.base import Fabric, ProviderError
 from providers.registry import LazyProvider
 
 log = structlog.get_logger("broker.service")
@@ -308,8 +308,14 @@ class Service:
             provider=lease.provider, region=lease.region,
             job_id=job.get("job_id", ""), checkpoint_uri=job.get("checkpoint_uri", ""),
             dataset_uri=job.get("dataset_uri", ""), env=job.get("env", {}), settings=settings,
+            fabric=self._fabric(lease, len(node_names)),
         )
         return render(resolve(lease.bootstrap, templates), ctx)
+
+    def _fabric(self, lease, nodes: int) -> Fabric:
+        """The fabric the launch wires for ``lease`` (the catalog row's, for a multi-node gang)."""
+        it = self.engine.catalog.instance(lease.provider, lease.instance_type)
+        return it.fabric_for(nodes) if it is not None else Fabric.ETHERNET
 
     def _callback_settings(self, lease, settings: dict) -> dict:
         """``settings`` with this lease's callback: its URL on the broker's endpoint and a credential

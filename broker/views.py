@@ -72,25 +72,35 @@ def cost_lines(c) -> dict[str, float]:
     return {**{k: float(v) for k, v in lines.items()}, "total": float(total)}
 
 
-def offer_to_dict(rank: int, p: PricedOffer) -> dict[str, Any]:
+def offer_to_dict(rank: int, p: PricedOffer, now: float = 0.0) -> dict[str, Any]:
     o, it, c = p.offering, p.offering.instance, p.cost
     return {
         "rank": rank, "provider": it.provider, "region": o.region, "zone": p.zone,
         "instance_type": it.name, "gpu": it.gpu, "gpus_per_node": it.gpus, "nodes": p.nodes,
         "market": o.market.value, "hourly_usd": _money(o.hourly_micros),
         "interconnect_gbps": it.interconnect_gbps, "sla_pct": o.sla_pct,
-        "cost_usd": cost_lines(c), **market_fields(o),
+        "cost_usd": cost_lines(c), **market_fields(o, now),
     }
 
 
-def market_fields(o) -> dict[str, Any]:
+def queued_fields(o, now: float) -> dict[str, Any]:
+    """For queued capacity (market ``queued``): the earliest start as seen at ``now`` (RFC 3339),
+    the fee paid up front for the offering's nodes and the longest run it allows; "" and zeros
+    for any other market (the same keys in JSON and in the protobuf Offer / ExcludedOffer)."""
+    if o.market.value != "queued":
+        return {"starts_at": "", "upfront_usd": 0.0, "max_run_hours": 0.0}
+    return {"starts_at": iso(o.start_after(now)) or "", "upfront_usd": _money(o.upfront_micros),
+            "max_run_hours": o.max_run_h}
+
+
+def market_fields(o, now: float = 0.0) -> dict[str, Any]:
     """What a quote knows about an offering's price: when and where it was taken, whether it is
     stale, the zones that sell it and, for spot, the interruption rate priced in and its signal
     (the same keys in JSON and in the protobuf Offer)."""
     spot = o.market.value == "spot"
     return {"price_as_of": as_of(o.as_of), "price_source": o.price_source or f"bundled:{o.as_of}", "stale": o.stale,
             "zones": list(o.zones), "interruptions_per_hour": max(0.0, o.spot_rate) if spot else 0.0,
-            "interruption_source": o.spot_rate_source if spot else ""}
+            "interruption_source": o.spot_rate_source if spot else "", **queued_fields(o, now)}
 
 
 def quote_to_dict(q: Quote) -> dict[str, Any]:
@@ -99,11 +109,11 @@ def quote_to_dict(q: Quote) -> dict[str, Any]:
         "valid_until": iso(q.valid_until),
         "catalog_as_of": as_of(q.catalog_as_of),
         "demand": demand_to_dict(q.demand),
-        "offers": [offer_to_dict(r.rank, r.priced) for r in q.offers],
+        "offers": [offer_to_dict(r.rank, r.priced, q.created_at) for r in q.offers],
         "excluded": [
             {"provider": e.offering.instance.provider, "region": e.offering.region,
              "instance_type": e.offering.instance.name, "market": e.offering.market.value,
-             "kind": e.kind.value, "reason": e.reason}
+             "kind": e.kind.value, "reason": e.reason, **queued_fields(e.offering, q.created_at)}
             for e in q.excluded
         ],
         "spot_model": q.spot_model,

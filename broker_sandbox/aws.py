@@ -337,6 +337,8 @@ class AwsCloud:
                         "subnet_id": inst.subnet_id,
                         "key_name": inst.key_name,
                         "private_ip": inst.private_ip,
+                        # As RunInstances asked for them (moto keeps one per device index only).
+                        "network_interfaces": list(getattr(inst, "broker_network_interfaces", [])),
                     })
         return out
 
@@ -417,6 +419,53 @@ def _spec_tags(params: dict[str, str], resource_type: str) -> dict[str, str]:
                 m += 1
         n += 1
     return tags
+
+
+def _network_interfaces(p: dict[str, str]) -> list[dict[str, str]]:
+    """``NetworkInterface.N.*`` of a RunInstances, checked the way EC2 checks EFA interfaces
+    against the instance type (moto's copy of DescribeInstanceTypes: EfaSupported,
+    MaximumNetworkCards, MaximumEfaInterfaces)."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    nics: list[dict[str, str]] = []
+    n = 1
+    while any(k.startswith(f"NetworkInterface.{n}.") for k in p):
+        prefix = f"NetworkInterface.{n}."
+        nics.append({k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)})
+        n += 1
+    if not nics:
+        return nics
+    if "SecurityGroupId.1" in p or "SecurityGroup.1" in p:
+        raise _Error("InvalidParameterCombination", "Network interfaces and an instance-level security "
+                     "groups may not be specified on the same request")
+    info = (INSTANCE_TYPES.get(p.get("InstanceType", "")) or {}).get("NetworkInfo", {})
+    cards = int(info.get("MaximumNetworkCards", 1))
+    seen = set()
+    for nic in nics:
+        kind = nic.get("InterfaceType", "interface")
+        card, device = int(nic.get("NetworkCardIndex", "0")), int(nic.get("DeviceIndex", "0"))
+        if kind not in ("interface", "efa", "efa-only", "trunk"):
+            raise _Error("InvalidParameterValue", f"Invalid value '{kind}' for InterfaceType.")
+        if kind != "interface" and not info.get("EfaSupported"):
+            raise _Error("InvalidParameterCombination",
+                         f"Elastic Fabric Adapter is not supported on {p.get('InstanceType')}.")
+        if card >= cards:
+            raise _Error("InvalidParameterValue", f"Network card index {card} is out of range: "
+                         f"{p.get('InstanceType')} has {cards} network cards.")
+        if (card, device) in seen:
+            raise _Error("InvalidParameterValue", "Each network interface requires a unique device index "
+                         "on its network card.")
+        if (card, device) == (0, 0) and kind == "efa-only":
+            raise _Error("InvalidParameterCombination",
+                         "An EFA-only network interface cannot be the primary network interface.")
+        seen.add((card, device))
+    if (0, 0) not in seen:
+        raise _Error("InvalidParameterValue", "The primary network interface (device index 0 on "
+                     "network card 0) is required.")
+    efas = sum(1 for nic in nics if nic.get("InterfaceType") in ("efa", "efa-only"))
+    if efas > int((info.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) or 0) and efas:
+        raise _Error("InvalidParameterCombination", f"{p.get('InstanceType')} supports fewer EFA interfaces.")
+    return nics
 
 
 # The RunInstances being served on this thread decorates the instances moto creates for it.
@@ -664,6 +713,7 @@ class _Front:
                                      "that has different parameters.")
                     return 200, cached[2], cached[3]
             count = int(p.get("MinCount", "1"))
+            nics = _network_interfaces(p)
             zone = p.get("Placement.AvailabilityZone", "")
             group = p.get("Placement.GroupName", "")
             if group and (region, group) not in cloud._groups:
@@ -697,6 +747,7 @@ class _Front:
                     inst.placement.group_name = group
                 if market == "capacity-block":
                     inst.lifecycle = "capacity-block"
+                inst.broker_network_interfaces = [dict(n) for n in nics]
                 if reservation is not None:
                     inst.capacity_reservation_id = reservation.id
                     inst.capacity_reservation_specification = {

@@ -17,6 +17,13 @@ makes that moto does not serve (or serves with placeholders):
   unseeded regions fall through to moto, whose every spot price is ``0.00001`` — the implausible
   answer a refresh must refuse.
 - EC2 ``GetSpotPlacementScores`` (``spotPlacementScoreSet`` items with ``region`` and ``score``).
+- EC2 ``DescribeCapacityBlockOfferings`` (``capacityBlockOfferingSet`` items with
+  ``capacityBlockOfferingId``, ``instanceType``, ``availabilityZone``, ``instanceCount``,
+  ``startDate``, ``endDate``, ``capacityBlockDurationHours``, ``upfrontFee``, ``currencyCode``,
+  ``tenancy``) for the blocks a test seeded: the fee is the seeded hourly rate x nodes x hours, a
+  block must start inside ``StartDateRange``..``EndDateRange``; a missing ``InstanceType``,
+  ``InstanceCount`` or ``CapacityDurationHours`` is ``MissingParameter``, a duration that is not
+  whole days (up to 14, then whole weeks up to 182 days) ``InvalidParameterValue``.
 
 Zones (``DescribeInstanceTypeOfferings``) and instances come from moto itself; Capacity
 Reservations from :class:`broker_sandbox.aws.AwsCloud`.
@@ -60,6 +67,8 @@ class AwsMarket:
             self.spot: dict[tuple[str, str], tuple[str, str]] = {}  # (zone, type) -> (price, timestamp)
             self.quotas: dict[tuple[str, str], float] = {}  # (region, code) -> value
             self.scores: dict[tuple[str, str], int] = {}  # (region, type) -> 1..10
+            # Capacity Blocks on sale: (zone, type, start epoch s, USD per node-hour)
+            self.blocks: list[tuple[str, str, float, str]] = []
             self.calls: list[str] = []
 
     # -- seeding --------------------------------------------------------------------------------
@@ -96,6 +105,11 @@ class AwsMarket:
     def set_quota(self, region: str, code: str, value: float) -> None:
         with self._lock:
             self.quotas[(region, code)] = value
+
+    def add_capacity_block(self, zone: str, instance_type: str, start: float, usd_per_node_hour: str) -> None:
+        """A Capacity Block on sale in ``zone`` from ``start`` (epoch seconds), any size and length."""
+        with self._lock:
+            self.blocks.append((zone, instance_type, start, usd_per_node_hour))
 
     def set_score(self, region: str, instance_type: str, score: int) -> None:
         with self._lock:
@@ -159,7 +173,7 @@ class AwsMarket:
         return 200, [("Content-Type", "application/x-amz-json-1.1")], json.dumps({"Quota": quota}).encode()
 
     def handles_query(self, action: str, region: str) -> bool:
-        if action == "GetSpotPlacementScores":
+        if action in ("GetSpotPlacementScores", "DescribeCapacityBlockOfferings"):
             return True
         if action == "DescribeSpotPriceHistory":
             with self._lock:
@@ -169,6 +183,8 @@ class AwsMarket:
     def query_call(self, action: str, region: str, p: dict[str, str]) -> tuple[int, list, bytes]:
         with self._lock:
             self.calls.append(action)
+        if action == "DescribeCapacityBlockOfferings":
+            return self._capacity_blocks(region, p)
         if action == "DescribeSpotPriceHistory":
             types = set(_indexed(p, "InstanceType"))
             products = set(_indexed(p, "ProductDescription"))
@@ -192,6 +208,42 @@ class AwsMarket:
         items = "".join(f"<item><region>{r}</region><score>{s}</score></item>" for r, s in scores.items())
         return 200, [("Content-Type", "text/xml")], _xml(
             action, f"<spotPlacementScoreSet>{items}</spotPlacementScoreSet>")
+
+
+    def _capacity_blocks(self, region: str, p: dict[str, str]) -> tuple[int, list, bytes]:
+        xml = [("Content-Type", "text/xml")]
+        for name in ("InstanceType", "InstanceCount", "CapacityDurationHours"):
+            if not p.get(name):
+                return 400, xml, _error("MissingParameter", f"The request must contain the parameter {name}")
+        hours, count = int(p["CapacityDurationHours"]), int(p["InstanceCount"])
+        days, rest = divmod(hours, 24)
+        if rest or not (1 <= days <= 14 or (days <= 182 and days % 7 == 0)) or not 1 <= count <= 64:
+            return 400, xml, _error("InvalidParameterValue",
+                                    f"The value ({hours}) for parameter CapacityDurationHours is invalid.")
+        lo, hi = _when(p.get("StartDateRange")), _when(p.get("EndDateRange"))
+        with self._lock:
+            rows = [b for b in self.blocks if b[0].startswith(region) and b[1] == p["InstanceType"]
+                    and (lo is None or b[2] >= lo) and (hi is None or b[2] + hours * 3600 <= hi)]
+        items = "".join(
+            f"<item><capacityBlockOfferingId>cb-{uuid.uuid5(uuid.NAMESPACE_URL, f'{z}/{t}/{start}/{hours}/{count}').hex[:17]}"
+            f"</capacityBlockOfferingId><instanceType>{escape(t)}</instanceType><availabilityZone>{z}</availabilityZone>"
+            f"<instanceCount>{count}</instanceCount><startDate>{_iso(start)}</startDate>"
+            f"<endDate>{_iso(start + hours * 3600)}</endDate><capacityBlockDurationHours>{hours}"
+            f"</capacityBlockDurationHours><upfrontFee>{Decimal(rate) * count * hours:.2f}</upfrontFee>"
+            f"<currencyCode>USD</currencyCode><tenancy>default</tenancy></item>"
+            for z, t, start, rate in rows)
+        return 200, xml, _xml("DescribeCapacityBlockOfferings",
+                              f"<capacityBlockOfferingSet>{items}</capacityBlockOfferingSet>")
+
+
+def _when(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def _matches(value: Any, f: dict) -> bool:

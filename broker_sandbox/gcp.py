@@ -14,7 +14,8 @@ differ). What it models, after the public API reference:
   ``httpErrorStatusCode``/``httpErrorMessage``.
 * Insert validation like the real API: name (RFC 1035), machine type known in the zone, a boot
   disk, a network interface, GPUs (attached or built-in) need ``onHostMaintenance: TERMINATE``,
-  ``instanceTerminationAction`` only with ``provisioningModel: SPOT``, spot cannot restart
+  ``instanceTerminationAction`` only with ``provisioningModel: SPOT`` or ``FLEX_START`` (which
+  needs a ``maxRunDuration`` of at most 7 days and DELETE), spot cannot restart
   automatically or consume a reservation, a specific reservation must exist, label and metadata
   key rules, name conflicts (409). Errors use Compute's shape:
   ``{"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}``.
@@ -118,6 +119,27 @@ class HttpError(Exception):
     def body(self) -> dict:
         return {"error": {"code": self.status, "message": self.message,
                           "errors": [{"message": self.message, "domain": "global", "reason": self.reason}]}}
+
+
+def _check_flex_start(body: dict, sched: dict) -> None:
+    """A flex-start VM as Compute Engine takes it: a maxRunDuration of at most seven days, deleted
+    at its end, terminated on host maintenance, never restarted, never in a reservation."""
+    seconds = int((sched.get("maxRunDuration") or {}).get("seconds") or 0)
+    if not sched.get("maxRunDuration"):
+        raise HttpError(400, "required", "Required field 'resource.scheduling.maxRunDuration' not specified")
+    if not 0 < seconds <= 7 * 24 * 3600:
+        raise _invalid("resource.scheduling.maxRunDuration.seconds", seconds,
+                       "The max run duration of a FLEX_START instance must be between 1 second and 7 days.")
+    if sched.get("instanceTerminationAction") != "DELETE":
+        raise _invalid("resource.scheduling.instanceTerminationAction", sched.get("instanceTerminationAction"),
+                       "FLEX_START instances must use the DELETE termination action.")
+    if sched.get("automaticRestart") or sched.get("onHostMaintenance", "TERMINATE") != "TERMINATE":
+        raise _invalid("resource.scheduling", "", "FLEX_START instances must have automaticRestart false and "
+                                                  "onHostMaintenance TERMINATE.")
+    aff = (body.get("reservationAffinity") or {}).get("consumeReservationType", "NO_RESERVATION")
+    if aff != "NO_RESERVATION":
+        raise _invalid("resource.reservationAffinity.consumeReservationType", aff,
+                       "FLEX_START instances cannot consume reservations.")
 
 
 def _invalid(field_: str, value: Any, why: str) -> HttpError:
@@ -866,7 +888,7 @@ class FakeGcpCompute(GcpMarketMixin):
         sched = inst.setdefault("scheduling", {})
         sched.setdefault("provisioningModel", "STANDARD")
         sched.setdefault("onHostMaintenance", "MIGRATE")
-        sched.setdefault("automaticRestart", sched["provisioningModel"] != "SPOT")
+        sched.setdefault("automaticRestart", sched["provisioningModel"] not in ("SPOT", "FLEX_START"))
         sched.setdefault("preemptible", False)
         for nic_i, nic in enumerate(inst.get("networkInterfaces") or [{}]):
             nic.update({"name": f"nic{nic_i}", "networkIP": f"10.128.{self._ip // 250}.{self._ip % 250 + 2}"})
@@ -910,12 +932,16 @@ class FakeGcpCompute(GcpMarketMixin):
                                              "not specified")
         if not body.get("networkInterfaces"):
             raise HttpError(400, "required", "Required field 'resource.networkInterfaces' not specified")
+        self._validate_nics(_tail(body.get("machineType", "")), body["networkInterfaces"])
         sched = body.get("scheduling") or {}
         model = sched.get("provisioningModel", "STANDARD")
         spot = model == "SPOT" or sched.get("preemptible") is True
-        if sched.get("instanceTerminationAction") and model != "SPOT":
+        if sched.get("instanceTerminationAction") and model not in ("SPOT", "FLEX_START"):
             raise _invalid("resource.scheduling.instanceTerminationAction", sched["instanceTerminationAction"],
-                           "Instance termination action is only supported for SPOT provisioning model.")
+                           "Instance termination action is only supported for SPOT and FLEX_START "
+                           "provisioning models.")
+        if model == "FLEX_START":
+            _check_flex_start(body, sched)
         if sched.get("instanceTerminationAction") not in (None, "", "STOP", "DELETE"):
             raise _invalid("resource.scheduling.instanceTerminationAction", sched["instanceTerminationAction"],
                            "Unknown termination action.")
@@ -981,6 +1007,28 @@ class FakeGcpCompute(GcpMarketMixin):
                 raise _invalid("resource.metadata.items.key", item.get("key"), "Invalid metadata key.")
         if sum(len(i.get("key", "")) + len(i.get("value", "")) for i in items) > 512 * 1024:
             raise _invalid("resource.metadata", "", "Metadata is larger than 512 KB.")
+
+    @staticmethod
+    def _validate_nics(machine_type: str, nics: list[dict]) -> None:
+        """Compute's NIC rules: a known nicType, each NIC of a VM in its own VPC network, at most 8
+        NICs (A3 machine types: 9), and gVNIC for A3's GPU NICs."""
+        limit = 9 if machine_type.startswith("a3-") else 8
+        if len(nics) > limit:
+            raise _invalid("resource.networkInterfaces", len(nics),
+                           f"Machine type '{machine_type}' supports at most {limit} network interfaces.")
+        seen: set[str] = set()
+        for i, nic in enumerate(nics):
+            kind = nic.get("nicType", "")
+            if kind not in ("", "GVNIC", "VIRTIO_NET", "IDPF", "MRDMA", "IRDMA"):
+                raise _invalid(f"resource.networkInterfaces[{i}].nicType", kind, "Unknown NIC type.")
+            net = _tail(nic.get("network") or "default")
+            if net in seen:
+                raise _invalid(f"resource.networkInterfaces[{i}].network", nic.get("network"),
+                               "Networks must be distinct for NICs attached to a VM.")
+            seen.add(net)
+            if len(nics) > 1 and machine_type.startswith("a3-") and kind != "GVNIC":
+                raise _invalid(f"resource.networkInterfaces[{i}].nicType", kind or "VIRTIO_NET",
+                               "GPUDirect network interfaces require nicType GVNIC.")
 
     # -- machine and accelerator types ---------------------------------------------------------
 

@@ -20,6 +20,7 @@ Lines (DESIGN.md, "The cost of an offer"):
 """
 from __future__ import annotations
 
+import datetime as _dt
 import enum
 import math
 from dataclasses import dataclass
@@ -40,6 +41,28 @@ FULL_SPEED_GBPS_PER_GPU = 400.0
 MAX_INTERCONNECT_STRETCH = 0.30
 REFERENCE_GPU = "A100"  # memory-matched demands give hours on an A100
 SHORT_LIVED = "spot nodes here do not live long enough to reach a checkpoint"
+
+
+def utc(ts: float) -> str:
+    """``ts`` (epoch seconds) as RFC 3339 UTC to the minute, for sentences."""
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def queued_reason(o: Offering, run_h: float, wall_h: float, d: Demand, now: float) -> Reason | None:
+    """Why queued capacity cannot serve the demand: its run is longer than the capacity allows,
+    or its start (``wall_h`` counts the wait) comes too late for the deadline."""
+    if o.max_run_h and run_h > o.max_run_h:
+        return Reason(ExclusionKind.MARKET, f"runs {run_h:.1f} h, longer than the {o.max_run_h:g} h "
+                                            f"this queued capacity allows")
+    if d.deadline is None:
+        return None
+    start = o.start_after(now)
+    if start >= d.deadline:
+        return Reason(ExclusionKind.DEADLINE, f"starts at {utc(start)}, after the deadline {utc(d.deadline)}")
+    if now + wall_h * 3600.0 > d.deadline:
+        return Reason(ExclusionKind.DEADLINE, f"starts at {utc(start)} and finishes after the deadline "
+                                              f"{utc(d.deadline)}: needs {wall_h:.1f} h from now")
+    return None
 
 
 def late_reason(o: Offering, wall_h: float, ctx: "Context") -> str:
@@ -133,7 +156,7 @@ def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]
         ref = gpu_perf.get(REFERENCE_GPU, 1.0)
         h *= ref / gpu_perf.get(o.instance.gpu.upper(), ref)
     if nodes > 1:
-        per_gpu = o.instance.interconnect_gbps / max(1, o.instance.gpus)
+        per_gpu = o.instance.fabric_gbps / max(1, o.instance.gpus)
         h *= 1.0 + MAX_INTERCONNECT_STRETCH * max(0.0, 1.0 - per_gpu / FULL_SPEED_GBPS_PER_GPU)
     return h
 
@@ -158,9 +181,9 @@ def instance_reason(d: Demand, it: InstanceType) -> tuple[Reason | None, int]:
     nodes = nodes_for(d, it.gpus)
     if nodes is None:
         return Reason(shape, f"{it.gpus} GPUs per node cannot make {d.nodes} nodes of {d.gpus // d.nodes} GPUs"), 0
-    if nodes > 1 and it.interconnect_gbps < MIN_MULTINODE_GBPS:
+    if nodes > 1 and it.fabric_gbps < MIN_MULTINODE_GBPS:
         return Reason(shape, f"no interconnect for a {nodes}-node job: {it.interconnect} at "
-                             f"{it.interconnect_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
+                             f"{it.fabric_gbps} Gbps (needs >= {MIN_MULTINODE_GBPS})"), nodes
     return None, nodes
 
 
@@ -226,6 +249,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
     checkpoint_h = d.checkpoint_hours
     terms_of = ctx.terms
     spot = Market.SPOT
+    queued = Market.QUEUED
 
     shapes: dict[int, tuple[Reason | None, int, float]] = {}  # by id(): hashing a shape costs more
 
@@ -256,6 +280,13 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
                 return Exclusion(o, SHORT_LIVED, ExclusionKind.MARKET)
             interruption = int(lost_h * gang_hourly)
             wall_h += lost_h
+        elif o.market is queued:
+            wall_h += max(0.0, o.start_after(ctx.now) - ctx.now) / 3600.0
+            why = queued_reason(o, run_h, wall_h, d, ctx.now)
+            if why is not None:
+                return Exclusion(o, why.text, why.kind)
+            if o.upfront_micros:  # a block is paid whole, up front, however little of it runs
+                compute = o.upfront_micros * nodes
 
         if d.deadline is not None and ctx.now + wall_h * 3600.0 > d.deadline:
             return Exclusion(o, late_reason(o, wall_h, ctx), ExclusionKind.DEADLINE)

@@ -17,8 +17,24 @@ class Market(str, enum.Enum):
     ON_DEMAND = "on_demand"
     SPOT = "spot"
     RESERVED = "reserved"
+    # Queued capacity: bought ahead for a start time the cloud names (AWS Capacity Blocks for ML)
+    # or granted when capacity frees (GCP flex-start), for at most a fixed run time.
+    QUEUED = "queued"
 
     def __str__(self) -> str:  # "spot", not "Market.SPOT"
+        return self.value
+
+
+class Fabric(str, enum.Enum):
+    """The node-to-node network an instance type is sold with (the catalog's ``interconnect``)."""
+
+    EFA = "efa"  # AWS Elastic Fabric Adapter: one EFA per network card
+    TCPX = "tcpx"  # GCP A3 High: gVNIC plus GPUDirect-TCPX NICs
+    TCPXO = "tcpxo"  # GCP A3 Mega: gVNIC plus GPUDirect-TCPXO NICs
+    INFINIBAND = "infiniband"  # Azure ND: InfiniBand HCAs, wired by the size and image
+    ETHERNET = "ethernet"
+
+    def __str__(self) -> str:
         return self.value
 
 
@@ -39,10 +55,34 @@ class InstanceType:
     accelerator_type: str = ""
     # The SDK's name when it differs from the catalog name (GCP N1 + attachment rows).
     machine_type: str = ""
+    # Network cards carrying the fabric: AWS EFA network cards, GCP GPU NICs besides the host's
+    # gVNIC, Azure InfiniBand HCAs; 0 for Ethernet.
+    fabric_nics: int = 0
 
     @property
     def sdk_machine_type(self) -> str:
         return self.machine_type or self.name
+
+    @property
+    def fabric(self) -> Fabric:
+        """The fabric the type is sold with; Ethernet for unknown names or a type without NICs."""
+        try:
+            kind = Fabric(self.interconnect)
+        except ValueError:
+            return Fabric.ETHERNET
+        return kind if self.fabric_nics > 0 else Fabric.ETHERNET
+
+    @property
+    def fabric_gbps(self) -> int:
+        """Node-to-node bandwidth a gang launch of this type really gets: the catalog's figure when
+        the type is plain Ethernet or its fabric NICs are known (the launch wires them), else 0."""
+        if self.interconnect == Fabric.ETHERNET.value or self.fabric is not Fabric.ETHERNET:
+            return self.interconnect_gbps
+        return 0
+
+    def fabric_for(self, nodes: int) -> Fabric:
+        """The fabric a launch of ``nodes`` nodes wires up: only a multi-node gang needs one."""
+        return self.fabric if nodes > 1 else Fabric.ETHERNET
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +114,23 @@ class Offering:
     quota_limit: float = 0.0
     quota_per_node: float = 0.0
     quota_label: str = ""
+    # Queued offerings only: the earliest start (epoch seconds; 0 = none named) or, where the
+    # cloud names none, the expected wait from the quote's time; the longest run the capacity
+    # allows (hours); the fee paid up front for the whole block (0 = paid per hour as it runs)
+    # and the cloud's id of the offering (AWS CapacityBlockOfferingId).
+    starts_at: float = 0.0
+    wait_s: float = 0.0
+    max_run_h: float = 0.0
+    upfront_micros: int = 0
+    offer_id: str = ""
 
     @property
     def provider(self) -> str:
         return self.instance.provider
+
+    def start_after(self, now: float) -> float:
+        """When capacity of this offering is expected at the earliest, seen at ``now``."""
+        return max(now + self.wait_s, self.starts_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +151,7 @@ class LaunchSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     reservation: str = ""  # capacity reservation id / name / group when market is RESERVED
     max_price_micros: int = 0  # spot bid cap (0 = up to on-demand)
+    max_run_h: float = 0.0  # queued capacity: the longest the nodes may run (GCP maxRunDuration)
 
 
 class InstanceState(str, enum.Enum):

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from providers import registry
+from providers.base import Fabric
 from providers.registration import BootHooks
 
 BUILTINS = ("slurm", "kubernetes", "container")
@@ -100,6 +101,9 @@ class BootContext:
     # Every node of the lease. Clouds launch a gang with one script for all its nodes, so when
     # there are several, the script asks the cloud's metadata service which one it is.
     node_names: tuple[str, ...] = ()
+    # The fabric the lease's launch wired (multi-node gangs of EFA / GPUDirect / InfiniBand types):
+    # the node exports its cloud's NCCL environment for it (:attr:`BootHooks.fabric_env`).
+    fabric: Fabric = Fabric.ETHERNET
 
     def secrets(self) -> list[str]:
         """The secret values this context carries (for :func:`redact`)."""
@@ -253,9 +257,10 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
     values["node_names"] = " ".join(shlex.quote(n) for n in (tuple(ctx.node_names) or (ctx.node_name,)))
     values["resolve_node_name"] = _resolve_node_name(ctx)
     values["env_exports"] = "\n".join(f"export {k}={shlex.quote(env[k])}" for k in names) or ":"
+    values["fabric_environment"] = _fabric_environment(ctx)
     values["broker_environment"] = "\n".join(
         [f"export BROKER_{name.upper()}={values[name]}" for name in _CONTEXT_FIELDS]
-        + [values["env_exports"], values["resolve_node_name"]])
+        + [values["env_exports"], values["resolve_node_name"], values["fabric_environment"]])
     values["env_names"] = " ".join(names)
     values["env_docker_args"] = " ".join(f"-e {k}" for k in names)
     if builtin == "container" or "command" in settings:
@@ -274,6 +279,16 @@ def _variables(ctx: BootContext, settings: Mapping[str, Any], builtin: str) -> d
 # What a node does at boot on its own (learn its name, watch its interruption notices) is its
 # cloud's: each registration's ``boot`` (:class:`providers.registration.BootHooks`). Notices the
 # node hears are reported through the lease's callback (the ``notice`` endpoint beside ``job``).
+
+
+def _fabric_environment(ctx: BootContext) -> str:
+    """Shell exporting the NCCL environment for the fabric the node got (``broker_fabric_vars`` =
+    the names exported; empty for Ethernet or a cloud with no environment for the fabric)."""
+    fabric = Fabric(ctx.fabric)
+    snippet = dict(_boot(ctx.provider).fabric_env).get(fabric.value, "") if fabric is not Fabric.ETHERNET else ""
+    if not snippet:
+        return 'broker_fabric_vars=""'
+    return f"# {fabric.value}: the NCCL environment for the fabric this node's launch wired\n{snippet}"
 
 
 def _boot(provider: str) -> BootHooks:

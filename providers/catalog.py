@@ -157,6 +157,7 @@ def load(data_dir: Path | str | None = None) -> Catalog:
                 ram_gb=int(float(r.get("ram_gb") or 0)), interconnect=r.get("interconnect") or "ethernet",
                 interconnect_gbps=int(float(r.get("interconnect_gbps") or 0)),
                 accelerator_type=r.get("accelerator_type", ""), machine_type=r.get("machine_type", ""),
+                fabric_nics=int(r.get("fabric_nics") or 0),
             )
         except ValueError as e:
             raise CatalogError(f"instances.csv row {r.get('instance_type')}: {e}") from None

@@ -34,6 +34,11 @@ class BootHooks:
     whoami: str = ""
     metadata_url: str = ""
     notice_watch: str = ""
+    # ``fabric_env``: (fabric, shell) pairs: the NCCL / libfabric environment a node of a multi-node
+    # gang exports for the fabric its launch wired (a :class:`providers.base.Fabric` value); the
+    # shell sets ``broker_fabric_vars`` to the names it exported (the container template passes
+    # them on).
+    fabric_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.notice_watch and not self.metadata_url:

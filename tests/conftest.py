@@ -126,12 +126,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-MINI_INSTANCES = """provider,instance_type,machine_type,accelerator_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,source
-aws,p5.48xlarge,,,H100,8,80,192,2048,efa,3200,test
-aws,g5.xlarge,,,A10G,1,24,4,16,ethernet,10,test
-gcp,a3-highgpu-8g,,,H100,8,80,208,1872,tcpx,1000,test
-gcp,a2-highgpu-1g,,,A100,1,40,12,85,ethernet,24,test
-azure,Standard_ND96isr_H100_v5,,,H100,8,80,96,1900,infiniband,3200,test
+MINI_INSTANCES = """provider,instance_type,machine_type,accelerator_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,fabric_nics,source
+aws,p5.48xlarge,,,H100,8,80,192,2048,efa,3200,32,test
+aws,g5.xlarge,,,A10G,1,24,4,16,ethernet,10,0,test
+gcp,a3-highgpu-8g,,,H100,8,80,208,1872,tcpx,1000,4,test
+gcp,a2-highgpu-1g,,,A100,1,40,12,85,ethernet,24,0,test
+azure,Standard_ND96isr_H100_v5,,,H100,8,80,96,1900,infiniband,3200,8,test
 """
 MINI_REGIONS = """provider,region,geo,location,zones
 aws,us-east-1,us,Virginia,us-east-1a us-east-1b

@@ -26,7 +26,8 @@ GEOS = {"us", "eu", "asia", "ca", "sa", "au", "me"}
 
 INSTANCES_HEADER = [
     "provider", "instance_type", "machine_type", "accelerator_type", "gpu", "gpus",
-    "gpu_memory_gb", "vcpus", "ram_gb", "interconnect", "interconnect_gbps", "source",
+    "gpu_memory_gb", "vcpus", "ram_gb", "interconnect", "interconnect_gbps", "fabric_nics",
+    "source",
 ]
 REGIONS_HEADER = ["provider", "region", "geo", "location", "zones"]
 PRICES_HEADER = [
@@ -130,6 +131,9 @@ def test_instance_rows_are_well_formed(instances):
         for col in ("gpus", "gpu_memory_gb", "vcpus", "ram_gb", "interconnect_gbps"):
             assert float(r[col]) > 0, (key, col)
         assert float(r["gpus"]).is_integer(), key
+        # A fabric is built from network cards at launch: a fabric type says how many it has,
+        # plain Ethernet none.
+        assert (int(r["fabric_nics"]) > 0) == (r["interconnect"] != "ethernet"), (key, r["fabric_nics"])
         assert r["source"].strip(), f"{key}: no source"
         if r["provider"] == "azure":
             assert r["instance_type"].startswith("Standard_"), key

@@ -51,13 +51,14 @@ def test_json_has_exactly_the_documented_shape(mini):
     assert set(offer) == {"rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "nodes",
                           "market", "hourly_usd", "interconnect_gbps", "sla_pct", "cost_usd",
                           "price_as_of", "price_source", "stale", "zones", "interruptions_per_hour",
-                          "interruption_source"}
+                          "interruption_source", "starts_at", "upfront_usd", "max_run_hours"}
     # No live market refreshed: the bundled catalog's price, its date, and every zone it knows.
     assert offer["price_source"] == f"bundled:{offer['price_as_of'][:10]}" and offer["stale"] is True
     assert offer["price_as_of"].endswith("T00:00:00Z")  # RFC 3339, as every timestamp
     assert offer["zone"] == offer["zones"][0]
     assert set(offer["cost_usd"]) == {"compute", "interruption", "storage", "data_transfer", "sla_risk", "total"}
-    assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "kind", "reason"}
+    assert set(doc["excluded"][0]) == {"provider", "region", "instance_type", "market", "kind", "reason",
+                                       "starts_at", "upfront_usd", "max_run_hours"}
     totals = [o["cost_usd"]["total"] for o in doc["offers"]]
     assert totals == sorted(totals)
     for o in doc["offers"]:

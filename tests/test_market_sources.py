@@ -60,6 +60,6 @@ def test_a_5xx_page_from_two_sources_leaves_the_others_fresh_and_names_them(mark
     assert failing == {"placement_scores", "reservations"}
     table = cli("catalog", "show", "--config", str(market), "--provider", "aws")
     assert table.returncode == 0, table.stderr
-    assert "2 of 6 sources failing" in table.stdout
+    assert "2 of 7 sources failing" in table.stdout
     assert "warning: aws placement_scores failing" in table.stdout
     assert "warning: aws reservations failing" in table.stdout

@@ -132,7 +132,9 @@ def test_reserved_launch_targets_the_reservation_in_its_zone(aws_cloud):
     assert all(i.market is Market.RESERVED for i in out)
     srv = server_side(aws_cloud, "lease-4")
     assert [s["capacity_reservation_id"] for s in srv] == [rid, rid]
-    assert all(s["placement_group"] == "" and s["lifecycle"] == "" for s in srv)
+    # A gang in a reservation shares a cluster placement group too.
+    assert len({s["placement_group"] for s in srv}) == 1 and srv[0]["placement_group"]
+    assert all(s["lifecycle"] == "" for s in srv)
     (params,) = run_calls(aws_cloud)
     assert params["CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"] == rid
     assert "InstanceMarketOptions.MarketType" not in params

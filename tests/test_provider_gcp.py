@@ -321,8 +321,9 @@ def test_capacity_on_the_second_node_cleans_up_the_first(gcp, fake_gcp):
         gcp.launch(s)
     assert e.value.zone == ZONE
     assert fake_gcp.instances() == []
-    deleted = {c.path.rsplit("/", 1)[-1] for c in fake_gcp.calls_to("DELETE")}
+    deleted = {c.path.rsplit("/", 1)[-1] for c in fake_gcp.calls_to("DELETE") if "/instances/" in c.path}
     assert deleted == {"lease-part-n0", "lease-part-n2"}
+    assert fake_gcp.policies() == []  # the gang's compact placement policy went with it
 
 
 def test_synchronous_failure_mid_launch_cleans_up(gcp, fake_gcp):
@@ -362,7 +363,8 @@ def test_terminate_removes_the_lease(gcp, fake_gcp):
     assert [i["name"] for i in fake_gcp.instances()] == [other[0].node_name]
     assert gcp.describe("lease-term", REGION) == []
     gcp.terminate(out)  # already gone: fine
-    assert len(fake_gcp.calls_to("DELETE")) == 4
+    assert len([c for c in fake_gcp.calls_to("DELETE") if "/instances/" in c.path]) == 4
+    assert fake_gcp.policies() == []
 
 
 def test_terminate_reports_errors(gcp, fake_gcp):

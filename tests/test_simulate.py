@@ -15,12 +15,12 @@ from providers.catalog import load
 from tests.conftest import SHARED_DATA
 
 
-INSTANCES = """provider,instance_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,accelerator_type,machine_type
+INSTANCES = """provider,instance_type,gpu,gpus,gpu_memory_gb,vcpus,ram_gb,interconnect,interconnect_gbps,accelerator_type,machine_type,fabric_nics
 aws,p3.2xlarge,V100,1,16,8,61,ethernet,10,,
 aws,p3.8xlarge,V100,4,16,32,244,ethernet,10,,
 aws,p3.16xlarge,V100,8,16,64,488,ethernet,25,,
-aws,p3dn.24xlarge,V100,8,32,96,768,efa,100,,
-aws,p4d.24xlarge,A100,8,40,96,1152,efa,400,,
+aws,p3dn.24xlarge,V100,8,32,96,768,efa,100,,,1
+aws,p4d.24xlarge,A100,8,40,96,1152,efa,400,,,4
 gcp,n1-standard-8-v100x1,V100,1,16,8,30,ethernet,16,nvidia-tesla-v100,n1-standard-8
 gcp,n1-standard-32-v100x4,V100,4,16,32,120,ethernet,32,nvidia-tesla-v100,n1-standard-32
 gcp,n1-standard-64-v100x8,V100,8,16,64,240,ethernet,32,nvidia-tesla-v100,n1-standard-64

@@ -244,7 +244,7 @@ def test_a_kinds_check_spanning_tables_runs_only_when_it_is_enabled(with_fake_ki
 
     tables = registry.settings_struct()
     on = convert({"fakesched": {"enabled": True, "name": "lab"}}, tables)
-    cfg = SimpleNamespace(slurm=on.slurm, fakesched=on.fakesched, quote=SimpleNamespace(ttl_s=900))
+    cfg = SimpleNamespace(**{k.name: getattr(on, k.name) for k in registry.kinds()}, quote=SimpleNamespace(ttl_s=900))
     with pytest.raises(ValueError, match='fakesched.name "lab" needs quote.ttl_s of 3600 or more, got 900'):
         registry.check(cfg)
     cfg.quote.ttl_s = 3600

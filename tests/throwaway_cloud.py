@@ -103,6 +103,6 @@ inter_region_usd_per_gb = 0.0
 inter_continent_usd_per_gb = 0.0
 egress = [ { up_to_gb = 0, usd_per_gb = 0.0 } ]
 """
-INSTANCES = "zed,z1.h100x8,,,H100,8,80,208,1800,infiniband,3200,test\n"
+INSTANCES = "zed,z1.h100x8,,,H100,8,80,208,1800,infiniband,3200,8,test\n"
 REGIONS = "zed,zed-1,us,Texas,\n"
 PRICES = "zed,zed-1,z1.h100x8,23.92,,,2026-06-01,test,\n"

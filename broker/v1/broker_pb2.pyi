@@ -16,6 +16,7 @@ class Market(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MARKET_ON_DEMAND: _ClassVar[Market]
     MARKET_SPOT: _ClassVar[Market]
     MARKET_RESERVED: _ClassVar[Market]
+    MARKET_QUEUED: _ClassVar[Market]
 
 class ExclusionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -83,6 +84,7 @@ MARKET_UNSPECIFIED: Market
 MARKET_ON_DEMAND: Market
 MARKET_SPOT: Market
 MARKET_RESERVED: Market
+MARKET_QUEUED: Market
 EXCLUSION_KIND_UNSPECIFIED: ExclusionKind
 EXCLUSION_KIND_SHAPE: ExclusionKind
 EXCLUSION_KIND_PROVIDER: ExclusionKind
@@ -182,7 +184,7 @@ class CostBreakdown(_message.Message):
     def __init__(self, compute_usd: _Optional[str] = ..., interruption_usd: _Optional[str] = ..., storage_usd: _Optional[str] = ..., data_transfer_usd: _Optional[str] = ..., sla_risk_usd: _Optional[str] = ..., total_usd: _Optional[str] = ...) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "gpu_memory_gb", "nodes", "market", "hourly_usd", "interconnect", "interconnect_gbps", "sla_pct", "runtime_hours", "cost", "price_as_of", "price_source", "stale", "zones", "interruptions_per_hour", "interruption_source")
+    __slots__ = ("rank", "provider", "region", "zone", "instance_type", "gpu", "gpus_per_node", "gpu_memory_gb", "nodes", "market", "hourly_usd", "interconnect", "interconnect_gbps", "sla_pct", "runtime_hours", "cost", "price_as_of", "price_source", "stale", "zones", "interruptions_per_hour", "interruption_source", "starts_at", "upfront_usd", "max_run_hours")
     RANK_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +207,9 @@ class Offer(_message.Message):
     ZONES_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTIONS_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTION_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STARTS_AT_FIELD_NUMBER: _ClassVar[int]
+    UPFRONT_USD_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_HOURS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     provider: str
     region: str
@@ -227,23 +232,32 @@ class Offer(_message.Message):
     zones: _containers.RepeatedScalarFieldContainer[str]
     interruptions_per_hour: float
     interruption_source: str
-    def __init__(self, rank: _Optional[int] = ..., provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., market: _Optional[_Union[Market, str]] = ..., hourly_usd: _Optional[str] = ..., interconnect: _Optional[str] = ..., interconnect_gbps: _Optional[int] = ..., sla_pct: _Optional[float] = ..., runtime_hours: _Optional[float] = ..., cost: _Optional[_Union[CostBreakdown, _Mapping]] = ..., price_as_of: _Optional[str] = ..., price_source: _Optional[str] = ..., stale: _Optional[bool] = ..., zones: _Optional[_Iterable[str]] = ..., interruptions_per_hour: _Optional[float] = ..., interruption_source: _Optional[str] = ...) -> None: ...
+    starts_at: str
+    upfront_usd: float
+    max_run_hours: float
+    def __init__(self, rank: _Optional[int] = ..., provider: _Optional[str] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., gpu_memory_gb: _Optional[int] = ..., nodes: _Optional[int] = ..., market: _Optional[_Union[Market, str]] = ..., hourly_usd: _Optional[str] = ..., interconnect: _Optional[str] = ..., interconnect_gbps: _Optional[int] = ..., sla_pct: _Optional[float] = ..., runtime_hours: _Optional[float] = ..., cost: _Optional[_Union[CostBreakdown, _Mapping]] = ..., price_as_of: _Optional[str] = ..., price_source: _Optional[str] = ..., stale: _Optional[bool] = ..., zones: _Optional[_Iterable[str]] = ..., interruptions_per_hour: _Optional[float] = ..., interruption_source: _Optional[str] = ..., starts_at: _Optional[str] = ..., upfront_usd: _Optional[float] = ..., max_run_hours: _Optional[float] = ...) -> None: ...
 
 class ExcludedOffer(_message.Message):
-    __slots__ = ("provider", "region", "instance_type", "market", "reason", "kind")
+    __slots__ = ("provider", "region", "instance_type", "market", "reason", "kind", "starts_at", "upfront_usd", "max_run_hours")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     MARKET_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    STARTS_AT_FIELD_NUMBER: _ClassVar[int]
+    UPFRONT_USD_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_HOURS_FIELD_NUMBER: _ClassVar[int]
     provider: str
     region: str
     instance_type: str
     market: Market
     reason: str
     kind: ExclusionKind
-    def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[ExclusionKind, str]] = ...) -> None: ...
+    starts_at: str
+    upfront_usd: float
+    max_run_hours: float
+    def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., instance_type: _Optional[str] = ..., market: _Optional[_Union[Market, str]] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[ExclusionKind, str]] = ..., starts_at: _Optional[str] = ..., upfront_usd: _Optional[float] = ..., max_run_hours: _Optional[float] = ...) -> None: ...
 
 class Quote(_message.Message):
     __slots__ = ("quote_id", "valid_until", "catalog_as_of", "demand", "offers", "excluded", "spot_model", "prices_only")

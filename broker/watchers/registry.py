@@ -20,6 +20,7 @@ from broker.watchers.base import SchedulerWatcher
 #: The modules that define a ``KIND``, one per scheduler, in the order the watchers are read.
 KIND_MODULES: tuple[str, ...] = (
     "broker.slurm.kind",
+    "broker.kubernetes.kind",
 )
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

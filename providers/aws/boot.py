@@ -1,7 +1,8 @@
 """What an AWS node does at boot on its own (:class:`providers.registration.BootHooks`): it
 learns its name from its ``Name`` tag through instance metadata (tags in metadata are enabled at
 launch; the tag is written just after launch, so it waits for it). Its interruption notices reach
-the broker directly (EventBridge into SQS), so the node watches none."""
+the broker directly (EventBridge into SQS), so the node watches none. A node of a multi-node EFA
+gang points libfabric (and NCCL's aws-ofi-nccl plugin) at its EFA devices with GPUDirect RDMA."""
 from __future__ import annotations
 
 from providers.registration import BootHooks
@@ -14,4 +15,7 @@ BOOT = BootHooks(whoami=(
     'http://169.254.169.254/latest/meta-data/tags/instance/Name) && break\n'
     '    sleep 5\n'
     'done'
+), fabric_env=(
+    ("efa", "export FI_PROVIDER=efa FI_EFA_USE_DEVICE_RDMA=1 FI_EFA_FORK_SAFE=1\n"
+            'broker_fabric_vars="FI_PROVIDER FI_EFA_USE_DEVICE_RDMA FI_EFA_FORK_SAFE"'),
 ))

@@ -12,11 +12,13 @@ from typing import Any, Mapping, Self
 from providers.aws.client import _log
 from providers.aws.errors import PROVIDER, map_error
 from providers.aws.errors import AWS_ERRORS
+from providers.aws.fabric import efa_interfaces, ensure_fabric_group, vpc_of
 from providers.aws.inventory import Ec2Inventory, _launch_order, placement_group_name
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
     CapacityError,
+    Fabric,
     Instance,
     InvalidRequestError,
     LaunchSpec,
@@ -79,7 +81,8 @@ class AwsProvider(Ec2Inventory):
         reservation = self._reservation(spec) if spec.market is Market.RESERVED else None
         zone = self._zone(spec, reservation)
         group = ""
-        if spec.count > 1 and spec.market is not Market.RESERVED:
+        if spec.count > 1:
+            # A gang shares one cluster placement group, inside a capacity reservation too.
             group = self._ensure_placement_group(spec, zone)
         token = client_token(spec)
         consumed = sorted(r["InstanceId"] for r in dead if r.get("ClientToken") == token)
@@ -135,6 +138,8 @@ class AwsProvider(Ec2Inventory):
                       f"{USER_DATA_LIMIT}", "UserDataTooLarge", Scope.CLOUD)
         if spec.market is Market.RESERVED and not spec.reservation:
             raise bad("a reserved launch needs spec.reservation", "NoReservation")
+        if spec.market is Market.QUEUED:  # a Capacity Block is launched into once bought: reserved
+            raise bad("a capacity block offering cannot be launched before it is bought", "CapacityBlockNotBought")
 
     def _adopt(self, spec: LaunchSpec, live: list[dict], dead: list[dict], log: Any) -> list[Instance]:
         region = spec.region
@@ -210,12 +215,7 @@ class AwsProvider(Ec2Inventory):
             placement["GroupName"] = group
         if placement:
             params["Placement"] = placement
-        subnet = self._subnet(region, zone)
-        if subnet:
-            params["SubnetId"] = subnet
-        groups = self.settings.security_groups_for(region)
-        if groups:
-            params["SecurityGroupIds"] = list(groups)
+        params.update(self._network_params(spec, zone))
         if self.settings.key_name:
             params["KeyName"] = self.settings.key_name
         profile = self.settings.iam_instance_profile
@@ -243,6 +243,28 @@ class AwsProvider(Ec2Inventory):
             if reservation and reservation.get("ReservationType") == "capacity-block":
                 params["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
         return params
+
+    def _network_params(self, spec: LaunchSpec, zone: str) -> dict[str, Any]:
+        """Subnet and security groups; for a multi-node gang of an EFA type, its EFA interfaces
+        (which carry the subnet and groups themselves: EC2 refuses both at once)."""
+        region = spec.region
+        subnet = self._subnet(region, zone)
+        groups = list(self.settings.security_groups_for(region))
+        if spec.instance.fabric_for(spec.count) is Fabric.EFA:
+            def call(op: str, **kw: Any) -> dict[str, Any]:
+                return self._call(region, zone, op, **kw)
+
+            vpc = self._cached(("vpc", region, subnet), lambda: vpc_of(call, subnet))
+            fabric_group = self._cached(("fabric-group", region, vpc),
+                                        lambda: ensure_fabric_group(call, self.owner, vpc))
+            return {"NetworkInterfaces": efa_interfaces(spec.instance.fabric_nics, subnet,
+                                                        [fabric_group, *groups])}
+        out: dict[str, Any] = {}
+        if subnet:
+            out["SubnetId"] = subnet
+        if groups:
+            out["SecurityGroupIds"] = groups
+        return out
 
     def _reservation(self, spec: LaunchSpec) -> dict[str, Any] | None:
         """The targeted Capacity Reservation (None for a resource group ARN)."""

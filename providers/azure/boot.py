@@ -1,6 +1,7 @@
 """What an Azure node does at boot on its own (:class:`providers.registration.BootHooks`): it
 learns its name from the instance metadata's VM name, and watches the Scheduled Events for a
-``Preempt`` (or a ``Terminate``/``Redeploy``) naming this VM."""
+``Preempt`` (or a ``Terminate``/``Redeploy``) naming this VM. A node of a multi-node ND gang
+points NCCL at its InfiniBand HCAs (``mlx5_ib*`` on Azure's HPC images; Ethernet stays on eth0)."""
 from __future__ import annotations
 
 from providers.registration import BootHooks
@@ -23,4 +24,6 @@ BOOT = BootHooks(
         sleep 1
     done
 }""",
+    fabric_env=(("infiniband", "export NCCL_IB_HCA=mlx5_ib NCCL_IB_PCI_RELAXED_ORDERING=1 NCCL_SOCKET_IFNAME=eth0\n"
+                                'broker_fabric_vars="NCCL_IB_HCA NCCL_IB_PCI_RELAXED_ORDERING NCCL_SOCKET_IFNAME"'),),
 )

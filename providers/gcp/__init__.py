@@ -28,11 +28,12 @@ How the pieces of the protocol map onto Compute:
   operation targeting that instance id to still report it INTERRUPTED. That memory is per
   process: a VM preempted *and* deleted before this process ever saw it is reported as simply
   gone. ``terminate`` clears it.
-* Compact placement (``compact_placement = true``): a multi-node lease gets a regional
+* Compact placement (``compact_placement``, on by default): a multi-node lease (not a reserved
+  one: a reservation serves only VMs naming its own policy) gets a regional
   ``resourcePolicies`` entry ``broker-<lease>`` with ``groupPlacementPolicy.collocation:
   COLLOCATED`` (idempotent by name), named in every node's ``resourcePolicies``; it is deleted
-  when the launch is rolled back and when ``terminate`` leaves it unused. Off by default: not
-  every machine family supports it, and a reservation may carry its own placement.
+  when the launch is rolled back and when ``terminate`` leaves it unused.
+* GPUDirect (``fabric``): a multi-node A3 gang gets gVNIC and its GPU NICs (see ``fabric``).
 
 Modules: ``errors`` (Compute errors -> typed errors), ``names`` (labels, request ids),
 ``credentials``, ``client`` (REST clients, operations, listing), ``inventory`` (instances as

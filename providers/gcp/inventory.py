@@ -121,6 +121,8 @@ class ComputeInventory(ComputeClient):
         spot = self._is_spot(inst)
         if spot:
             market = Market.SPOT
+        elif inst.scheduling.provisioning_model == "FLEX_START":
+            market = Market.QUEUED
         elif inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION":
             market = Market.RESERVED
         else:

@@ -21,6 +21,7 @@ from providers.base import (
 from providers.gcp.client import _region_of, log
 from providers.gcp.credentials import SCOPES, load_credentials
 from providers.gcp.errors import NAME, map_error, operation_error
+from providers.gcp.fabric import gpu_nics
 from providers.gcp.inventory import _ALIVE, ComputeInventory
 from providers.gcp.names import (
     META_LEASE,
@@ -217,11 +218,16 @@ class GcpProvider(ComputeInventory):
                                                           key=RESERVATION_KEY, values=[spec.reservation])
             else:
                 affinity = compute_v1.ReservationAffinity(consume_reservation_type="NO_RESERVATION")
+        if spec.market is Market.QUEUED:
+            scheduling = flex_start(spec)
         nic = compute_v1.NetworkInterface(network=s.network)
         if s.subnetworks.get(spec.region):
             nic.subnetwork = s.subnetworks[spec.region]
         if s.external_ip:
             nic.access_configs = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+        extra = gpu_nics(spec, s.gpu_network_prefix)
+        if extra:
+            nic.nic_type = "GVNIC"  # GPUDirect needs gVNIC on every NIC, the host's too
         items = [compute_v1.Items(key=META_LEASE, value=spec.lease_id),
                  compute_v1.Items(key=META_OWNER, value=self.owner),
                  compute_v1.Items(key=META_TYPE, value=it.name)]
@@ -236,7 +242,7 @@ class GcpProvider(ComputeInventory):
                                            initialize_params=compute_v1.AttachedDiskInitializeParams(
                                                source_image=s.image, disk_size_gb=s.boot_disk_gb,
                                                disk_type=f"zones/{zone}/diskTypes/{s.boot_disk_type}"))],
-            network_interfaces=[nic],
+            network_interfaces=[nic, *extra],
             labels=self._labels(spec),
             metadata=compute_v1.Metadata(items=items),
         )
@@ -261,7 +267,8 @@ class GcpProvider(ComputeInventory):
 
     def _ensure_placement(self, spec: LaunchSpec, lg: Any) -> str:
         """The lease's compact placement policy (created if need be), or "" when not wanted."""
-        if not (self.settings.compact_placement and spec.count > 1):
+        if not (self.settings.compact_placement and spec.count > 1) or spec.market is Market.RESERVED:
+            # A reservation is consumed only by VMs naming the placement policy it was made with.
             return ""
         name = placement_name(spec.lease_id)
         body = compute_v1.ResourcePolicy(
@@ -288,3 +295,15 @@ class GcpProvider(ComputeInventory):
         except Exception as e:
             self._abort(spec, zone, map_error(e, region=spec.region, zone=zone), lg)
             raise  # unreachable: _abort raises
+
+
+def flex_start(spec: LaunchSpec) -> compute_v1.Scheduling:
+    """A flex-start VM's scheduling (Dynamic Workload Scheduler): started when capacity frees,
+    deleted after ``spec.max_run_h`` (seven days when unset)."""
+    from providers.gcp.flex import flex_start_scheduling
+
+    d = flex_start_scheduling(spec.max_run_h or 168.0)
+    return compute_v1.Scheduling(provisioning_model=d["provisioningModel"],
+                                 max_run_duration=compute_v1.Duration(seconds=d["maxRunDuration"]["seconds"]),
+                                 instance_termination_action=d["instanceTerminationAction"],
+                                 on_host_maintenance=d["onHostMaintenance"], automatic_restart=False)

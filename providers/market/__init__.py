@@ -88,10 +88,30 @@ class SpotSignal:
     source: str
 
 
+@dataclass(frozen=True, slots=True)
+class CapacityBlock:
+    """Queued capacity the cloud offers for sale (an AWS Capacity Block for ML offering):
+    ``count`` nodes of ``instance_type`` in ``zone`` from ``start`` to ``end`` (RFC 3339) for
+    ``upfront_micros`` paid up front (in ``currency``)."""
+
+    region: str
+    zone: str
+    instance_type: str
+    offering_id: str
+    count: int
+    start: str
+    end: str
+    duration_h: float
+    upfront_micros: int
+    currency: str = "USD"
+
+
 #: The market's sources, each refreshed on its own: a part of a fetch (its ``kind``) feeds one.
-SOURCES = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones")
+SOURCES = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones",
+           "capacity_blocks")
 SOURCE_OF = {"prices": "price_list", "spot_prices": "spot_history", "spot": "placement_scores",
-             "quotas": "quotas", "reservations": "reservations", "zones": "zones"}
+             "quotas": "quotas", "reservations": "reservations", "zones": "zones",
+             "blocks": "capacity_blocks"}
 
 
 @dataclass
@@ -116,12 +136,13 @@ class Snapshot:
     needs: list[QuotaNeed] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     spot: list[SpotSignal] = field(default_factory=list)
+    blocks: list[CapacityBlock] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # (kind, region) parts that failed this time ("" = every region of that kind).
     failed: list[tuple[str, str]] = field(default_factory=list)
     sources: dict[str, SourceState] = field(default_factory=dict)
 
-    KINDS = ("prices", "zones", "quotas", "needs", "reservations", "spot")
+    KINDS = ("prices", "zones", "quotas", "needs", "reservations", "spot", "blocks")
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -154,7 +175,7 @@ class Snapshot:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Snapshot":
         types = {"prices": LivePrice, "zones": Zones, "quotas": Quota, "needs": QuotaNeed,
-                 "reservations": Reservation, "spot": SpotSignal}
+                 "reservations": Reservation, "spot": SpotSignal, "blocks": CapacityBlock}
         snap = cls(str(d["provider"]), float(d["fetched_at"]), errors=list(d.get("errors") or ()),
                    failed=[(str(k), str(r)) for k, r in d.get("failed") or ()],
                    sources={str(k): SourceState(float(v.get("ok_at") or 0), str(v.get("error") or ""))

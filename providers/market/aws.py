@@ -14,10 +14,14 @@ Endpoints follow boto3's own resolution: a service-specific setting (``AWS_ENDPO
   minus the vCPUs of the account's running instances of that bucket.
 - reservations: ``ec2.describe_capacity_reservations`` (active ones: total and available).
 - spot risk: ``ec2.get_spot_placement_scores`` per instance type over the configured regions.
+- queued capacity: ``ec2.describe_capacity_block_offerings`` per P-family instance type (one node
+  for :data:`BLOCK_HOURS` hours, starting within :data:`BLOCK_LOOKAHEAD_DAYS` days): the blocks on
+  sale, each with its start, end and up-front fee.
 
 IAM actions: ``pricing:GetProducts``, ``ec2:DescribeSpotPriceHistory``,
 ``ec2:DescribeInstanceTypeOfferings``, ``servicequotas:GetServiceQuota``,
-``ec2:DescribeInstances``, ``ec2:DescribeCapacityReservations``, ``ec2:GetSpotPlacementScores``.
+``ec2:DescribeInstances``, ``ec2:DescribeCapacityReservations``, ``ec2:GetSpotPlacementScores``,
+``ec2:DescribeCapacityBlockOfferings``.
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ from providers.aws.errors import AWS_ERRORS
 from providers.base import MICROS, ProviderError
 from providers.aws.settings import AwsSettings
 from providers.settings import provider_table
-from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones, instance_types, rfc3339
+from providers.market import (CapacityBlock, LivePrice, Quota, QuotaNeed, Reservation, Snapshot, SpotSignal, Zones,
+                              instance_types, rfc3339)
 
 PRICING_REGION = "us-east-1"  # the Price List Query API answers in us-east-1, eu-central-1, ap-south-1
 # (bucket, market) -> (Service Quotas code, label). Values are vCPUs.
@@ -45,6 +50,9 @@ QUOTA_CODES = {
     ("P", "spot"): ("L-7212CCBC", "P spot vCPUs"),
     ("G", "spot"): ("L-3819A6DF", "G and VT spot vCPUs"),
 }
+# Capacity Blocks asked for: one node for a day (the shortest block), starting in the next weeks.
+BLOCK_HOURS = 24
+BLOCK_LOOKAHEAD_DAYS = 56
 _PRODUCT_FILTERS = (("operatingSystem", "Linux"), ("tenancy", "Shared"), ("preInstalledSw", "NA"),
                     ("capacitystatus", "Used"))
 
@@ -181,6 +189,29 @@ def placement_scores(ec2: Any, types: list[str], regions: list[str]) -> list[Spo
     return out
 
 
+def capacity_blocks(ec2: Any, region: str, types: list[str], now: float) -> list[CapacityBlock]:
+    """The Capacity Block offerings on sale in ``region`` for the P-family ``types`` (GPU blocks):
+    one node for :data:`BLOCK_HOURS` hours, each offering with its start and up-front fee."""
+    import datetime as dt
+
+    start = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    out = []
+    for t in (t for t in types if bucket(t) == "P"):
+        pages = ec2.get_paginator("describe_capacity_block_offerings").paginate(
+            InstanceType=t, InstanceCount=1, CapacityDurationHours=BLOCK_HOURS, StartDateRange=start,
+            EndDateRange=start + dt.timedelta(days=BLOCK_LOOKAHEAD_DAYS))
+        for page in pages:
+            for b in page.get("CapacityBlockOfferings", []):
+                if b.get("CurrencyCode", "USD") != "USD":
+                    continue  # money is USD micro-dollars throughout
+                out.append(CapacityBlock(
+                    region, b.get("AvailabilityZone", ""), b.get("InstanceType", t), b["CapacityBlockOfferingId"],
+                    int(b.get("InstanceCount", 1)), b["StartDate"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    b["EndDate"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    float(b.get("CapacityBlockDurationHours", BLOCK_HOURS)), _micros(b["UpfrontFee"]), "USD"))
+    return out
+
+
 def needs_of(catalog: Any) -> list[QuotaNeed]:
     """The vCPU quota each instance type draws on, per market."""
     return [QuotaNeed(n, m, QUOTA_CODES[(bucket(n), m)][0], float(it.vcpus))
@@ -210,6 +241,7 @@ def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
         snap.zones += part("zones", region, zones_of, ec2, region, names)
         snap.quotas += part("quotas", region, quotas_of, client("service-quotas", region), ec2, region, vcpus)
         snap.reservations += part("reservations", region, reservations_of, ec2, region)
+        snap.blocks += part("blocks", region, capacity_blocks, ec2, region, names, now)
     snap.spot += part("spot", "", placement_scores, client("ec2", settings.regions[0]), names,
                       list(settings.regions))
     if snap.all_failed():
@@ -236,7 +268,8 @@ class AwsMarket:
     """AWS's :class:`providers.market.MarketSource`: the Price List API, spot price history,
     spot placement scores, Service Quotas, capacity reservations and zone offerings."""
 
-    sources = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones")
+    sources = ("price_list", "spot_history", "placement_scores", "quotas", "reservations", "zones",
+               "capacity_blocks")
 
     def fetch(self, settings: Any, catalog: Any, now: float) -> Snapshot:
         return fetch(settings, catalog, now)

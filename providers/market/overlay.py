@@ -8,7 +8,8 @@ is one): a mock or a bad page that says $0.00001 is refused with a warning, neve
 Per offering the overlay also sets the zones the cloud says it is sold in (spot: cheapest zone
 first), the account quota it draws on, the spot interruption rate and its signal, and adds one
 reserved offering per capacity reservation with free nodes, at marginal cost 0 (the reservation
-is paid whether used or not).
+is paid whether used or not), and one queued offering per capacity block on sale (its start,
+run and up-front fee).
 """
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def overlay(catalog, snapshots: Mapping[str, Snapshot], *, now: float, max_age_h
 
     for p, snap in snapshots.items():
         out += _reservations(catalog, p, snap)
+        out += _blocks(catalog, p, snap, now)
     return Catalog(catalog.instances, catalog.regions, catalog.terms, catalog.gpu_perf, tuple(out),
                    catalog.committed_micros, catalog.as_of), warnings
 
@@ -186,5 +188,26 @@ def _reservations(catalog, provider: str, snap: Snapshot) -> list[Offering]:
             hourly_micros=0, sla_pct=catalog.terms[provider].sla_pct, as_of=rfc3339(snap.fetched_at),
             source=f"{provider}:reservation", reservation=r.reservation_id,
             reserved_nodes=max(0, r.total - r.used), price_source=f"{provider}:reservation",
+        ))
+    return out
+
+
+def _blocks(catalog, provider: str, snap: Snapshot, now: float) -> list[Offering]:
+    """One queued offering per capacity block on sale that has not started by ``now``: its start,
+    its run, the fee per node paid up front, and that fee spread over the block's hours."""
+    out = []
+    for b in snap.blocks:
+        it = catalog.instance(provider, b.instance_type)
+        reg = catalog.region(provider, b.region)
+        start = epoch(b.start)
+        if it is None or reg is None or b.count < 1 or b.duration_h <= 0 or start < now:
+            continue
+        per_node = b.upfront_micros // b.count
+        out.append(Offering(
+            instance=it, region=b.region, zones=(b.zone,) if b.zone else reg.zones, market=Market.QUEUED,
+            hourly_micros=int(per_node / b.duration_h), sla_pct=catalog.terms[provider].sla_pct,
+            as_of=rfc3339(snap.fetched_at), source=f"{provider}:capacity_block",
+            price_source=f"{provider}:capacity_block", starts_at=start, max_run_h=b.duration_h,
+            upfront_micros=per_node, offer_id=b.offering_id,
         ))
     return out

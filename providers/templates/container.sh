@@ -7,6 +7,7 @@ $broker_environment
 
 broker_env="-e BROKER_LEASE_ID -e BROKER_NODE_NAME -e BROKER_PROVIDER -e BROKER_REGION"
 broker_env="$$broker_env -e BROKER_JOB_ID -e BROKER_CHECKPOINT_URI -e BROKER_DATASET_URI"
+for v in $$broker_fabric_vars; do broker_env="$$broker_env -e $$v"; done
 
 # The job's reports go to the broker's callback endpoint with this lease's own credential (good
 # for this lease's job reports only). The job may report too (a checkpoint: state "running" with
