@@ -131,7 +131,7 @@ def serve_once(config: Path, db: Path, deadline_s: float = 120.0, processes: int
                 listen = time.perf_counter() - t0
             except OSError:
                 if proc.poll() is not None:
-                    raise SystemExit(f"broker serve exited: {proc.stderr.read().decode()[-2000:]}")
+                    raise SystemExit(f"broker serve exited: {proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.005)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = health_pb2_grpc.HealthStub(ch)

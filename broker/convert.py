@@ -217,7 +217,7 @@ def job_view_from_pb(j: pb.Job) -> dict:
     return out
 
 
-def report_from_pb(m: pb.ReportJobRequest) -> "JobReport":
+def report_from_pb(m: pb.ReportJobRequest) -> "JobReport":  # noqa: F821 (imported below, at call time)
     from broker.jobs import JobReport
 
     return JobReport(m.lease_id, m.job_id, JOB_STATE_FROM_PB.get(m.state, "unspecified"),

@@ -37,7 +37,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor

@@ -344,8 +344,6 @@ class StoreCollector:
         yield from families
 
     def _families(self):
-        import time
-
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         from sqlalchemy import func
         from sqlmodel import Session, select

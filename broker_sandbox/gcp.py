@@ -863,7 +863,7 @@ class FakeGcpCompute(GcpMarketMixin):
                                     "or try again later.")
             else:
                 op.error_code, op.http_status = "QUOTA_EXCEEDED", 403
-                op.error_message = f"Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally."
+                op.error_message = "Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally."
             return 200, op.json()
         inst = self._new_instance(zone, body)
         self._instances[(zone, name)] = inst
@@ -996,10 +996,10 @@ class FakeGcpCompute(GcpMarketMixin):
             raise _invalid("resource.labels", len(labels), "At most 64 labels are allowed.")
         for k, v in labels.items():
             if not LABEL_KEY_RE.match(k):
-                raise _invalid(f"resource.labels.key", k, "Label keys must start with a lowercase letter and "
+                raise _invalid("resource.labels.key", k, "Label keys must start with a lowercase letter and "
                                "contain only lowercase letters, digits, '_' and '-' (at most 63).")
             if not LABEL_VALUE_RE.match(str(v)):
-                raise _invalid(f"resource.labels.value", v, "Label values may contain only lowercase letters, "
+                raise _invalid("resource.labels.value", v, "Label values may contain only lowercase letters, "
                                "digits, '_' and '-' (at most 63).")
         items = (body.get("metadata") or {}).get("items") or []
         for item in items:

@@ -46,10 +46,12 @@ def to_release(tenant: str, caps: Caps, running: Sequence[tuple[str, int]], live
     """
     if caps.usd_per_month_micros is not None and month_spend_micros >= caps.usd_per_month_micros:
         why = over_budget(tenant, caps, live_rate_micros, month_spend_micros)
+        assert why is not None  # the same test as over_budget's first
         return {lease_id: why for lease_id, _ in running}
     out: dict[str, str] = {}
     if caps.usd_per_hour_micros is not None and live_rate_micros > caps.usd_per_hour_micros:
         why = over_budget(tenant, caps, live_rate_micros, month_spend_micros)
+        assert why is not None  # the same test as over_budget's second
         rate = live_rate_micros
         for lease_id, lease_rate in reversed(running):
             if rate <= caps.usd_per_hour_micros:

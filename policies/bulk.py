@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from itertools import repeat
+from typing import Mapping
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from policies.cost import (
     Exclusion,
     ExclusionKind,
     PricedOffer,
+    Reason,
     _transfer_in,
     instance_reason,
     lease_down_share,
@@ -34,6 +36,7 @@ from policies.cost import (
 from policies.demand import Demand
 from policies.spot import overhead_h as spot_overhead_h
 from providers.base import InstanceType, Market, Offering
+from providers.catalog import Terms
 
 _MARKET = {Market.ON_DEMAND: 0, Market.SPOT: 1, Market.RESERVED: 2}
 
@@ -41,7 +44,7 @@ _MARKET = {Market.ON_DEMAND: 0, Market.SPOT: 1, Market.RESERVED: 2}
 class Table:
     """The columns of a candidate set: offerings grouped by shape, in a fixed order."""
 
-    def __init__(self, groups: list[tuple[InstanceType, list[Offering]]], terms: dict) -> None:
+    def __init__(self, groups: list[tuple[InstanceType, list[Offering]]], terms: Mapping[str, Terms]) -> None:
         self.groups = groups
         offs = [o for _, g in groups for o in g]
         self.offerings = offs
@@ -52,7 +55,7 @@ class Table:
         self.places = sorted({(o.instance.provider, o.region) for o in offs})
         ridx = {k: i for i, k in enumerate(self.places)}
         self.place = np.array([ridx[(o.instance.provider, o.region)] for o in offs], dtype=np.intp)
-        self.place_offering = {}  # one offering per place (to price transfers from)
+        self.place_offering: dict[tuple[str, str], Offering] = {}  # one offering per place (to price transfers from)
         for o in offs:
             self.place_offering.setdefault((o.instance.provider, o.region), o)
         self.hourly = np.array([o.hourly_micros for o in offs], dtype=np.int64)
@@ -81,12 +84,14 @@ class Table:
         """The offerings of the set that serve ``d``, priced, in rank order (the first ``top``;
         0 = all), and every other one excluded with its reason (in set order)."""
         n = len(self.offerings)
-        shape_reasons, shape_nodes, shape_hours = [], [], []
+        shape_reasons: list[Reason | None] = []
+        shape_nodes: list[int] = []
+        shape_hours: list[float] = []
         for it, g in self.groups:
-            reason, nodes = instance_reason(d, it)
+            reason, count = instance_reason(d, it)
             shape_reasons.append(reason)
-            shape_nodes.append(nodes)
-            shape_hours.append(0.0 if reason else runtime_hours(d, g[0], nodes, ctx.gpu_perf))
+            shape_nodes.append(count)
+            shape_hours.append(0.0 if reason else runtime_hours(d, g[0], count, ctx.gpu_perf))
         fits = np.array([r is None for r in shape_reasons], dtype=bool)[self.shape]
         nodes = np.array(shape_nodes, dtype=np.int64)[self.shape]
         run_h = np.array(shape_hours, dtype=np.float64)[self.shape]
@@ -152,6 +157,7 @@ class Table:
                     out.append(Exclusion(o, late_reason(o, wall_l[k], ctx), ExclusionKind.DEADLINE))
                 else:
                     r = offering_reason(d, o, nodes_l[k], ctx)
+                    assert r is not None, "an offering dropped for no other term has a reason of its own"
                     out.append(Exclusion(o, r.text, r.kind))
         return ok, out
 
@@ -171,7 +177,7 @@ class Table:
         short = np.zeros(len(lost_h), dtype=bool)
         if not ctx.spot_lifetimes or not d.interruptible:
             return short
-        seen: dict[tuple, float] = {}
+        seen: dict[tuple[str, int, float], float] = {}
         for i in np.flatnonzero(spot).tolist():
             provider = self.providers[self.provider[i]]
             dist = ctx.spot_lifetimes.get(provider)
@@ -188,7 +194,7 @@ class Table:
                 lost_h[i] = h
         return short
 
-    def _shape_exclusions(self, gi: int, reason) -> list[Exclusion]:
+    def _shape_exclusions(self, gi: int, reason: Reason) -> list[Exclusion]:
         """The exclusions of a whole shape for one reason (made once, then reused)."""
         key = (gi, reason.text)
         hit = self._excluded.get(key)

@@ -67,7 +67,7 @@ def queued_reason(o: Offering, run_h: float, wall_h: float, d: Demand, now: floa
 
 def late_reason(o: Offering, wall_h: float, ctx: "Context") -> str:
     """Why an offer misses the deadline; a spot offer whose loss came from observed lifetimes says so."""
-    lived = o.market is Market.SPOT and bool(ctx.spot_lifetimes) and o.instance.provider in ctx.spot_lifetimes
+    lived = o.market is Market.SPOT and o.instance.provider in (ctx.spot_lifetimes or {})
     return f"finishes after the deadline: needs {wall_h:.1f} h from now" + (
         " on spot (observed lifetimes)" if lived else "")
 

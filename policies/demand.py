@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
 
 
 MAX_HOURS = 87_840  # ten years: a longer runtime is a typo (and would overflow the cost model)
@@ -35,7 +36,7 @@ class Demand:
     deadline: float | None = None  # epoch seconds
     tenant: str = "default"
     job_id: str = ""
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def checkpoint_hours(self) -> float:
@@ -88,7 +89,7 @@ class Demand:
         )
 
 
-def _unique(names) -> tuple[str, ...]:
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
     """The non-empty names, each once, in the order first given (a filter repeated adds nothing,
     and neither does it lengthen what quotes echo of it)."""
     return tuple(dict.fromkeys(n for n in names if n))

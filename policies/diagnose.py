@@ -39,11 +39,11 @@ from __future__ import annotations
 import math
 from operator import attrgetter
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from policies.causes import (ACTIONS, CAPACITY_CAUSES, FIXABLE, ORDER, CauseKind, Verdict,
                              reason_kind, unavailable_nodes)
-from policies.placement import Placer
+from policies.placement import Placer, Shape
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 K = CauseKind
@@ -84,7 +84,7 @@ class Cause:
     action: str = ""
     gpus: int = 0  # GPUs involved (waiting, lost or idle)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["jobs"], d["nodes"] = list(self.jobs), list(self.nodes)
         return d
@@ -119,7 +119,7 @@ class Diagnosis:
         fixes = " ".join(dict.fromkeys(c.action for c in fixable))
         return text + (f". Fix: {fixes}" if fixes else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "allocation_rate": round(self.allocation_rate, 4),
@@ -233,7 +233,7 @@ def _attribute(gpu_jobs: Sequence[PendingJob], cluster: _Cluster
     placer = Placer(cluster.onprem)
     down_names, drain_names = cluster.names("down"), cluster.names("drain")
     kinds: dict[str, CauseKind] = {}  # pending reason -> kind: a few reasons, 100,000 jobs
-    final: dict[tuple, CauseKind] = {}  # job shape -> its cause once nothing can place it
+    final: dict[Shape, CauseKind] = {}  # job shape -> its cause once nothing can place it
     out: dict[CauseKind, list[PendingJob]] = {}
     for job in gpu_jobs:
         kind = kinds.get(job.pending_reason)
@@ -278,7 +278,7 @@ def _reason_kind(reason: str, drain_names: set[str], down_names: set[str]) -> Ca
     return kind
 
 
-class _Causes(list):
+class _Causes(list[Cause]):
     """The causes found so far; ``add`` names jobs and nodes up to ``max_listed``."""
 
     def __init__(self, cfg: DiagnoseConfig, attributed: Mapping[CauseKind, list[PendingJob]]):

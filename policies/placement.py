@@ -27,6 +27,8 @@ from typing import Sequence
 from policies.queue import ClusterNode, PendingJob
 
 Plan = list[tuple[str, int]]
+# What placement depends on: (queue, model, GPUs) or (queue, model, GPUs, nodes, whole-node).
+Shape = tuple[str, str, int] | tuple[str, str, int, int, bool]
 
 
 class Tally:
@@ -36,7 +38,7 @@ class Tally:
 
     def __init__(self, free: dict[str, int], whole: dict[str, bool]) -> None:
         self.free, self.whole, self.version = free, whole, 0
-        self.refused: set[tuple] = set()  # shapes that did not fit (and so never will)
+        self.refused: set[Shape] = set()  # shapes that did not fit (and so never will)
 
     def take(self, plan: Plan, floor: bool) -> None:
         """Take ``plan``'s GPUs; ``floor``: never below zero (the if-up tally)."""
@@ -88,7 +90,8 @@ class Placer:
         self.gpu_nodes = [(i, n) for i, n in enumerate(onprem) if n.gpus_total > 0]
         self.by_part: dict[str, list[int]] = {}
         self.by_model: dict[str, list[int]] = {}
-        no_part, no_model = [], []
+        no_part: list[int] = []
+        no_model: list[int] = []
         for i, n in self.gpu_nodes:
             for p in set(n.partitions):
                 self.by_part.setdefault(p, []).append(i)
@@ -109,7 +112,7 @@ class Placer:
         self.empty = Tally({n.name: n.gpus_total for n in onprem}, {n.name: True for n in onprem})
         self._elig: dict[tuple[str, str], tuple[str, ...]] = {}
         self._sums: dict[tuple[str, str], tuple[int, int]] = {}
-        self._fits_empty: dict[tuple, bool] = {}
+        self._fits_empty: dict[Shape, bool] = {}
 
     def eligible(self, job: PendingJob) -> tuple[str, ...]:
         """Names of the nodes that could ever hold ``job`` (GPUs, partition, model), in order."""
@@ -128,14 +131,14 @@ class Placer:
         return names
 
     @staticmethod
-    def shape(job: PendingJob) -> tuple:
+    def shape(job: PendingJob) -> Shape:
         """What placement depends on: (queue, model, GPUs) to spread, or (queue, model, GPUs,
         nodes, whole-node) for a node count."""
-        key = (job.queue, job.gpu_model.lower())
-        return key + ((job.gpus,) if job.nodes <= 0 and not job.exclusive
-                      else (job.gpus, max(job.nodes, 1), job.exclusive))
+        if job.nodes <= 0 and not job.exclusive:
+            return job.queue, job.gpu_model.lower(), job.gpus
+        return job.queue, job.gpu_model.lower(), job.gpus, max(job.nodes, 1), job.exclusive
 
-    def place(self, job: PendingJob, shape: tuple, tally: Tally) -> Plan | None:
+    def place(self, job: PendingJob, shape: Shape, tally: Tally) -> Plan | None:
         """Where ``job`` fits on ``tally`` now, or None (remembered: it never will)."""
         if shape in tally.refused:
             return None
@@ -153,7 +156,7 @@ class Placer:
                                      sum(map(self.now.free.__getitem__, self.eligible(job))))
         return got[1]
 
-    def fits_empty(self, job: PendingJob, shape: tuple) -> bool:
+    def fits_empty(self, job: PendingJob, shape: Shape) -> bool:
         """Whether some on-prem nodes could hold ``job`` with nothing else running."""
         got = self._fits_empty.get(shape)
         if got is None:

@@ -5,6 +5,7 @@ Plain frozen dataclasses so policies stay pure and the simulator can build thous
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 JOB_KINDS = ("training", "tuning", "eval", "inference")
 NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "cloud")
@@ -93,7 +94,7 @@ class QueueSnapshot:
     nodes: tuple[ClusterNode, ...] = ()
     gpu_samples: tuple[GpuSample, ...] = ()
     running: tuple[RunningJob, ...] = ()
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def pending_gpus(self) -> int:

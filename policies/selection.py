@@ -91,7 +91,7 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
     return None
 
 
-def rank_key(j: PendingJob) -> tuple:
+def rank_key(j: PendingJob) -> tuple[int, int, float, float, float, str]:
     """Sort key: interruptible, then kind, then short (unknown last), then data-light, then oldest."""
     return (
         0 if j.interruptible else 1,

@@ -20,7 +20,7 @@ Pure: numbers in, numbers out; the catalog lookup takes offerings as a value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from providers.base import MICROS, Market, Offering
 
@@ -162,7 +162,7 @@ class Advice:
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # choice -> {"1y", "3y"}
     rule_of_thumb: str = ""  # what the utilisation bands alone would say
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "utilization": round(self.utilization, 4),
             "recommendation": self.recommendation,
@@ -173,8 +173,7 @@ class Advice:
             "cloud": {k: {"usd_per_gpu_hour": round(p.usd_per_gpu_hour, 4), "provider": p.provider,
                           "region": p.region, "instance_type": p.instance_type,
                           "rent_per_year_usd": round(self.rent_per_year[k], 2),
-                          "break_even_utilization": None if self.break_even[k] is None
-                          else round(self.break_even[k], 4)}
+                          "break_even_utilization": _round_or_none(self.break_even[k], 4)}
                       for k, p in self.prices.items()},
             "cost_usd": {k: {h: round(v, 2) for h, v in c.items()} for k, c in self.costs.items()},
         }
@@ -199,7 +198,7 @@ def advise(
     own = onprem.cost_per_year(u)
     rent = {k: rent_cost_per_year(onprem.gpus, u, p) for k, p in prices.items()}
     be = {k: break_even(onprem, p) for k, p in prices.items()}
-    cheapest_kind = min(rent, key=rent.get)
+    cheapest_kind = min(rent, key=rent.__getitem__)
     cheapest = rent[cheapest_kind]
     lines = {
         "capex_amortised": onprem.capex_per_year,
@@ -237,7 +236,9 @@ def rule_of_thumb(u: float, build_at: float = 0.60, rent_at: float = 0.40) -> st
     return "build" if u >= build_at else "rent" if u <= rent_at else "hybrid"
 
 
-def _verdict(u, own, rent_kind, rent, prices, be, hyb, base_gpus, build_at, rent_at) -> tuple[str, str, str]:
+def _verdict(u: float, own: float, rent_kind: str, rent: float, prices: Mapping[str, CloudPrice],
+             be: Mapping[str, float | None], hyb: float, base_gpus: int, build_at: float,
+             rent_at: float) -> tuple[str, str, str]:
     """The cheapest of owning, renting and the hybrid at ``u``, with the figures behind it."""
     options = {"build": own, "rent": rent, "hybrid": hyb}
     rec = min(options, key=lambda k: (options[k], k != "build"))
@@ -257,7 +258,11 @@ def _verdict(u, own, rent_kind, rent, prices, be, hyb, base_gpus, build_at, rent
     return rec, reason, thumb
 
 
-def _fields(o: OnPrem) -> dict:
+def _round_or_none(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _fields(o: OnPrem) -> dict[str, Any]:
     return {k: getattr(o, k) for k in OnPrem.__dataclass_fields__}
 
 
@@ -326,7 +331,7 @@ def sacct_usage(text: str, source: str = "sacct") -> SacctUsage:
     first, last = None, None
     longest = 0
 
-    def ts(v: str):
+    def ts(v: str) -> float | None:
         v = v.strip()
         if not v or v in ("Unknown", "None"):
             return None

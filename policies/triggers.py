@@ -33,7 +33,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from policies.causes import Verdict
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
@@ -389,7 +389,7 @@ def evaluate(
 def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:
     """``the wait target (class production 30 min; the lesser of the class target and 0.5 x
     runtime)``, with a count per class when several jobs go."""
-    by: Counter = Counter()
+    by: Counter[tuple[str, float]] = Counter()
     for c in jobs:
         cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
         by[(cls.name, cls.max_wait_s)] += 1
@@ -466,6 +466,6 @@ def candidates_from_snapshot(
     return out if classes is None else classed(TriggerConfig(classes=tuple(classes)), out)
 
 
-def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw) -> PendingJob:
+def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw: Any) -> PendingJob:
     """A :class:`PendingJob` from the few fields the trigger needs (simulator helper)."""
     return PendingJob(job_id=job_id, gpus=gpus, est_runtime_s=int(runtime_s), waited_s=int(waited_s), **kw)

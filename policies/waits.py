@@ -81,7 +81,7 @@ def forecast(queue: Sequence[tuple[int, int]], running: Sequence[tuple[int, int,
 def _play(queue: Sequence[tuple[int, int]], idx: Sequence[int], ends0: list[tuple[int, int]],
           free_gpus: int, capacity_gpus: int, typical: int) -> list[float]:
     """The queued jobs ``idx`` (in order) played forward from the running jobs' ``ends0``."""
-    ends: list = list(ends0)
+    ends: list[tuple[int, int]] = list(ends0)
     pop, push, fluid = heapq.heappop, heapq.heappush, fluid_wait_s
     free, clock, ahead = free_gpus, 0, 0.0
     out: list[float] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, price
 from policies.demand import Demand, DemandError
@@ -194,7 +196,6 @@ def test_the_spot_line_follows_the_observed_lifetimes_when_the_context_has_them(
 
 
 # -- SLA risk: per lease, never more than the compute it covers ---------------------------------
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)

@@ -175,7 +175,7 @@ def test_out_of_range_values_are_invalid_argument_naming_the_field(broker_on):
     ]
     for fn, request, field in cases:
         if fn is stub.WatchLeases:
-            code, details = _code(lambda r, **kw: list(fn(r, **kw)), request)
+            code, details = _code(lambda r, **kw: list(fn(r, **kw)), request)  # noqa: B023 (called at once)
         else:
             code, details = _code(fn, request)
         assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, code, details)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 
 import grpc
 import pytest

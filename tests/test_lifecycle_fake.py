@@ -11,7 +11,7 @@ from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.records import Job
 from policies.demand import Demand
-from providers.base import AuthError, CapacityError, InstanceState, Market, ThrottledError, TransientError
+from providers.base import AuthError, InstanceState, Market, ThrottledError, TransientError
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock, states
 from tests.stores import db_url  # noqa: F401  (fixture)

@@ -1,7 +1,11 @@
 """Uniform Progress (deadline-aware spot/on-demand mixing)."""
+import math
+import random
+import statistics
+
 import pytest
 
-from policies.spot import decide, pause_budget_h, slack_h
+from policies.spot import LifetimeDist, SpotOutlook, decide, outlook, overhead_h, pause_budget_h, slack_h
 from providers.base import Market
 
 
@@ -71,14 +75,6 @@ def test_a_run_of_preemptions_ends_on_demand_and_meets_the_deadline():
 
 
 # -- the lifetime distribution -----------------------------------------------------------------
-
-import math
-import random
-import statistics
-
-import pytest
-
-from policies.spot import LifetimeDist, SpotOutlook, outlook, overhead_h
 
 DIST = LifetimeDist((0.1, 0.3, 0.7, 1.5, 4.0))
 

@@ -4,7 +4,7 @@ burst's waits and never pays more than it, nor much more than its own hindsight.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from broker.simulate import SimConfig
 from broker.simulate.model import builtin_policies

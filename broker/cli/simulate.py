@@ -12,6 +12,7 @@ from broker.cli.app import FORMATS, app, exit_usage, print_json
 from broker.times import as_of
 
 _POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker", "broker-burst-overdue")
+_POLICY_HELP = f"Policy to replay (repeatable): {', '.join(_POLICIES)}. Default: all."
 LIFETIMES_FILE = "spot_instance_lifetimes_aws_gcp_2020.csv"
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -123,8 +124,7 @@ def simulate_cmd(
     onprem_gpus: str = typer.Option(..., "--onprem-gpus", help="On-prem GPUs (a multiple of --gpus-per-node), or "
                                     "several sizes to sweep: 256,384,512,768,1024."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per on-prem node."),
-    policy: Optional[list[str]] = typer.Option(None, "--policy", help="Policy to replay (repeatable): "
-                                               + ", ".join(_POLICIES) + ". Default: all."),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help=_POLICY_HELP),
     spot_lifetimes: str = typer.Option("auto", "--spot-lifetimes", help="Spot lifetimes: a CSV (cloud, "
                                        "observed_lifetime_s, ended_by); 'auto' (default) uses the shared data's "
                                        "observed 2020 lifetimes when present (spot/ beside the trace's folder, "

@@ -145,7 +145,7 @@ def resume_cmd(
             outcome = resume(nodes, settings, client, request=request)
     except Exception as e:  # never die without a log line: Slurm shows nothing
         lg.exception("resume_crashed", error=str(e))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     _finish(lg, outcome)
 
 
@@ -191,7 +191,7 @@ def _release_nodes(program: str, nodes: str, config: Optional[str], server: Opti
             outcome = action(nodes, settings, client)
     except Exception as e:  # never die without a log line: Slurm shows nothing
         lg.exception(f"{program.replace('-', '_')}_crashed", error=str(e))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     _finish(lg, outcome)
 
 
@@ -212,5 +212,5 @@ def allow_burst_cmd(
     except SlurmHandoffError as e:
         lg.error("allow_burst_failed", error=str(e))
         sys.stderr.write(f"broker: {e}\n")
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     lg.info("done", jobs=job_ids, partition=settings.burst_partition)

@@ -1,0 +1,150 @@
+"""Limits tested at their edge: a comparison turned from ``>=`` into ``>`` (or the reverse) must
+fail a test. Each test puts the value exactly on the limit and just beside it.
+
+Run against the in-memory clouds (tests/fake_provider.py), so each takes milliseconds."""
+from __future__ import annotations
+
+import pytest
+
+from broker.lease import LeaseState
+from broker.lifecycle import LeaseError, Lifecycle, Settings
+from broker.quote import QuoteEngine
+from broker.reconciler import Reconciler
+from broker.store import Store
+from policies.demand import Demand
+from providers.base import Market
+from tests.fake_provider import FakeProvider
+from tests.lease_kit import Clock
+
+GRACE_S = 60.0
+H100x8 = Demand(gpus=8, hours=1, gpu_model="H100")
+
+# Four offers, each in its own region (no zone: the cloud picks one), all out of capacity.
+OFFERS = [("aws", "us-east-1", "p5.48xlarge"), ("aws", "eu-west-1", "p5.48xlarge"),
+          ("gcp", "us-central1", "a3-highgpu-8g"), ("gcp", "europe-west4", "a3-highgpu-8g")]
+
+
+def _kit(tmp_path, catalog, **settings):
+    clock = Clock(1_800_000_000.0)
+    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    lc = Lifecycle(store, clouds, QuoteEngine(catalog), owner="test", clock=clock,
+                   settings=Settings(backoff_s=0.0, **settings), sleep=lambda s: None)
+    return lc, Reconciler(lc, orphan_grace_s=GRACE_S, clock=clock), clouds, clock, store
+
+
+@pytest.fixture
+def kit(tmp_path, mini_catalog):
+    lc, rec, clouds, clock, store = _kit(tmp_path, mini_catalog)
+    yield lc, rec, clouds, clock
+    store.close()
+
+
+def _launched(clouds) -> list[tuple[str, str]]:
+    """The offers (zones aside: every zone of a region is the same offer) launched on, in order."""
+    calls = [(name, spec.region) for name, c in clouds.items() for m, spec in c.calls if m == "launch"]
+    return list(dict.fromkeys(calls))
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_a_launch_tries_exactly_max_failover_offers(tmp_path, mini_catalog, cap):
+    """max_failover = N: the N-th offer is tried (in each of its zones), the (N+1)-th is not."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, max_failover=cap)
+    try:
+        for provider, region, itype in OFFERS:
+            clouds[provider].capacity[(region, itype)] = 0
+        first, *alts = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS]
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=first, demand=H100x8, alternatives=alts)
+        assert _launched(clouds) == [(p, r) for p, r, _ in OFFERS[:cap]]
+        assert lc.store.lease_by_key("default", "k").state is LeaseState.FAILED
+    finally:
+        store.close()
+
+
+def test_the_last_offer_within_max_failover_can_still_succeed(tmp_path, mini_catalog):
+    """With max_failover = 2 and the first offer out of capacity, the second one runs."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, max_failover=2)
+    try:
+        clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+        first, second = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS[:2]]
+        lease = lc.launch(idempotency_key="k", target=first, demand=H100x8, alternatives=[second])
+        assert lease.state is LeaseState.RUNNING and lease.region == "eu-west-1"
+    finally:
+        store.close()
+
+
+def test_an_orphan_is_terminated_at_exactly_the_grace_period_not_before(kit):
+    lc, rec, clouds, clock = kit
+    orphan = clouds["gcp"].plant("l-gone", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND)
+    assert rec.run_pass().orphans_terminated == 0  # first seen now
+    clock.advance(GRACE_S - 0.5)
+    assert rec.run_pass().orphans_terminated == 0
+    assert orphan.instance_id in clouds["gcp"].instances
+    clock.advance(0.5)  # seen for exactly the grace period
+    assert rec.run_pass().orphans_terminated == 1
+    assert orphan.instance_id not in clouds["gcp"].instances
+
+
+def test_an_orphan_that_disappears_starts_its_grace_period_again(kit):
+    """A node missing from one listing is forgotten: when it is listed again, it waits anew."""
+    lc, rec, clouds, clock = kit
+    orphan = clouds["aws"].plant("l-gone", "us-east-1", "p5.48xlarge", Market.ON_DEMAND)
+    rec.run_pass()
+    clouds["aws"].vanish(orphan.instance_id)
+    clock.advance(GRACE_S / 2)
+    rec.run_pass()
+    clouds["aws"].plant("l-gone", "us-east-1", "p5.48xlarge", Market.ON_DEMAND, instance_id=orphan.instance_id)
+    clock.advance(GRACE_S / 2)
+    assert rec.run_pass().orphans_terminated == 0  # seen again only now
+    clock.advance(GRACE_S)
+    assert rec.run_pass().orphans_terminated == 1
+
+
+def test_a_blocked_offer_is_skipped_without_a_cloud_call_and_said_so(kit):
+    """A capacity error blocks the offer's zone; the next launch there records each blocked zone as
+    an attempt of its own and calls the cloud only where nothing is blocked."""
+    lc, _, clouds, _ = kit
+    clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+    aws = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 1)
+    gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+    first = lc.launch(idempotency_key="a", target=aws, demand=H100x8, alternatives=[gcp])
+    assert first.provider == "gcp"
+    calls = len([m for m, _ in clouds["aws"].calls if m == "launch"])
+    second = lc.launch(idempotency_key="b", target=aws, demand=H100x8, alternatives=[gcp])
+    assert second.state is LeaseState.RUNNING and second.provider == "gcp"
+    assert len([m for m, _ in clouds["aws"].calls if m == "launch"]) == calls  # aws not asked again
+    blocked = [a for a in second.attempts if a["provider"] == "aws"]
+    assert blocked and all((a["code"], a["kind"], a["region"]) == ("blocked", "blocked", "us-east-1")
+                           for a in blocked)
+    assert {a["zone"] for a in blocked} == {"us-east-1a", "us-east-1b"}
+    assert all(a["scope"].startswith("aws/us-east-1") and a["message"].startswith("blocked: ") for a in blocked)
+
+
+def test_a_boot_script_that_cannot_be_rendered_fails_the_lease_at_once(tmp_path, mini_catalog):
+    """The lease's own fault: no other offer is tried, and the attempt says why (in at most 300
+    characters)."""
+    def boot(lease, names):
+        raise KeyError("x" * 400)
+
+    clock = Clock(1_800_000_000.0)
+    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    try:
+        lc = Lifecycle(store, clouds, QuoteEngine(mini_catalog), owner="test", clock=clock,
+                       settings=Settings(backoff_s=0.0), sleep=lambda s: None, boot=boot)
+        first, second = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS[:2]]
+        lease, _ = lc.create(idempotency_key="k", target=first, demand=H100x8, alternatives=[second],
+                             bootstrap="slurm-node")
+        with pytest.raises(LeaseError) as e:
+            lc.provision(lease)
+        failed = lc.get(lease.lease_id)
+        assert failed.state is LeaseState.FAILED and failed.ended_at == clock()
+        (a,) = failed.attempts
+        assert (a["provider"], a["region"], a["code"], a["kind"], a["scope"]) == \
+            ("aws", "us-east-1", "BootScript", "invalid", "")
+        assert a["message"].startswith("boot template 'slurm-node' cannot be rendered: ") and len(a["message"]) == 300
+        assert e.value.attempts == failed.attempts
+        assert _launched(clouds) == []  # no cloud was asked
+    finally:
+        store.close()
