@@ -31,4 +31,4 @@ def differences(engine: "Engine") -> list:
     meta = target_metadata()
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts=dict(OPTIONS, target_metadata=meta))
-        return compare_metadata(ctx, meta)
+        return compare_metadata(ctx, meta)  # type: ignore[arg-type]  # a list of MetaData, as target_metadata takes
