@@ -114,11 +114,11 @@ def test_a_blocked_offer_is_skipped_without_a_cloud_call_and_said_so(kit):
     second = lc.launch(idempotency_key="b", target=aws, demand=H100x8, alternatives=[gcp])
     assert second.state is LeaseState.RUNNING and second.provider == "gcp"
     assert len([m for m, _ in clouds["aws"].calls if m == "launch"]) == calls  # aws not asked again
-    blocked = [a for a in second.attempts if a["provider"] == "aws"]
-    assert blocked and all((a["code"], a["kind"], a["region"]) == ("blocked", "blocked", "us-east-1")
+    blocked = [a for a in second.attempts if a.provider == "aws"]
+    assert blocked and all((a.code, a.kind, a.region) == ("blocked", "blocked", "us-east-1")
                            for a in blocked)
-    assert {a["zone"] for a in blocked} == {"us-east-1a", "us-east-1b"}
-    assert all(a["scope"].startswith("aws/us-east-1") and a["message"].startswith("blocked: ") for a in blocked)
+    assert {a.zone for a in blocked} == {"us-east-1a", "us-east-1b"}
+    assert all(a.scope.startswith("aws/us-east-1") and a.message.startswith("blocked: ") for a in blocked)
 
 
 def test_a_boot_script_that_cannot_be_rendered_fails_the_lease_at_once(tmp_path, mini_catalog):
@@ -141,10 +141,10 @@ def test_a_boot_script_that_cannot_be_rendered_fails_the_lease_at_once(tmp_path,
         failed = lc.get(lease.lease_id)
         assert failed.state is LeaseState.FAILED and failed.ended_at == clock()
         (a,) = failed.attempts
-        assert (a["provider"], a["region"], a["code"], a["kind"], a["scope"]) == \
+        assert (a.provider, a.region, a.code, a.kind, a.scope) == \
             ("aws", "us-east-1", "BootScript", "invalid", "")
-        assert a["message"].startswith("boot template 'slurm-node' cannot be rendered: ") and len(a["message"]) == 300
-        assert e.value.attempts == failed.attempts
+        assert a.message.startswith("boot template 'slurm-node' cannot be rendered: ") and len(a.message) == 300
+        assert list(e.value.attempts) == list(failed.attempts)
         assert _launched(clouds) == []  # no cloud was asked
     finally:
         store.close()

@@ -11,6 +11,7 @@ from broker.lease import LeaseState
 from broker.lifecycle import Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
+from broker.records import Job
 from policies.demand import Demand
 from providers.base import InstanceState, Market, StopReason
 from tests.fake_provider import FakeProvider
@@ -38,7 +39,7 @@ def _spot(lc, key: str, job_id: str):
     first = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "spot", 1)
     alt = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "spot", 1)
     return lc.launch(idempotency_key=key, target=first, demand=SPOT_JOB, alternatives=[alt],
-                     job={"job_id": job_id, "checkpoint_uri": f"s3://ck/{job_id}"})
+                     job=Job(job_id=job_id, checkpoint_uri=f"s3://ck/{job_id}"))
 
 
 def test_a_steady_lease_costs_a_pass_no_describe_call(kit):
@@ -72,7 +73,7 @@ def test_a_spot_node_that_vanished_is_an_interruption(kit):
     assert lost.startswith("spot interruption: spot instance vanished; replacement lease ")
     assert "aws/us-east-1/p5.48xlarge/spot" in lc.store.active_blocks(lc.clock())  # not tried again soon
     (new,) = [x for x in lc.store.list_leases() if x.replaces == lease.lease_id]
-    assert new.state is S.RUNNING and new.job["checkpoint_uri"] == "s3://ck/train-1"
+    assert new.state is S.RUNNING and new.job.checkpoint_uri == "s3://ck/train-1"
 
 
 def test_a_spot_node_stopped_by_its_owner_is_a_loss_not_an_interruption(kit):
