@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -483,6 +484,47 @@ def test_terminate_removes_the_whole_lease_and_is_idempotent(aws_cloud):
     assert aws_cloud.count("TerminateInstances") == calls
     ghost = out[0].__class__(**{**_fields(out[0]), "instance_id": "i-0123456789abcdef0"})
     p.terminate([ghost])  # never existed: fine
+
+
+def test_ec2_forgets_a_terminated_instance_after_the_retention(aws_cloud):
+    """EC2 lists a terminated instance for a while (about an hour), then forgets it; the mocked EC2
+    does too, so a long run's DescribeInstances does not scan every instance it ever launched."""
+    from botocore.exceptions import ClientError
+
+    p = make_provider(aws_cloud)
+    gone, kept = p.launch(spec("lease-50", count=2))
+    ec2 = aws_cloud.client()
+    ec2.terminate_instances(InstanceIds=[gone.instance_id])
+    assert {i.instance_id: i.state for i in p.describe("lease-50", "us-east-1")} == {
+        gone.instance_id: InstanceState.TERMINATED, kept.instance_id: InstanceState.RUNNING}  # within it
+
+    aws_cloud.terminated_retention_s = 0.2
+    deadline = time.monotonic() + 30
+    while gone.instance_id in {i.instance_id for i in p.describe("lease-50", "us-east-1")}:
+        assert time.monotonic() < deadline, "a terminated instance is still listed long after its retention"
+        time.sleep(0.05)
+
+    assert [i.instance_id for i in p.describe("lease-50", "us-east-1")] == [kept.instance_id]
+    assert gone.instance_id not in {i["id"] for i in aws_cloud.instances()}
+    with pytest.raises(ClientError) as e:
+        ec2.terminate_instances(InstanceIds=[gone.instance_id])
+    assert e.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    p.terminate([gone, kept])  # a forgotten instance is no error; the other one is terminated
+    assert [c.params["InstanceId.1"] for c in aws_cloud.calls
+            if c.action == "TerminateInstances" and c.status == 200][-1] == kept.instance_id
+
+
+def test_ec2_retention_is_configured_by_the_environment(monkeypatch):
+    from broker_sandbox.aws import RETENTION_ENV, TERMINATED_RETENTION_S
+
+    monkeypatch.delenv(RETENTION_ENV, raising=False)
+    assert AwsCloud().terminated_retention_s == TERMINATED_RETENTION_S == 3600
+    monkeypatch.setenv(RETENTION_ENV, "90")
+    assert AwsCloud().terminated_retention_s == 90
+    assert AwsCloud(terminated_retention_s=5).terminated_retention_s == 5
+    monkeypatch.setenv(RETENTION_ENV, "-1")
+    with pytest.raises(ValueError, match="terminated_retention_s"):
+        AwsCloud()
 
 
 def test_terminate_waits_bounded(aws_cloud):
