@@ -514,6 +514,26 @@ def test_ec2_forgets_a_terminated_instance_after_the_retention(aws_cloud):
             if c.action == "TerminateInstances" and c.status == 200][-1] == kept.instance_id
 
 
+def test_a_release_describes_only_its_lease_and_its_instance_ids(aws_cloud):
+    """What a release asks EC2 (describe the lease, terminate what it found) is scoped to the lease's
+    tag or to the instance ids: never every instance of a region, whatever the region holds."""
+    p = make_provider(aws_cloud)
+    other = p.launch(spec("lease-51"))
+    out = p.launch(spec("lease-52", count=2))
+    before = len(aws_cloud.calls)
+    p.terminate(p.describe("lease-52", "us-east-1"))
+    describes = [c.params for c in aws_cloud.calls[before:] if c.action == "DescribeInstances"]
+    assert describes
+    for params in describes:
+        filters = {params[k]: sorted(v for kk, v in params.items() if kk.startswith(k.rsplit(".", 1)[0] + ".Value."))
+                   for k in params if k.startswith("Filter.") and k.endswith(".Name")}
+        assert (filters.get(f"tag:{TAG_LEASE}") == ["lease-52"]
+                or filters.get("instance-id") == sorted(i.instance_id for i in out)), params
+    assert [c.params["InstanceId.1"] for c in aws_cloud.calls[before:] if c.action == "TerminateInstances"]
+    assert p.describe("lease-51", "us-east-1")[0].state is InstanceState.RUNNING
+    assert other[0].instance_id not in {v for c in aws_cloud.calls[before:] for v in c.params.values()}
+
+
 def test_ec2_retention_is_configured_by_the_environment(monkeypatch):
     from broker_sandbox.aws import RETENTION_ENV, TERMINATED_RETENTION_S
 
