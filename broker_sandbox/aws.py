@@ -824,6 +824,9 @@ class _Front:
                 if market == "capacity-block":
                     inst.lifecycle = "capacity-block"
                 inst.broker_network_interfaces = [dict(n) for n in nics]
+                if not nics:  # the primary interface EC2 made for it ends with it (moto would keep it)
+                    for nic in inst.nics.values():
+                        nic.delete_on_termination = True
                 if reservation is not None:
                     inst.capacity_reservation_id = reservation.id
                     inst.capacity_reservation_specification = {

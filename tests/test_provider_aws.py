@@ -534,6 +534,20 @@ def test_a_release_describes_only_its_lease_and_its_instance_ids(aws_cloud):
     assert other[0].instance_id not in {v for c in aws_cloud.calls[before:] for v in c.params.values()}
 
 
+def test_the_network_interface_ec2_made_for_an_instance_ends_with_it(aws_cloud):
+    """EC2 deletes the primary interface it created at launch when the instance terminates, and
+    frees its address: launches never run a subnet out of addresses however many came before."""
+    p = make_provider(aws_cloud)
+    ec2 = aws_cloud.client()
+    before = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    out = p.launch(spec("lease-53", count=2))
+    during = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    assert len(during - before) == 2
+    p.terminate(out)
+    after = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    assert after == before
+
+
 def test_ec2_retention_is_configured_by_the_environment(monkeypatch):
     from broker_sandbox.aws import RETENTION_ENV, TERMINATED_RETENTION_S
 
