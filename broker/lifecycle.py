@@ -373,6 +373,8 @@ class Lifecycle:
             provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
             market=t.market.value, nodes=t.nodes, hourly_micros=t.hourly_micros, reservation=t.reservation,
             attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=attempts,
+            # a bought Capacity Block's start stays only while the launch goes into that block
+            starts_at=lease.starts_at if t.reservation == lease.reservation else 0.0,
         )
 
     def spec_for(self, lease: Lease) -> LaunchSpec:

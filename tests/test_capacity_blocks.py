@@ -144,6 +144,30 @@ def test_released_before_its_start_the_block_is_not_refunded_and_says_so(aws_clo
     assert aws_cloud.count("RunInstances") == 0
 
 
+def test_a_block_that_ended_before_its_lease_launched_fails_the_launch_saying_so(aws_cloud, market, clock, store):
+    engine = _engine(market)
+    lc = _lifecycle(store, aws_cloud, engine, clock, month_usd=1000)
+    lease = lc.launch(idempotency_key="k1", target=_block_target(engine)[0])
+    clock.now = START + 25 * H  # past its end
+    with pytest.raises(FailedPrecondition):
+        lc.provision(lc.get(lease.lease_id))
+    lease = lc.get(lease.lease_id)
+    assert lease.state is LeaseState.FAILED and aws_cloud.count("RunInstances") == 0
+    assert lease.attempts[-1].code == "CapacityBlock.expired" and lease.accrued_micros == FEE
+
+
+def test_a_lease_not_launched_within_the_time_limit_after_its_block_started_is_given_up(
+        aws_cloud, market, clock, store):
+    engine = _engine(market)
+    lc = _lifecycle(store, aws_cloud, engine, clock, month_usd=1000)
+    lease = lc.launch(idempotency_key="k1", target=_block_target(engine)[0])
+    clock.now = START + lc.settings.provision_timeout_s + 1  # no pass since it started
+    Reconciler(lc, clock=clock, orphan_grace_s=0).run_pass()
+    lease = lc.get(lease.lease_id)
+    assert lease.state is LeaseState.RELEASED and lease.state_reason.startswith("launch did not finish within")
+    assert "not refundable" in _events(store, lease.lease_id, EventKind.CAPACITY_BLOCK)[-1]
+
+
 # -- no purchase: buying off, over budget, a refusal ---------------------------------------------
 
 def test_with_buying_off_nothing_is_bought(aws_cloud, market, clock, store):
