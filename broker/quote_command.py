@@ -116,7 +116,8 @@ def _table(doc: dict, console) -> None:
                       f"(--format json marks which; broker catalog refresh)", highlight=False, markup=False)
     for o in offers:
         if o.get("starts_at"):  # queued capacity: when it starts, and what is paid up front
-            fee = f", ${o['upfront_usd']:,.2f} up front" if o.get("upfront_usd") else ", paid per hour"
+            fee = (f", ${o['upfront_usd'] * o['nodes']:,.2f} up front, not refundable" if o.get("upfront_usd")
+                   else ", paid per hour")
             console.print(f"#{o['rank']} {o['provider']} {o['instance_type']} queued: starts at {o['starts_at']}"
                           f"{fee}, runs at most {o['max_run_hours']:g} h", highlight=False, markup=False)
     if doc.get("spot_model") and (d.get("interruptible") or any(o["market"] == "spot" for o in offers)):
