@@ -305,11 +305,11 @@ def test_with_buying_on_a_block_is_offered_when_its_start_meets_the_deadline(mar
 
 
 def test_the_quote_table_shows_the_blocks_start_fee_and_that_it_is_not_refundable(market, capsys):
-    from broker.cli.quote import _table
+    from broker.quote_command import print_table
     from broker.views import quote_to_dict
 
     doc = quote_to_dict(_engine(market).quote(Demand(gpus=16, hours=10, gpu_model="H100", nodes=2), now=NOW))
-    _table(doc)
+    print_table(doc)
     out = " ".join(capsys.readouterr().out.split())
     assert ("#1 aws p5.48xlarge queued: starts at 2026-12-01T06:53:20Z, $480.00 up front, not refundable, "
             "runs at most 24 h") in out
