@@ -240,16 +240,19 @@ class Replay:
             run = j.duration_s if j.runtime_known else 0.0
             ch = self.cloud.chooser.for_job(i)
             min_run = tc.selection.min_runtime_startups * ch.startup_s
-            if (run >= min_run or run <= 0) and j.gpus <= tc.max_gpus_in_flight:
+            # A job shorter than a start-up may go only past its class's target
+            # (policies.selection.eligibility): no runtime to go by, as a job with none.
+            short = 0 < run < min_run
+            if (not short or math.isfinite(cls.max_wait_s)) and j.gpus <= tc.max_gpus_in_flight:
                 # The wait so far reaching either; the predicted wait is checked on every tick
                 # (predict_all).
-                target = wait_target_s(run, 0.0, cls, self.ratio)
+                target = wait_target_s(0.0 if short else run, 0.0, cls, self.ratio)
                 if math.isfinite(target):
                     self.push(t + target + 1e-6, E_CHECK, i)
                 bar = math.inf
                 if tc.threshold_trigger:
                     share = tc.selection.min_wait_share * ch.price_ratio
-                    bar = min(share * run, cls.max_wait_s) if run > 0 else cls.max_wait_s
+                    bar = min(share * run, cls.max_wait_s) if run > 0 and not short else cls.max_wait_s
                     if math.isfinite(bar):
                         self.push(t + bar, E_CHECK, -1 - i)
                 if self.policy.predict:
