@@ -316,3 +316,29 @@ def test_a_short_job_predicted_under_its_class_target_stays_home():
     assert_alike(seen)
     r = simulate(jobs, CAT, builtin_policies()["broker"], cfg).to_dict()
     assert r["jobs_burst"] == 0 and r["classes"]["production"]["wait_p99_s"] == 1100
+
+
+def test_a_class_waiting_past_its_target_says_schedule_first_held_it():
+    """Two nodes with 6 of 8 GPUs taken each for a week; a 4-GPU production job then finds 4
+    GPUs free, 2 on each node: scheduling-bound, so schedule first holds it past its 30-minute
+    target for the week, and the class's report says so. With
+    ``burst_overdue_when_scheduling_bound`` it goes once its wait passes the target and the
+    report names no hold."""
+    from dataclasses import replace as dc_replace
+
+    from broker.simulate.trace import TraceJob
+
+    week = 7 * 86400.0
+    jobs = [TraceJob("svc1", 0, 6, week, gpu_model="A100"), TraceJob("svc2", 0, 6, week, gpu_model="A100"),
+            TraceJob("prod", 100, 4, 3600.0, gpu_model="A100", job_class="production")]
+    cfg = SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="A100")
+    pol = builtin_policies()["broker"]
+    held = simulate(jobs, CAT, pol, cfg).to_dict()["classes"]["production"]
+    assert held["wait_p99_s"] > week - 200 and held["target_s"] == 1800
+    assert (held["past_target"], held["past_target_held_by_schedule_first"], held["past_target_no_cloud_offer"]) \
+        == (1, 1, 0)
+    opt_in = dc_replace(pol, trigger=dc_replace(pol.trigger, burst_overdue_when_scheduling_bound=True))
+    sent = simulate(jobs, CAT, opt_in, cfg).to_dict()
+    assert sent["jobs_burst"] == 1
+    prod = sent["classes"]["production"]
+    assert 1800 < prod["wait_p99_s"] <= 1800 + 60 + 300 and prod["past_target_held_by_schedule_first"] == 0

@@ -111,6 +111,7 @@ class Replay:
         self.next_tick: float | None = None
         self.overdue: list[int] = []
         self.no_offer: set[int] = set()
+        self.held = [False] * n  # overdue and held by schedule first at some tick
         self.pool: list = []  # ranked heap of eligible pending jobs
         self.in_pool = [False] * n
         self.ratio = policy.trigger.wait_runtime_ratio
@@ -189,6 +190,14 @@ class Replay:
         for i in range(n):
             if st[i] == DONE and self.wait[i] >= 0:
                 by_class.setdefault(self.cls[i].name, []).append(self.wait[i])
+        past: dict[str, tuple[float, int, int, int]] = {}
+        for i in range(n):
+            if st[i] == DONE and self.wait[i] >= 0:
+                jc = self.cls[i]
+                t, k, h, o = past.get(jc.name, (jc.max_wait_s, 0, 0, 0))
+                if self.wait[i] > jc.max_wait_s:
+                    k, h, o = k + 1, h + self.held[i], o + (i in self.no_offer)
+                past[jc.name] = (t, k, h, o)
         unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW, NEVER))
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
@@ -197,7 +206,7 @@ class Replay:
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, class_waits=by_class, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
+            waits=waits, class_waits=by_class, class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:
@@ -350,6 +359,10 @@ class Replay:
         # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
         od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
         self.overdue = []
+        held_all = verdict == Verdict.SCHEDULING_BOUND and not tc.burst_overdue_when_scheduling_bound
+        for i in od:
+            if held_all or i in sched:
+                self.held[i] = True
         chosen = [i for i in od if i not in sched]
         popped: list = []
         excess = sig.pending_gpus - tc.pending_gpus_threshold
