@@ -90,3 +90,15 @@ def test_a_single_offer_launches_as_before(service, aws_cloud):
     lease = service.lifecycle.launch(idempotency_key="k-5", target=lone)
     assert lease.state is LeaseState.RUNNING and lease.instance_type == "g5.xlarge"
     assert aws_cloud.count("RunInstances") == 1 and aws_cloud.fleet_calls() == []
+
+
+def test_gcp_offers_in_several_zones_are_one_bulk_insert(service, fake_gcp):
+    fake_gcp.set_capacity("a2-highgpu-1g", "us-central1-a", 0)
+    other = Target("gcp", "us-central1", "us-central1-b", "a2-highgpu-1g", Market.ON_DEMAND, 2, 3_670_000)
+    lease = service.lifecycle.launch(idempotency_key="k-6", target=A2, demand=DEMAND, alternatives=[other])
+    assert lease.state is LeaseState.RUNNING and lease.provider == "gcp"
+    (bulk,) = fake_gcp.calls_to("POST", "/instances/bulkInsert")
+    assert {"zones/us-central1-a", "zones/us-central1-b"} <= set(bulk.body["locationPolicy"]["locations"])
+    assert fake_gcp.calls_to("POST", "/instances") == []
+    assert lease.zone != "us-central1-a" and {i.zone for i in lease.instances} == {lease.zone}
+    assert lease.hourly_micros == 3_670_000
