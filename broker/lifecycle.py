@@ -15,6 +15,7 @@ scope and fail over to the next offer, across clouds.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import traceback
@@ -244,8 +245,9 @@ class Lifecycle:
     def _shapes(self, first: Target, rest: Sequence[Target], taken: set[Target]) -> list[Target]:
         """The targets one several-shape request asks for, best first: ``first`` and every later
         target of the same cloud and region (other types, zones, markets) that is not blocked,
-        when the cloud launches several shapes at once (:class:`ShapesProvider`). Reserved and
-        queued capacity, tied to one reservation or block, is launched on its own."""
+        when the cloud launches several shapes at once (:class:`ShapesProvider`) and they are
+        more than one offer (type and market). Reserved and queued capacity, tied to one
+        reservation or block, is launched on its own."""
         if first.market not in FLEET_MARKETS or first.reservation or \
                 not isinstance(self.providers.get(first.provider), ShapesProvider):
             return [first]
@@ -255,6 +257,8 @@ class Lifecycle:
                     t.market in FLEET_MARKETS and not t.reservation and t not in taken and t not in out \
                     and self._blocked_reason(t) is None:
                 out.append(t)
+        if len({(t.instance_type, t.market) for t in out}) < 2:
+            return [first]  # one offer (in however many zones) is launched zone by zone, as ever
         return out
 
     def _fail(self, lease: Lease, attempts: Sequence[Attempt]) -> Lease:
@@ -351,6 +355,9 @@ class Lifecycle:
         for t in targets:
             if (t.instance_type, t.zone, t.market) == (shape.instance.name, shape.zone, shape.market):
                 return t
+        for t in targets:  # a zone the cloud chose among those the shapes allowed
+            if (t.instance_type, t.market) == (shape.instance.name, shape.market):
+                return dataclasses.replace(t, zone=shape.zone)
         return targets[0]
 
     def _launch_shapes(self, lease: Lease, targets: list[Target]) -> tuple[Target, list[Instance]]:

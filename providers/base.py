@@ -167,7 +167,7 @@ class Shape:
 
     def matches(self, i: "Instance") -> bool:
         """Is ``i`` of this shape (type, market, and zone when the shape names one)?"""
-        return (i.instance_type == self.instance.sdk_machine_type and i.market is self.market
+        return (i.instance_type in (self.instance.name, self.instance.sdk_machine_type) and i.market is self.market
                 and (not self.zone or i.zone == self.zone))
 
 

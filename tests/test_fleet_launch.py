@@ -92,13 +92,22 @@ def test_a_single_offer_launches_as_before(service, aws_cloud):
     assert aws_cloud.count("RunInstances") == 1 and aws_cloud.fleet_calls() == []
 
 
-def test_gcp_offers_in_several_zones_are_one_bulk_insert(service, fake_gcp):
-    fake_gcp.set_capacity("a2-highgpu-1g", "us-central1-a", 0)
-    other = Target("gcp", "us-central1", "us-central1-b", "a2-highgpu-1g", Market.ON_DEMAND, 2, 3_670_000)
-    lease = service.lifecycle.launch(idempotency_key="k-6", target=A2, demand=DEMAND, alternatives=[other])
+def test_gcp_offers_are_one_bulk_insert_per_type_across_the_zones(service, fake_gcp):
+    fake_gcp.set_capacity("a2-highgpu-1g", "", 0)
+    g2 = Target("gcp", "us-central1", "us-central1-b", "g2-standard-8", Market.ON_DEMAND, 2, 853_624)
+    lease = service.lifecycle.launch(idempotency_key="k-6", target=A2, demand=DEMAND, alternatives=[g2])
     assert lease.state is LeaseState.RUNNING and lease.provider == "gcp"
-    (bulk,) = fake_gcp.calls_to("POST", "/instances/bulkInsert")
-    assert {"zones/us-central1-a", "zones/us-central1-b"} <= set(bulk.body["locationPolicy"]["locations"])
+    first, second = (c.body for c in fake_gcp.calls_to("POST", "/instances/bulkInsert"))
     assert fake_gcp.calls_to("POST", "/instances") == []
-    assert lease.zone != "us-central1-a" and {i.zone for i in lease.instances} == {lease.zone}
-    assert lease.hourly_micros == 3_670_000
+    assert first["instanceProperties"]["machineType"] == "a2-highgpu-1g"
+    assert {"zones/us-central1-a", "zones/us-central1-b"} <= set(first["locationPolicy"]["locations"])
+    assert second["instanceProperties"]["machineType"] == "g2-standard-8"
+    # The lease records the shape it got, at that shape's price.
+    assert (lease.instance_type, lease.hourly_micros) == ("g2-standard-8", 853_624)
+    assert {i.zone for i in lease.instances} == {lease.zone}
+
+
+def test_one_offer_in_several_zones_goes_zone_by_zone_as_before(service, aws_cloud):
+    lease = service.lifecycle.launch(idempotency_key="k-7", target=G5, demand=DEMAND)
+    assert lease.state is LeaseState.RUNNING
+    assert aws_cloud.count("RunInstances") == 1 and aws_cloud.fleet_calls() == []
