@@ -157,6 +157,9 @@ class AwsCloud:
         self._groups: dict[tuple[str, str], dict[str, Any]] = {}
         self._reservations: dict[str, _Reservation] = {}
         self._tokens: dict[tuple[str, str], tuple[tuple, str, list, bytes]] = {}
+        self._fleet_tokens: dict[tuple[str, str], tuple[tuple, bytes]] = {}
+        self._capacity: dict[tuple[str, str], int] = {}  # (instance type, zone) -> nodes EC2 has now
+        self._reclaim: dict[str, int] = {}  # instance type -> nodes terminated right at launch
         self._token_locks: dict[tuple[str, str], threading.Lock] = {}
         self._saved_env: dict[str, str | None] = {}
         from broker_sandbox.aws_market import AwsMarket
@@ -232,6 +235,9 @@ class AwsCloud:
             self._tokens.clear()
             self._terminated_at.clear()
             self._swept_at = float("-inf")
+            self._fleet_tokens.clear()
+            self._capacity.clear()
+            self._reclaim.clear()
             self.clock = time.time
         self.market.reset()
 
@@ -394,6 +400,24 @@ class AwsCloud:
         with self._lock:
             self._reservations[rid] = _Reservation(rid, region, instance_type, zone, count, reservation_type)
         return rid
+
+    def set_capacity(self, instance_type: str, zone: str, nodes: int) -> None:
+        """EC2 has ``nodes`` of ``instance_type`` in ``zone`` ("" for every zone) for an instant
+        Fleet: an override asking for more gets ``InsufficientInstanceCapacity`` (with a
+        ``MinTargetCapacity`` above what is there) or what is there (without one)."""
+        with self._lock:
+            self._capacity[(instance_type, zone)] = nodes
+
+    def reclaim_at_launch(self, instance_type: str, nodes: int = 1) -> None:
+        """The next instant Fleet launching ``instance_type`` sees ``nodes`` of its instances go
+        from pending to terminated at once, with the state reason EC2 gives a launch it could not
+        complete (``Server.InsufficientInstanceCapacity``)."""
+        with self._lock:
+            self._reclaim[instance_type] = nodes
+
+    def fleet_calls(self) -> list[Call]:
+        """Every CreateFleet the cloud received, in order."""
+        return [c for c in self.calls if c.action == "CreateFleet"]
 
     def capacity_blocks(self) -> list[_Reservation]:
         """The Capacity Blocks bought (PurchaseCapacityBlock), oldest first."""
@@ -590,6 +614,48 @@ def _network_interfaces(p: dict[str, str]) -> list[dict[str, str]]:
     if efas > int((info.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) or 0) and efas:
         raise _Error("InvalidParameterCombination", f"{p.get('InstanceType')} supports fewer EFA interfaces.")
     return nics
+
+
+# LaunchTemplateData members by their RunInstances query names, where they differ.
+_RUN_NAMES = {"NetworkInterfaces": "NetworkInterface", "TagSpecifications": "TagSpecification",
+              "BlockDeviceMappings": "BlockDeviceMapping", "SecurityGroupIds": "SecurityGroupId",
+              "SecurityGroups": "SecurityGroup", "Tags": "Tag", "Groups": "SecurityGroupId"}
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{_RUN_NAMES.get(k, k)}" if prefix else _RUN_NAMES.get(k, k), v, out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value, 1):
+            _flatten(f"{prefix}.{i}", v, out)
+    elif isinstance(value, bool):
+        out[prefix] = "true" if value else "false"
+    elif value is not None:
+        out[prefix] = str(value)
+
+
+def _run_params(data: dict[str, Any], instance_type: str, count: int, zone: str, subnet: str, spot: bool,
+                max_price: str) -> dict[str, str]:
+    """The RunInstances query a Fleet override makes of its launch template's data."""
+    run: dict[str, str] = {"Action": "RunInstances", "Version": "2016-11-15"}
+    _flatten("", {k: v for k, v in data.items() if k != "InstanceType"}, run)
+    run.update({"InstanceType": instance_type, "MinCount": str(count), "MaxCount": str(count)})
+    if zone:
+        run["Placement.AvailabilityZone"] = zone
+    if subnet:
+        nics = [k for k in run if re.fullmatch(r"NetworkInterface\.\d+\.DeviceIndex", k)]
+        for k in nics:
+            run[k.replace(".DeviceIndex", ".SubnetId")] = subnet
+        if not nics:
+            run["SubnetId"] = subnet
+    if spot:
+        run["InstanceMarketOptions.MarketType"] = "spot"
+        run["InstanceMarketOptions.SpotOptions.SpotInstanceType"] = "one-time"
+        run["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] = "terminate"
+        if max_price:
+            run["InstanceMarketOptions.SpotOptions.MaxPrice"] = max_price
+    return run
 
 
 # The RunInstances being served on this thread decorates the instances moto creates for it.
@@ -808,6 +874,8 @@ class _Front:
             return self._purchase_capacity_block(region, p)
         if action == "RunInstances":
             return self._run_instances(region, p, environ)
+        if action == "CreateFleet" and p.get("Type") == "instant":
+            return self._create_fleet(region, p, environ)
         if cloud.market.handles_query(action, region):
             return cloud.market.query_call(action, region, p)
         return self._moto(environ)
@@ -924,6 +992,136 @@ class _Front:
                 with cloud._lock:
                     cloud._tokens[key] = (signature, status, headers, body)
             return status, headers, body
+
+    def _create_fleet(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        """An instant EC2 Fleet, as EC2 answers it (moto's launches every override at once, ignores
+        priorities and zones, and never reports an error): the overrides are tried best priority
+        first (lower ``Priority``, then request order; EC2's price-based strategies are not
+        modelled), each on its launch template through RunInstances, until one launches the
+        target capacity; every override refused is an item of ``Errors`` with EC2's code."""
+        cloud = self.cloud
+        token = p.get("ClientToken", "")
+        signature = tuple(sorted(p.items()))
+        key = (region, token)
+        with cloud._lock:
+            lock = cloud._token_locks.setdefault(("fleet", *key), threading.Lock()) if token else threading.Lock()
+        with lock:
+            if token:
+                with cloud._lock:
+                    cached = cloud._fleet_tokens.get(key)
+                if cached is not None:
+                    if cached[0] != signature:
+                        raise _Error("IdempotentParameterMismatch",
+                                     "The client token you have provided is associated with a resource "
+                                     "that has different parameters.")
+                    return 200, [("Content-Type", "text/xml")], cached[1]
+            body = self._fleet(region, p, environ)
+            if token:
+                with cloud._lock:
+                    cloud._fleet_tokens[key] = (signature, body)
+            return 200, [("Content-Type", "text/xml")], body
+
+    def _fleet(self, region: str, p: dict[str, str], environ: dict) -> bytes:
+        from moto.backends import get_backend
+
+        cloud = self.cloud
+        total = int(p.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
+        kind = p.get("TargetCapacitySpecification.DefaultTargetCapacityType", "")
+        if kind not in ("on-demand", "spot"):
+            raise _Error("InvalidParameterValue", f"Value ({kind}) for parameter DefaultTargetCapacityType is invalid.")
+        if total < 1:
+            raise _Error("InvalidTargetCapacitySpecification", "TotalTargetCapacity must be at least 1.")
+        opts = "SpotOptions." if kind == "spot" else "OnDemandOptions."
+        minimum = int(p.get(opts + "MinTargetCapacity", "0") or 0)
+        if minimum and not (p.get(opts + "SingleInstanceType") == "true"
+                            or p.get(opts + "SingleAvailabilityZone") == "true"):
+            raise _Error("InvalidParameterCombination", "MinTargetCapacity requires SingleInstanceType or "
+                         "SingleAvailabilityZone.")
+        backend = get_backend("ec2")[ACCOUNT_ID][region]
+        overrides: list[tuple[float, int, Any, str, dict[str, str]]] = []
+        n = 1
+        while any(k.startswith(f"LaunchTemplateConfigs.{n}.") for k in p):
+            spec = f"LaunchTemplateConfigs.{n}.LaunchTemplateSpecification."
+            name, tid = p.get(spec + "LaunchTemplateName", ""), p.get(spec + "LaunchTemplateId", "")
+            try:
+                template = (backend.get_launch_template_by_name(name) if name
+                            else backend.get_launch_template(template_id=tid))
+            except Exception:  # noqa: BLE001 - moto's not-found errors
+                raise _Error("InvalidLaunchTemplateName.NotFoundException",
+                             f"The specified launch template, with template name {name or tid}, does not exist.") from None
+            version = p.get(spec + "Version", "$Default")
+            number = (template.latest_version_number if version == "$Latest" else
+                      template.default_version_number if version == "$Default" else int(version))
+            m = 1
+            while any(k.startswith(f"LaunchTemplateConfigs.{n}.Overrides.{m}.") for k in p):
+                prefix = f"LaunchTemplateConfigs.{n}.Overrides.{m}."
+                over = {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
+                overrides.append((float(over.get("Priority", "inf")), len(overrides), template, str(number), over))
+                m += 1
+            n += 1
+        if not overrides:
+            raise _Error("MissingParameter", "The request must contain the parameter LaunchTemplateConfigs.")
+        errors: list[str] = []
+        got: list[str] = []
+        for _, _, template, version, over in sorted(overrides, key=lambda o: o[:2]):
+            itype = over.get("InstanceType") or template.get_version(int(version)).data.get("InstanceType", "")
+            zone = over.get("AvailabilityZone", "")
+            if not zone and over.get("SubnetId"):
+                try:
+                    zone = backend.get_subnet(over["SubnetId"]).availability_zone
+                except Exception:  # noqa: BLE001
+                    raise _Error("InvalidSubnetID.NotFound",
+                                 f"The subnet ID '{over['SubnetId']}' does not exist") from None
+            ref = (f"<launchTemplateSpecification><launchTemplateId>{template.id}</launchTemplateId>"
+                   f"<launchTemplateName>{escape(template.name)}</launchTemplateName><version>{version}</version>"
+                   f"</launchTemplateSpecification><overrides>"
+                   + "".join(f"<{k[0].lower()}{k[1:]}>{escape(v)}</{k[0].lower()}{k[1:]}>" for k, v in over.items())
+                   + "</overrides>")
+            with cloud._lock:
+                have = cloud._capacity.get((itype, zone), cloud._capacity.get((itype, ""), total))
+            count = total if have >= total else (0 if minimum > have else have)
+            if count < 1:
+                errors.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                              f"<lifecycle>{kind}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>"
+                              f"<errorMessage>{escape(_FAULTS['capacity'][2])}</errorMessage></item>")
+                continue
+            run = _run_params(template.get_version(int(version)).data, itype, count, zone, over.get("SubnetId", ""),
+                              kind == "spot", over.get("MaxPrice", ""))
+            sub = dict(environ)
+            self._rewrite(sub, run)
+            try:
+                status, _, answer = self._run_instances(region, run, sub)
+            except _Error as e:
+                status, answer = e.status, _error(e.code, e.message)
+            if status != 200:
+                code = re.search(rb"<Code>([^<]*)</Code>", answer)
+                message = re.search(rb"<Message>([^<]*)</Message>", answer)
+                errors.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                              f"<lifecycle>{kind}</lifecycle><errorCode>{(code.group(1) if code else b'').decode()}"
+                              f"</errorCode><errorMessage>{(message.group(1) if message else b'').decode()}"
+                              "</errorMessage></item>")
+                continue
+            ids = [m.decode() for m in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", answer)]
+            self._reclaim_now(itype, ids)
+            got.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                       f"<lifecycle>{kind}</lifecycle><instanceIds>"
+                       + "".join(f"<item>{i}</item>" for i in ids)
+                       + f"</instanceIds><instanceType>{escape(itype)}</instanceType><platform>Linux/UNIX</platform>"
+                       "</item>")
+            break
+        return _xml("CreateFleet", f"<fleetId>fleet-{uuid.uuid4()}</fleetId><errorSet>{''.join(errors)}</errorSet>"
+                                   f"<fleetInstanceSet>{''.join(got)}</fleetInstanceSet>")
+
+    def _reclaim_now(self, instance_type: str, ids: list[str]) -> None:
+        from moto.ec2.models.instances import StateReason
+
+        with self.cloud._lock:
+            doomed = self.cloud._reclaim.pop(instance_type, 0)
+        for instance_id in ids[len(ids) - doomed:] if doomed else []:
+            _, inst = self.cloud._instance(instance_id)
+            inst.terminate()
+            inst.state_reason = StateReason("Server.InsufficientInstanceCapacity: Insufficient capacity to "
+                                            "satisfy launch request", "Server.InsufficientInstanceCapacity")
 
     @staticmethod
     def _rewrite(environ: dict, params: dict[str, str]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 MICROS = 1_000_000
 
@@ -152,6 +152,23 @@ class LaunchSpec:
     reservation: str = ""  # capacity reservation id / name / group when market is RESERVED
     max_price_micros: int = 0  # spot bid cap (0 = up to on-demand)
     max_run_h: float = 0.0  # queued capacity: the longest the nodes may run (GCP maxRunDuration)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One candidate of a launch that several offers satisfy: an instance type in a zone and market
+    of the spec's cloud and region, at its per-node price. A launch of several shapes takes the
+    first it can get, in the order given (the quote's ranking)."""
+
+    instance: InstanceType
+    zone: str
+    market: Market
+    hourly_micros: int = 0
+
+    def matches(self, i: "Instance") -> bool:
+        """Is ``i`` of this shape (type, market, and zone when the shape names one)?"""
+        return (i.instance_type in (self.instance.name, self.instance.sdk_machine_type) and i.market is self.market
+                and (not self.zone or i.zone == self.zone))
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +359,26 @@ class CapacityError(ProviderError):
     default_scope = Scope.ZONE
 
 
+class PartialFulfilment(CapacityError):
+    """A several-shape launch got fewer nodes than the gang needs (``got`` of ``wanted``): what it
+    got has been terminated. Scoped to the zone it got them in."""
+
+    def __init__(self, message: str, *, got: int, wanted: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.got = got
+        self.wanted = wanted
+
+
+class NoShapeAvailable(CapacityError):
+    """No shape of a several-shape launch could be had: ``failures`` holds each shape the cloud
+    refused with the cloud's own error for it, in the order tried (its first error is this one's
+    code). Shapes the cloud never got to are not in it."""
+
+    def __init__(self, message: str, *, failures: Sequence[tuple[Shape, ProviderError]], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.failures = tuple(failures)
+
+
 class QuotaError(ProviderError):
     """The account's quota/limit forbids it (region scoped)."""
 
@@ -392,6 +429,20 @@ class Provider(Protocol):
     def list_managed(self, regions: Sequence[str] | None = None) -> list[Instance]: ...
 
     def terminate(self, instances: Sequence[Instance]) -> None: ...
+
+
+@runtime_checkable
+class ShapesProvider(Protocol):
+    """A provider that launches one lease on the first of several shapes in one request (EC2 Fleet
+    ``instant``, Compute ``bulkInsert``), all or nothing like :meth:`Provider.launch`.
+
+    ``spec`` names the lease, count, node names and boot script; its instance, zone and market are
+    the first shape's. Returns the shape it got and the nodes, all of that shape. Raises
+    :class:`NoShapeAvailable` when the cloud refused every shape, :class:`PartialFulfilment` when
+    it gave fewer than ``spec.count`` nodes (terminated before raising), or any provider error the
+    request itself met. One shape behaves exactly as :meth:`Provider.launch`."""
+
+    def launch_shapes(self, spec: LaunchSpec, shapes: Sequence[Shape]) -> tuple[Shape, list[Instance]]: ...
 
 
 # Tag / label keys on every resource the broker creates (GCP labels allow only [a-z0-9_-]).
