@@ -489,13 +489,13 @@ _LEASE_ID = itemgetter(PASS_COLUMNS.index("lease_id"))
 _STEADY_COLUMNS = itemgetter(*(PASS_COLUMNS.index(c) for c in (
     "lease_id", "job_state", "max_lifetime_s", "started_at", "created_at", "idle_since")))
 _SEP = "\x00"  # between a lease id and an instance id in a pair's key (a string: no garbage to collect)
-_PAIR = "{0.lease_id}\x00{0.instance_id}".format  # an Instance's (lease id, instance id)
+_PAIR = "{0.lease_id}\x00{0.instance_id}".format  # an Instance's (lease id, instance id) key
 _LEASE_OF = attrgetter("lease_id")
 
 
 class _Known:
     """The instance ids each running lease lists (its ``instances`` column), per lease and as
-    (lease id, instance id) pairs, for set arithmetic over every lease at once."""
+    (lease id, instance id) keys (:data:`_PAIR`'s), for set arithmetic over every lease at once."""
 
     def __init__(self, rows: list[Any]) -> None:
         lease_ids = [r.lease_id for r in rows]
