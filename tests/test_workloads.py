@@ -3,6 +3,8 @@ unknown runtimes) and on jobs derived from a queue-depth series: the broker keep
 burst's waits and never pays more than it, nor much more than its own hindsight."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -53,6 +55,25 @@ def test_bursts_after_idle_spells_are_predicted_from_the_running_jobs_ends():
     target holds, 0.45x included."""
     r = replay(generate("bursty", 0, 600))
     assert targets_missed(r) == []
+    assert r["broker"]["cloud_cost_usd"] <= 0.45 * r["ondemand-cheapest"]["cloud_cost_usd"]
+
+
+@functools.lru_cache(maxsize=None)
+def bursty(seed: int) -> dict:
+    return replay(generate("bursty", seed, 600))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bursty_workloads_of_other_seeds_keep_the_waits_and_the_price_only_cost(seed):
+    assert targets_missed(bursty(seed)) == []
+
+
+@pytest.mark.xfail(strict=True, reason="a known miss (README, 'Workloads'): on seeds 1 and 2 the 'bursty' workload "
+                                       "costs 0.55x and 0.61x the price-only burst (catalog interruption rates); "
+                                       "strict, so it goes when the policy holds 0.45x")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_known_miss_on_bursty_workloads_of_other_seeds(seed):
+    r = bursty(seed)
     assert r["broker"]["cloud_cost_usd"] <= 0.45 * r["ondemand-cheapest"]["cloud_cost_usd"]
 
 
