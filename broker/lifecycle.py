@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from broker import blocks
 from broker.attempts import attempt_at, attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -211,6 +212,16 @@ class Lifecycle:
                 attempts.append(attempt_at(target, "blocked", scope, "blocked", why))
                 continue
             tried.add(offer)
+            if blocks.is_block_offer(target):  # a Capacity Block: bought first, then waited for
+                lease, target, outcome = blocks.buy(self, lease, target, attempts)
+            elif blocks.bought(lease) and target == lease.target:
+                lease, outcome = blocks.check(self, lease, target, attempts)
+            else:
+                outcome = blocks.Outcome.LAUNCH
+            if outcome is blocks.Outcome.WAIT:
+                return lease
+            if outcome is blocks.Outcome.SKIP:
+                continue
             try:
                 lease, instances, error = self._try_offer(lease, target, attempts)
             except BootScriptError as e:  # the lease's own fault: no other offer does better
@@ -362,6 +373,8 @@ class Lifecycle:
             provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
             market=t.market.value, nodes=t.nodes, hourly_micros=t.hourly_micros, reservation=t.reservation,
             attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=attempts,
+            # a bought Capacity Block's start stays only while the launch goes into that block
+            starts_at=lease.starts_at if t.reservation == lease.reservation else 0.0,
         )
 
     def spec_for(self, lease: Lease) -> LaunchSpec:
@@ -450,8 +463,9 @@ class Lifecycle:
         """→ draining: accrue what it cost so far, then record why it is being torn down (and, in the
         same write, ``event_kind``/``events`` and ``fields``: an interruption, the requeue of its job)."""
         lease = self._accrue(lease)
+        unstarted = blocks.released_unstarted(lease)  # a bought block's fee is not refunded: said so
         return self._write(lease, state=LeaseState.DRAINING, message=reason, event_kind=event_kind,
-                           event_data=event_data, events=events, **fields)
+                           event_data=event_data, events=(*events, *([unstarted] if unstarted else [])), **fields)
 
     def mark_released(self, lease: Lease) -> Lease:
         """draining → released: nothing of it is left in the cloud."""

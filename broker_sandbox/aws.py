@@ -13,8 +13,15 @@ process; any process can talk to it at :attr:`AwsCloud.url` with real boto3 clie
 - honours ``ClientToken`` on RunInstances the way EC2 does (same token and parameters: the first
   answer again, no new instances; same token, other parameters: ``IdempotentParameterMismatch``);
 - implements placement groups (Create/Describe/DeletePlacementGroup) and Capacity Reservations
-  (DescribeCapacityReservations, targeting in RunInstances, ``ReservationCapacityExceeded``),
-  which moto does not, and records them on the instances so DescribeInstances shows them.
+  (DescribeCapacityReservations with ``tag:`` filters, targeting in RunInstances,
+  ``ReservationCapacityExceeded``), which moto does not, and records them on the instances so
+  DescribeInstances shows them;
+- sells the Capacity Blocks :class:`broker_sandbox.aws_market.AwsMarket` offers
+  (``PurchaseCapacityBlock``: ``CapacityBlockOfferingId`` and ``InstancePlatform`` required,
+  ``TagSpecification`` of type ``capacity-reservation``; an id it never offered is
+  ``InvalidCapacityBlockOfferingId.NotFound``). The block is a ``capacity-block`` reservation whose
+  state follows :attr:`AwsCloud.clock`: ``scheduled`` (available count 0) until its start date,
+  ``active`` until its end date, ``expired`` after.
 
 Spot interruption (:meth:`AwsCloud.interrupt`) terminates the instance in moto's backend with the
 state reason EC2 gives a reclaimed spot instance (``Server.SpotInstanceTermination``).
@@ -105,6 +112,16 @@ class _Reservation:
     total: int
     reservation_type: str = "default"
     tags: dict[str, str] = field(default_factory=dict)
+    start: float = 0.0  # a Capacity Block's start and end dates (epoch s); 0 = always active
+    end: float = 0.0
+    offering_id: str = ""
+
+    def state(self, now: float) -> str:
+        if self.start and now < self.start:
+            return "scheduled"
+        if self.end and now >= self.end:
+            return "expired"
+        return "active"
 
 
 class AwsCloud:
@@ -126,6 +143,7 @@ class AwsCloud:
         from broker_sandbox.aws_market import AwsMarket
 
         self.market = AwsMarket()  # pricing, service quotas, spot history and scores (moto lacks them)
+        self.clock = time.time  # what Capacity Block states are judged by (a test may move it)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -192,6 +210,7 @@ class AwsCloud:
             self._groups.clear()
             self._reservations.clear()
             self._tokens.clear()
+            self.clock = time.time
         self.market.reset()
 
     def __enter__(self) -> "AwsCloud":
@@ -354,6 +373,11 @@ class AwsCloud:
             self._reservations[rid] = _Reservation(rid, region, instance_type, zone, count, reservation_type)
         return rid
 
+    def capacity_blocks(self) -> list[_Reservation]:
+        """The Capacity Blocks bought (PurchaseCapacityBlock), oldest first."""
+        with self._lock:
+            return [r for r in self._reservations.values() if r.offering_id]
+
     def interrupt(self, instance_id: str) -> None:
         """Reclaim a spot instance the way EC2 reports it."""
         from moto.ec2.models.instances import StateReason
@@ -371,6 +395,11 @@ class AwsCloud:
     def _record(self, call: Call) -> None:
         with self._lock:
             self._calls.append(call)
+
+    def _available(self, r: _Reservation) -> int:
+        if r.state(self.clock()) != "active":
+            return 0  # a block shows no capacity before its start, nor after its end
+        return max(0, r.total - self._used(r.id))
 
     def _used(self, reservation_id: str) -> int:
         return sum(1 for i in self.instances()
@@ -406,6 +435,28 @@ def _indexed(params: dict[str, str], prefix: str) -> list[str]:
         out.append(params[f"{prefix}.{n}"])
         n += 1
     return out
+
+
+def _filters(params: dict[str, str]) -> dict[str, set[str]]:
+    """``Filter.N.Name`` / ``Filter.N.Value.M`` of a query as {name: values}."""
+    out: dict[str, set[str]] = {}
+    n = 1
+    while f"Filter.{n}.Name" in params:
+        out[params[f"Filter.{n}.Name"]] = set(_indexed(params, f"Filter.{n}.Value"))
+        n += 1
+    return out
+
+
+def _reservation_field(r: _Reservation, now: float, name: str) -> str:
+    """What a DescribeCapacityReservations filter ``name`` matches of ``r`` (EC2's filter names)."""
+    if name.startswith("tag:"):
+        return r.tags.get(name[4:], "\0")
+    return {"instance-type": r.instance_type, "availability-zone": r.zone, "state": r.state(now),
+            "reservation-type": r.reservation_type}.get(name, "\0")
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(ts))
 
 
 def _spec_tags(params: dict[str, str], resource_type: str) -> dict[str, str]:
@@ -667,14 +718,18 @@ class _Front:
             return 200, xml, _xml(action, "<return>true</return>")
         if action == "DescribeCapacityReservations":
             ids = _indexed(p, "CapacityReservationId")
+            filters = _filters(p)
             with cloud._lock:
-                found = [r for r in cloud._reservations.values() if r.region == region and (not ids or r.id in ids)]
+                found = [r for r in cloud._reservations.values() if r.region == region and (not ids or r.id in ids)
+                         and all(_reservation_field(r, cloud.clock(), k) in v for k, v in filters.items())]
             missing = set(ids) - {r.id for r in found}
             if missing:
                 raise _Error("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{sorted(missing)[0]}' does not exist")
             items = "".join(f"<item>{self._reservation_xml(r)}</item>" for r in found)
             return 200, xml, _xml(action, f"<capacityReservationSet>{items}</capacityReservationSet>")
+        if action == "PurchaseCapacityBlock":
+            return self._purchase_capacity_block(region, p)
         if action == "RunInstances":
             return self._run_instances(region, p, environ)
         if cloud.market.handles_query(action, region):
@@ -685,15 +740,41 @@ class _Front:
         return (f"<groupName>{escape(g['GroupName'])}</groupName><strategy>{g['Strategy']}</strategy>"
                 f"<state>{g['State']}</state><groupId>{g['GroupId']}</groupId>{_tag_set(g['Tags'])}")
 
+    def _purchase_capacity_block(self, region: str, p: dict[str, str]) -> tuple[int, list, bytes]:
+        cloud = self.cloud
+        for name in ("CapacityBlockOfferingId", "InstancePlatform"):
+            if not p.get(name):
+                raise _Error("MissingParameter", f"The request must contain the parameter {name}")
+        if p["InstancePlatform"] not in ("Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Windows",
+                                         "Ubuntu Pro", "Linux with SQL Server Standard"):
+            raise _Error("InvalidParameterValue",
+                         f"The value ({p['InstancePlatform']}) for parameter InstancePlatform is invalid.")
+        oid = p["CapacityBlockOfferingId"]
+        offer = cloud.market.offering(oid)
+        if offer is None or not offer[0].startswith(region):
+            raise _Error("InvalidCapacityBlockOfferingId.NotFound", f"The Capacity Block offering ID '{oid}' does not exist")
+        zone, itype, start, hours, count, _fee = offer
+        if start + hours * 3600 <= cloud.clock():
+            raise _Error("InvalidCapacityBlockOfferingId.NotFound", f"The Capacity Block offering ID '{oid}' has expired")
+        rid = f"cr-{uuid.uuid4().hex[:17]}"
+        r = _Reservation(rid, region, itype, zone, count, "capacity-block", _spec_tags(p, "capacity-reservation"),
+                         start, start + hours * 3600, oid)
+        with cloud._lock:
+            cloud._reservations[rid] = r
+        return 200, [("Content-Type", "text/xml")], _xml(
+            "PurchaseCapacityBlock", f"<capacityReservation>{self._reservation_xml(r)}</capacityReservation>")
+
     def _reservation_xml(self, r: _Reservation) -> str:
-        available = max(0, r.total - self.cloud._used(r.id))
+        available = self.cloud._available(r)
+        dates = (f"<startDate>{_iso(r.start)}</startDate><endDate>{_iso(r.end)}</endDate><endDateType>limited"
+                 f"</endDateType>" if r.start else "<endDateType>unlimited</endDateType>")
         return (f"<capacityReservationId>{r.id}</capacityReservationId><ownerId>{ACCOUNT_ID}</ownerId>"
                 f"<instanceType>{escape(r.instance_type)}</instanceType><instancePlatform>Linux/UNIX</instancePlatform>"
                 f"<availabilityZone>{r.zone}</availabilityZone><tenancy>default</tenancy>"
                 f"<totalInstanceCount>{r.total}</totalInstanceCount>"
-                f"<availableInstanceCount>{available}</availableInstanceCount><state>active</state>"
-                f"<instanceMatchCriteria>targeted</instanceMatchCriteria>"
-                f"<reservationType>{r.reservation_type}</reservationType>")
+                f"<availableInstanceCount>{available}</availableInstanceCount><state>{r.state(self.cloud.clock())}"
+                f"</state>{dates}<instanceMatchCriteria>targeted</instanceMatchCriteria>"
+                f"<reservationType>{r.reservation_type}</reservationType>{_tag_set(r.tags)}")
 
     def _run_instances(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
         cloud = self.cloud
@@ -732,7 +813,7 @@ class _Front:
                 if (reservation.reservation_type == "capacity-block") != (market == "capacity-block"):
                     raise _Error("InvalidParameterCombination",
                                  "Capacity Blocks are launched with the capacity-block market type.")
-                if count > reservation.total - cloud._used(target):
+                if count > cloud._available(reservation):
                     raise _Error("ReservationCapacityExceeded",
                                  "The requested number of instances exceeds the available capacity "
                                  "of the Capacity Reservation.")

@@ -154,6 +154,67 @@ class LaunchSpec:
     max_run_h: float = 0.0  # queued capacity: the longest the nodes may run (GCP maxRunDuration)
 
 
+@dataclass(frozen=True, slots=True)
+class BlockOrder:
+    """A Capacity Block to buy for one lease: the offering quoted (``offering_id``, sold for one
+    node), its zone, start and length, the nodes the lease needs, and the most the whole block
+    may cost (the quoted up-front fee x nodes: a dearer one is not bought)."""
+
+    offering_id: str
+    region: str
+    zone: str
+    instance_type: str
+    count: int
+    starts_at: float  # epoch seconds
+    duration_h: float
+    max_fee_micros: int
+
+
+class BlockState(str, enum.Enum):
+    """A bought Capacity Block's reservation state, as EC2 names it."""
+
+    PAYMENT_PENDING = "payment-pending"  # the up-front payment is being processed
+    SCHEDULED = "scheduled"  # paid; its start date is ahead
+    ACTIVE = "active"  # instances may be launched into it
+    EXPIRED = "expired"
+    PAYMENT_FAILED = "payment-failed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    OTHER = "other"  # a state this broker does not know: waited on like a scheduled one
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def over(self) -> bool:
+        """The block can no longer be launched into."""
+        return self in (BlockState.EXPIRED, BlockState.PAYMENT_FAILED, BlockState.CANCELLED, BlockState.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class BoughtBlock:
+    """A Capacity Block bought for a lease: its capacity reservation, where and when it runs."""
+
+    reservation_id: str
+    zone: str
+    state: BlockState
+    starts_at: float  # epoch seconds
+    ends_at: float
+    fee_micros: int = 0  # what was paid up front (0 when the cloud's answer does not say)
+
+
+@runtime_checkable
+class BlockBuyer(Protocol):
+    """A provider that sells queued capacity paid up front (AWS Capacity Blocks for ML).
+
+    ``buy_capacity_block`` is idempotent on ``lease_id`` (the block is tagged with it: a repeat
+    returns the block bought before); the purchase is final — a block is not refundable."""
+
+    def buy_capacity_block(self, order: BlockOrder, lease_id: str) -> BoughtBlock: ...
+
+    def capacity_block(self, region: str, reservation_id: str) -> BoughtBlock: ...
+
+
 class InstanceState(str, enum.Enum):
     PENDING = "pending"
     RUNNING = "running"

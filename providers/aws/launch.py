@@ -12,6 +12,7 @@ from typing import Any, Mapping, Self
 from providers.aws.client import _log
 from providers.aws.errors import PROVIDER, map_error
 from providers.aws.errors import AWS_ERRORS
+from providers.aws.blocks import CapacityBlocks
 from providers.aws.fabric import efa_interfaces, ensure_fabric_group, vpc_of
 from providers.aws.inventory import Ec2Inventory, _launch_order, placement_group_name
 from providers.base import (
@@ -48,7 +49,7 @@ def _price(micros: int) -> str:
     return format(Decimal(micros).scaleb(-6).normalize(), "f")
 
 
-class AwsProvider(Ec2Inventory):
+class AwsProvider(Ec2Inventory, CapacityBlocks):
     """:class:`providers.base.Provider` for AWS EC2."""
 
     @classmethod
