@@ -125,7 +125,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.rpc = Histogram("broker_rpc_duration_seconds", "gRPC handling time", ["method", "code"],
                              registry=self.registry,
-                             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
+                             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 120))
         self.loop = Histogram("broker_loop_duration_seconds", "Reconciler / autoscaler pass time", ["loop"],
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.reconcile_errors = Counter(

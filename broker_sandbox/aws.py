@@ -26,6 +26,13 @@ process; any process can talk to it at :attr:`AwsCloud.url` with real boto3 clie
 Spot interruption (:meth:`AwsCloud.interrupt`) terminates the instance in moto's backend with the
 state reason EC2 gives a reclaimed spot instance (``Server.SpotInstanceTermination``).
 
+A terminated instance stays listed for a while and is then forgotten, as EC2 does ("about an hour
+after termination"): moto would keep it for ever, and every DescribeInstances scans all it keeps.
+The retention is ``terminated_retention_s`` (default :data:`TERMINATED_RETENTION_S`, or the
+environment's ``SANDBOX_EC2_TERMINATED_RETENTION_S``); a soak shortens it. Once forgotten,
+DescribeInstances no longer lists the instance and TerminateInstances answers
+``InvalidInstanceID.NotFound`` for it.
+
 ``aws_cloud_server`` (session scope) starts one server; ``aws_cloud`` (function scope) sets fake
 credentials in the environment for the test only and resets the cloud afterwards.
 """
@@ -81,6 +88,11 @@ _STATUS = {
     "InvalidParameterValue": 400, "InvalidInstanceType": 400, "InvalidParameterCombination": 400,
     "InternalError": 500, "Unavailable": 503, "ServiceUnavailable": 503,
 }
+#: How long EC2 keeps listing a terminated instance: "about an hour after termination".
+TERMINATED_RETENTION_S = 3600.0
+#: The environment variable that sets :attr:`AwsCloud.terminated_retention_s` (seconds); not a
+#: ``BROKER_`` name, which a broker started from the same environment would refuse as no setting.
+RETENTION_ENV = "SANDBOX_EC2_TERMINATED_RETENTION_S"
 _CREDENTIAL_REGION = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/ec2/")
 
 
@@ -127,8 +139,15 @@ class _Reservation:
 class AwsCloud:
     """moto's EC2 on 127.0.0.1 with fault injection, a call log and the missing EC2 features."""
 
-    def __init__(self, slow_s: float = 2.0) -> None:
+    def __init__(self, slow_s: float = 2.0, terminated_retention_s: float | None = None) -> None:
         self.slow_s = self.default_slow_s = slow_s
+        if terminated_retention_s is None:
+            terminated_retention_s = float(os.environ.get(RETENTION_ENV) or TERMINATED_RETENTION_S)
+        if not terminated_retention_s >= 0:
+            raise ValueError(f"terminated_retention_s must be >= 0 seconds, not {terminated_retention_s!r}")
+        self.terminated_retention_s = self.default_terminated_retention_s = terminated_retention_s
+        self._terminated_at: dict[str, float] = {}  # instance id -> when it was seen terminated (monotonic)
+        self._swept_at = float("-inf")
         self.url = ""
         self._server: Any = None
         self._lock = threading.RLock()
@@ -198,18 +217,21 @@ class AwsCloud:
         self._saved_env.clear()
 
     def reset(self) -> None:
-        """Forget every resource, fault and logged call."""
+        """Forget every resource, fault and logged call; the tunables back to their defaults."""
         request = urllib.request.Request(f"{self.url}/moto-api/reset", data=b"", method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
         with self._lock:
             self.slow_s = self.default_slow_s
+            self.terminated_retention_s = self.default_terminated_retention_s
             self._faults.clear()
             self._rate = None
             self._calls.clear()
             self._groups.clear()
             self._reservations.clear()
             self._tokens.clear()
+            self._terminated_at.clear()
+            self._swept_at = float("-inf")
             self.clock = time.time
         self.market.reset()
 
@@ -386,9 +408,60 @@ class AwsCloud:
         if inst.lifecycle != "spot":
             raise ValueError(f"{instance_id} is not a spot instance; EC2 only interrupts spot capacity")
         inst.terminate()
+        self._terminated([instance_id])
         inst._reason = "Service initiated (spot instance termination)"
         inst.state_reason = StateReason("Server.SpotInstanceTermination: Spot instance termination",
                                         "Server.SpotInstanceTermination")
+
+    # -- forgetting terminated instances ---------------------------------------------------------
+
+    def _terminated(self, instance_ids: Iterable[str]) -> None:
+        """``instance_ids`` were terminated now: their retention starts."""
+        now = time.monotonic()
+        with self._lock:
+            for iid in instance_ids:
+                self._terminated_at.setdefault(iid, now)
+
+    def forget_terminated(self) -> int:
+        """Forget the instances terminated longer than the retention ago, as EC2 does; returns how
+        many. An instance terminated without a TerminateInstances (moto's own doing) starts its
+        retention when a sweep first sees it terminated."""
+        from moto.ec2.models.instances import Instance as MotoInstance
+
+        now = time.monotonic()
+        forgotten = 0
+        with self._lock:
+            self._swept_at = now
+            known: set[str] = set()
+            for _, backend in self._backends():
+                for rid, reservation in list(backend.reservations.items()):
+                    keep: list[MotoInstance] = []
+                    for inst in reservation.instances:
+                        known.add(inst.id)
+                        if inst.state != "terminated":
+                            keep.append(inst)
+                        elif now - self._terminated_at.setdefault(inst.id, now) < self.terminated_retention_s:
+                            keep.append(inst)
+                        else:
+                            backend.tags.pop(inst.id, None)
+                            self._terminated_at.pop(inst.id, None)
+                            forgotten += 1
+                    if len(keep) == len(reservation.instances):
+                        continue
+                    if keep:
+                        reservation.instances = keep  # a new list: a describe in flight keeps the old one
+                    else:
+                        backend.reservations.pop(rid, None)
+            for iid in set(self._terminated_at) - known:  # named by a TerminateInstances, never existed
+                del self._terminated_at[iid]
+        return forgotten
+
+    def _sweep(self) -> None:
+        """Forget expired terminated instances, at most a few times per retention (and per second)."""
+        with self._lock:
+            due = time.monotonic() - self._swept_at >= min(1.0, self.terminated_retention_s / 4)
+        if due:
+            self.forget_terminated()
 
     # -- request handling (called by _Front) ----------------------------------------------------
 
@@ -630,6 +703,7 @@ class _Front:
         region = match.group(1) if match else "us-east-1"
         call = Call(action, region, params)
         self.cloud._record(call)
+        self.cloud._sweep()
 
         fault = self.cloud._take_fault(f"{action} {path}")
         if fault is not None:
@@ -652,6 +726,8 @@ class _Front:
             status, headers, out = self._dispatch(action, region, params, environ)
         except _Error as e:
             status, headers, out = e.status, [("Content-Type", "text/xml")], _error(e.code, e.message)
+        if action == "TerminateInstances" and status == 200:
+            self.cloud._terminated(_indexed(params, "InstanceId"))
         if fault is not None and fault.kind == "slow":
             time.sleep(self.cloud.slow_s)
         return self._answer(call, start_response, status, headers, out)
@@ -829,6 +905,9 @@ class _Front:
                 if market == "capacity-block":
                     inst.lifecycle = "capacity-block"
                 inst.broker_network_interfaces = [dict(n) for n in nics]
+                if not nics:  # the primary interface EC2 made for it ends with it (moto would keep it)
+                    for nic in inst.nics.values():
+                        nic.delete_on_termination = True
                 if reservation is not None:
                     inst.capacity_reservation_id = reservation.id
                     inst.capacity_reservation_specification = {

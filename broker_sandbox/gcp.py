@@ -426,6 +426,8 @@ class FakeGcpCompute(GcpMarketMixin):
         with self._lock:
             self._instances: dict[tuple[str, str], dict] = {}  # (zone, name) → resource
             self._ops: dict[tuple[str, str], _Op] = {}  # (zone, op name) → op
+            self._open: dict[tuple[str, str], _Op] = {}  # the ops not DONE yet: each request ticks these
+            self._op_zones: set[str] = set()
             self._by_request: dict[tuple[str, str], str] = {}  # (zone, requestId) → op name
             self._reservations: dict[tuple[str, str], dict] = {}
             self._policies: dict[tuple[str, str], dict] = {}  # (region, name) → resource policy
@@ -639,14 +641,17 @@ class FakeGcpCompute(GcpMarketMixin):
         name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
         op = _Op(name, self.project, zone, op_type, target, target_id, request_id, seq=self._seq,
                  regional=regional, target_kind="resourcePolicies" if regional else "instances")
-        self._ops[(zone, name)] = op
+        self._ops[(zone, name)] = self._open[(zone, name)] = op
+        self._op_zones.add(zone)
         if request_id:
             self._by_request[(zone, request_id)] = name
         return op
 
     def _tick_all(self) -> None:
-        for op in list(self._ops.values()):
+        for key, op in list(self._open.items()):
             self._advance(op, step=False)
+            if op.status == "DONE":
+                del self._open[key]
 
     def _advance(self, op: _Op, step: bool) -> None:
         if op.status == "DONE":
@@ -801,7 +806,7 @@ class FakeGcpCompute(GcpMarketMixin):
         items: dict[str, dict] = {}
         for z, inst in page:
             items.setdefault(f"zones/{z}", {"instances": []})["instances"].append(inst)
-        for z in sorted({z for (z, _n) in self._instances} | {z for (z, _o) in self._ops}):
+        for z in sorted({z for (z, _n) in self._instances} | self._op_zones):
             items.setdefault(f"zones/{z}", {"warning": {
                 "code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope "
                 f"'zones/{z}' on this page.", "data": [{"key": "scope", "value": f"zones/{z}"}]}})
