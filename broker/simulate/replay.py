@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from array import array
 from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
@@ -98,7 +99,7 @@ class Replay:
         self.progress = progress
         self.events: list = []
         self.seq = 0
-        self.state = [NEW] * n
+        self.state = array("b", [NEW]) * n  # one byte per job
         self.wait = [0.0] * n
         self.pred = [0.0] * n
         self.onprem = Cluster(self.jobs, cfg, self.state, self.wait, self.push)
@@ -113,7 +114,7 @@ class Replay:
         self.no_offer: set[int] = set()
         self.held = [False] * n  # overdue and held by schedule first at some tick
         self.pool: list = []  # ranked heap of eligible pending jobs
-        self.in_pool = [False] * n
+        self.in_pool = array("b", bytes(n))
         self.ratio = policy.trigger.wait_runtime_ratio
         self.watch: dict[int, tuple[float, float]] = {}  # pending job: (wait target, pool bar)
         # series
