@@ -478,3 +478,88 @@ def test_cli_valid_empty_squeue_outputs_are_an_empty_queue(tmp_path):
         assert r.exit_code == 0, r.output
         doc = json.loads(r.stdout)
         assert doc["pending_jobs"] == 0 and doc["verdict"] == "healthy"
+
+
+# ----------------------------------------------------------------------------- exactly, at the edges
+from policies.causes import CauseKind  # noqa: E402
+
+
+def _busy_cluster():
+    """35 on-prem GPUs, 32 allocated (3 free on three nodes), and 23 GPUs of jobs too big for them."""
+    nodes = [node("g5", gpus=8, alloc=8), node("g4", gpus=1, alloc=0), node("g6", gpus=2, alloc=1),
+             node("g1", gpus=8, alloc=8), node("g2", gpus=8, alloc=8), node("g3", gpus=8, alloc=7)]
+    pending = [job("e1", 4, kind="eval", waited_s=5000), job("t1", 4, waited_s=4000),
+               job("t2", 5, kind="tuning", waited_s=3000), job("i1", 4, interruptible=True, waited_s=100),
+               job("t3", 6, waited_s=50)]
+    # g4 is idle (its sample does not count), g5 and g2 report nothing, g6 has one GPU allocated
+    # (its busier sample counts), g3 seven of eight (the seven busiest count)
+    samples = ([GpuSample("g4", 0, 99.0), GpuSample("g6", 0, 95.0), GpuSample("g6", 1, 10.0),
+                GpuSample("g1", 0, 90.0), GpuSample("g1", 1, 80.0)]
+               + [GpuSample("g3", i, 10.0 * i) for i in range(8)])
+    return snap(nodes, pending, samples=samples)
+
+
+def test_a_resource_bound_report_in_full():
+    d = diagnose(_busy_cluster(), now=NOW)
+    assert d.utilization == pytest.approx((95 + 90 + 80 + 70 + 60 + 50 + 40 + 30 + 20 + 10) / 10)
+    burst = "Burst the capacity-bound jobs to the cloud: interruptible ones to spot, the rest on-demand."
+    offload = ("Move tuning/eval/inference off the main queue (own partition with MIG or time-sliced GPUs, or "
+               "burst them): they are short and easy to place.")
+    checkpoint = ("Add checkpointing and mark these interruptible (comment broker:interruptible=1,checkpoint=MIN) "
+                  "so they can join a preemptible queue or run on spot.")
+    assert d.to_dict() == {
+        "verdict": "resource-bound", "allocation_rate": 0.9143, "utilization": 0.545,
+        "pending_gpus": 23, "pending_jobs": 5, "gpus_total": 35, "gpus_allocated": 32, "gpus_free": 3,
+        "signals": ["allocation 91% >= 90% and 23 GPUs of demand wait for capacity"],
+        "causes": [
+            {"kind": "capacity", "summary": "5 jobs (23 GPUs) waiting for GPUs: every GPU that could hold them "
+             "is allocated", "jobs": ["e1", "t1", "t2", "i1", "t3"], "nodes": [], "action": burst, "gpus": 23},
+            {"kind": "offloadable-work", "summary": "2 tuning/eval/inference jobs (9 GPUs) in the training "
+             "queue waiting for capacity", "jobs": ["e1", "t2"], "nodes": [], "action": offload, "gpus": 9},
+            {"kind": "not-interruptible", "summary": "2 training jobs (10 GPUs) waiting for capacity cannot be "
+             "preempted or run on spot (no interruptible/checkpoint hint)", "jobs": ["t1", "t3"], "nodes": [],
+             "action": checkpoint, "gpus": 10}],
+        "actions": [burst, offload, checkpoint],
+    }
+    assert d.capacity_jobs == {"e1", "t1", "t2", "i1", "t3"}
+    assert d.scheduling_causes() == "allocation 91% >= 90% and 23 GPUs of demand wait for capacity"
+
+
+def test_one_offloadable_job_of_one_gpu_is_said_in_the_singular():
+    d = diagnose(snap([node("g1", alloc=4)], [job("e", 1, kind="inference", waited_s=4000)]), now=NOW)
+    assert [(c.kind, c.summary, c.jobs, c.gpus) for c in d.causes] == [
+        ("capacity", "1 job (1 GPU) waiting for GPUs: every GPU that could hold them is allocated", ("e",), 1),
+        ("offloadable-work", "1 tuning/eval/inference job (1 GPU) in the training queue waiting for capacity",
+         ("e",), 1)]
+
+
+def test_scheduling_causes_take_the_first_signal_the_first_fixable_causes_and_each_fix_once():
+    K = CauseKind
+    causes = (Cause(K.DRAINED_NODES, "2 nodes drained", action="Repair them."),
+              Cause(K.CAPACITY, "capacity", action="Burst."),
+              Cause(K.FRAGMENTATION, "scattered", action="Pack."),
+              Cause(K.DOWN_NODES, "1 node down", action="Repair them."),
+              Cause(K.IDLE_ALLOCATED, "idle", action="Find idle jobs."))
+    d = Diagnosis("scheduling-bound", 0.5, None, 8, causes, signals=("low allocation", "second signal"))
+    assert d.scheduling_causes() == "low allocation; 2 nodes drained; scattered; 1 node down. Fix: Repair them. Pack."
+    assert d.scheduling_causes(limit=4) == ("low allocation; 2 nodes drained; scattered; 1 node down; idle. Fix: "
+                                            "Repair them. Pack. Find idle jobs.")
+    assert d.scheduling_causes(limit=1) == "low allocation; 2 nodes drained. Fix: Repair them."
+    assert Diagnosis("mixed", 0.5, None, 8, causes[1:2], signals=("s",)).scheduling_causes() == "s"
+
+
+def test_utilisation_rounds_as_a_fraction_and_causes_list_their_names():
+    d = Diagnosis("healthy", 0.123456, 12.34567, 0, (Cause(CauseKind.HELD, "held", ("a", "b"), ("n",), "x", 3),))
+    doc = d.to_dict()
+    assert (doc["allocation_rate"], doc["utilization"]) == (0.1235, 0.1235)
+    assert doc["causes"] == [{"kind": "held", "summary": "held", "jobs": ["a", "b"], "nodes": ["n"], "action": "x",
+                              "gpus": 3}]
+    assert doc["signals"] == [] and doc["actions"] == []
+
+
+@pytest.mark.parametrize("max_listed,names", [(0, ()), (1, ("a",)), (2, ("a", "b")), (5, ("a", "b", "c"))])
+def test_named_jobs_are_distinct_and_at_most_max_listed(max_listed, names):
+    nodes = [node("g1", alloc=4)]
+    pending = [job("a", 1, waited_s=30), job("b", 1, waited_s=20), job("c", 1, waited_s=10)]
+    d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=max_listed))
+    assert d.cause("capacity").jobs == names and d.cause("capacity").gpus == 3
