@@ -290,9 +290,22 @@ def test_wait_and_threshold_together_never_send_a_job_twice_and_the_threshold_co
 def test_a_job_too_big_for_what_is_left_is_skipped_for_a_smaller_one():
     cfg = TriggerConfig(pending_gpus_threshold=4, stabilization_s=0, wait_trigger=False, selection=SEL,
                         max_gpus_in_flight=4)
-    d, _ = evaluate(cfg, TriggerState(), 0, busy(16), [cand("big", gpus=8, waited=99, pred=1e4),
+    # 8 GPUs over the threshold; the first in rank needs 8, only 4 may go: the 4-GPU job goes
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(12), [cand("big", gpus=8, waited=99, pred=1e4),
                                                        cand("small", gpus=4, pred=1e4)], "resource-bound")
     assert d.job_ids == ("small",)
+
+
+@pytest.mark.parametrize("order", ["ranked", "fifo"])
+def test_a_numeric_class_label_is_read_as_the_priority_in_either_order(order):
+    cfg = TriggerConfig(threshold_trigger=False, order=order, burst_verdicts=(), selection=SEL, classes=URGENT)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("n", job_class="1500", pred=400)], "resource-bound")
+    assert d.job_ids == ("n",) and "(class urgent 5 min;" in d.reason
+    # no priority at all is not priority 0: a class from priority 0 up does not take it
+    floor = DEFAULT_CLASSES + (JobClass("floor", 300.0, min_priority=0),)
+    cfg = TriggerConfig(threshold_trigger=False, order=order, burst_verdicts=(), selection=SEL, classes=floor)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("n", pred=400)], "resource-bound")
+    assert d.action == HOLD
 
 
 def test_limit_reasons_name_the_limit_that_binds():
@@ -309,6 +322,9 @@ def test_limit_reasons_name_the_limit_that_binds():
     assert d.reason == ("did not burst, because the burst-rate limit is spent (4 of 12 GPUs/h left, the smallest "
                         "job needs 8)")
     assert d.wake_at == pytest.approx(100 + 4 * 300)
+    d, _ = evaluate(cfg, TriggerState(tokens=7.25, tokens_at=100.0), 100, busy(8, cloud=8),
+                    [cand("j", gpus=8, waited=5000, pred=5000)], "resource-bound")
+    assert d.wake_at == pytest.approx(100 + 0.75 * 300)  # a fraction of a GPU to wait for
     # a job bigger than the whole bucket never fits: no wake-up is promised for it
     d, _ = evaluate(cfg, TriggerState(), 0, busy(16), [cand("huge", gpus=16, waited=5000, pred=5000)],
                     "resource-bound")
@@ -363,12 +379,13 @@ def test_a_burst_names_each_trigger_and_its_verdict_and_carries_the_scale_in():
     cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, scale_in_idle_s=300, selection=SEL)
     a = cand("a", waited=5000, pred=5000)
     b = cand("b", pred=3000)
-    sig = busy(16, idle=[("cloud-2", 10.0), ("cloud-1", 0.0)])
+    sig = busy(16, idle=[("cloud-2", 10.0), ("cloud-1", 0.0), ("cloud-3", 200.0)])
     d, _ = evaluate(cfg, TriggerState(), 310, sig, [a, b], Verdict.MIXED)
+    assert d.job_ids == ("a", "b")
     assert d == Decision(BURST, d.jobs, ("cloud-2", "cloud-1"),
                          "burst 2 job(s), 16 GPUs, because the wait exceeds the wait target (class default 4.0 h"
                          + TARGETS + " and 16 GPUs pending stayed over the threshold of 0 for 0 s on a mixed queue",
-                         "wait+threshold", None, 1)
+                         "wait+threshold", 500.0, 1)
 
 
 def test_scale_in_at_exactly_the_idle_window_with_nothing_else_to_wake_for():
