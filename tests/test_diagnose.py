@@ -563,3 +563,50 @@ def test_named_jobs_are_distinct_and_at_most_max_listed(max_listed, names):
     pending = [job("a", 1, waited_s=30), job("b", 1, waited_s=20), job("c", 1, waited_s=10)]
     d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=max_listed))
     assert d.cause("capacity").jobs == names and d.cause("capacity").gpus == 3
+
+
+def test_each_waiting_job_is_placed_by_its_own_shape():
+    # the first job fits nowhere, even on an empty cluster; the next would fit there: capacity
+    full = [node("g1", alloc=4), node("g2", alloc=4)]
+    d = diagnose(snap(full, [job("giant", 16, waited_s=900), job("four", 4, waited_s=100)]), now=NOW)
+    assert d.cause("no-onprem-fit").jobs == ("giant",) and d.cause("capacity").jobs == ("four",)
+    # a big job refused by the free GPUs does not stop a small one from fitting them
+    part = [node("g1", alloc=2), node("g2", alloc=4)]
+    d = diagnose(snap(part, [job("big", 4, waited_s=900), job("small", 1, waited_s=100)]), now=NOW)
+    assert d.cause("capacity").jobs == ("big",) and d.cause("reserved-capacity").jobs == ("small",)
+    # a job no node could hold does not stop a smaller one the drained node would
+    drained = [node("g1", alloc=4), node("g2", state="drain", reason="psu")]
+    d = diagnose(snap(drained, [job("huge", 6, waited_s=900), job("two", 2, waited_s=100)]), now=NOW)
+    assert d.cause("no-onprem-fit").jobs == ("huge",) and d.cause("drained-nodes").jobs == ("two",)
+
+
+def test_a_job_the_down_node_would_hold_is_the_down_nodes_cause():
+    nodes = [node("g1", alloc=4), node("g2", state="down", reason="not responding")]
+    d = diagnose(snap(nodes, [job("two", 2)]), now=NOW)
+    assert d.cause("down-nodes").jobs == ("two",) and d.cause("drained-nodes") is None
+
+
+def test_node_causes_count_gpu_nodes_and_the_gpus_they_take_out_of_service():
+    nodes = [node("g1", alloc=4), node("g2", gpus=1, state="drain", reason="psu"),
+             node("g3", gpus=4, alloc=3, state="drain"), node("cpu1", gpus=0, state="drain", reason="bios"),
+             node("g4", gpus=2, state="down")]
+    d = diagnose(snap(nodes), now=NOW)
+    dr, dn = d.cause("drained-nodes"), d.cause("down-nodes")
+    assert (dr.summary, dr.nodes, dr.gpus) == ("2 nodes drained with 2 GPUs out of service (g2: psu)",
+                                               ("g2", "g3"), 2)
+    assert (dn.summary, dn.nodes, dn.gpus) == ("1 node down with 2 GPUs out of service", ("g4",), 2)
+    assert dr.jobs == () and dn.jobs == ()
+
+
+def test_a_job_waiting_for_nodes_neither_drained_nor_down_is_not_blamed_on_them():
+    nodes = [node("g1", alloc=4), node("g2", state="down")]
+    d = diagnose(snap(nodes, [job("p", 1, reason="ReqNodeNotAvail, UnavailableNodes:g7")]), now=NOW)
+    assert d.cause("unavailable-nodes").jobs == ("p",) and d.cause("down-nodes").jobs == ()
+
+
+def test_two_hinted_gangs_are_two_causes():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    running = [RunningJob("a0", 4, nodes=("g1",)), RunningJob("b0", 4, nodes=("g2",))]
+    d = diagnose(snap(nodes, [job("a1", 4), job("b1", 4)], running,
+                      extra={"gangs": {"ddp-a": ["a0", "a1"], "ddp-b": ["b0", "b1"]}}), now=NOW)
+    assert sorted(c.jobs for c in d.causes if c.kind == "half-allocated-gang") == [("a0", "a1"), ("b0", "b1")]
