@@ -492,8 +492,9 @@ def _busy_cluster():
                job("t2", 5, kind="tuning", waited_s=3000), job("i1", 4, interruptible=True, waited_s=100),
                job("t3", 6, waited_s=50)]
     # g4 is idle (its sample does not count), g5 and g2 report nothing, g6 has one GPU allocated
-    # (its busier sample counts), g3 seven of eight (the seven busiest count)
-    samples = ([GpuSample("g4", 0, 99.0), GpuSample("g6", 0, 95.0), GpuSample("g6", 1, 10.0),
+    # (its busier sample counts), g3 seven of eight (the seven busiest count); a sample from a
+    # node the snapshot does not list counts only when no known node has one
+    samples = ([GpuSample("ghost", 0, 0.0), GpuSample("g4", 0, 99.0), GpuSample("g6", 0, 95.0), GpuSample("g6", 1, 10.0),
                 GpuSample("g1", 0, 90.0), GpuSample("g1", 1, 80.0)]
                + [GpuSample("g3", i, 10.0 * i) for i in range(8)])
     return snap(nodes, pending, samples=samples)
