@@ -156,6 +156,10 @@ def test_the_reason_gives_every_figure_an_operator_checks():
         "us-central1, $2.50/GPU-h) $700,800/yr, hybrid (own 48 GPUs, burst the rest on demand) $563,072/yr; "
         "owning pays above 49 % utilisation (break-even: on demand 30 %, committed 1y 49 %). Rule of thumb "
         "(>= 60 % build, <= 40 % rent): hybrid, which agrees.")
+    # power: 8 servers x 10 kW x PUE 1.5 x 8760 h x 0.1 $ = 105,120 $ at full use; 40 % of it idle,
+    # the other 60 % x 50 % utilisation
+    assert a.onprem_lines == pytest.approx({"capex_amortised": 480_000, "power": 0.4 * 105_120 + 0.6 * 105_120 * 0.5,
+                                            "staff": 100_000, "facility": 40_000})
     a = advise(spec(gpus=4), 0.05, {"on_demand": OD}, build_at=0.9, rent_at=0.02)
     assert a.reason == (
         "rent: at 5 % utilisation owning costs $205,650/yr, renting on demand (aws p5.48xlarge us-east-1, "
