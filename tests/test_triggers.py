@@ -423,3 +423,19 @@ def test_snapshot_signals_default_to_nothing_in_flight_and_list_idle_nodes_by_na
     assert sig == Signals(8, 8, 8, 3, (("a", 1.0), ("z", 2.0)))
     # predictions that name none of the jobs: every job gets the queue's own estimate
     assert candidates_from_snapshot(snap, {"other": 1.0}) == candidates_from_snapshot(snap)
+
+
+def test_eligibility_uses_the_configured_selection_thresholds():
+    # 100 s of runtime: over the configured start-up of 60 s, under the default 120 s
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("short", runtime=100, pred=1000)], "resource-bound")
+    assert d.job_ids == ("short",)
+    d, _ = evaluate(TriggerConfig(threshold_trigger=False), TriggerState(), 0, busy(8),
+                    [cand("short", runtime=100, pred=1000)], "resource-bound")
+    assert d.action == HOLD
+
+
+def test_the_scheduling_causes_are_quoted_whole_less_their_closing_stop():
+    d, _ = evaluate(TriggerConfig(), TriggerState(), 0, busy(16, allocated=100), [], "scheduling-bound",
+                    scheduling_causes="1 node drained. Fix: Resume node gX. ")
+    assert d.reason == "did not burst, because scheduling-bound: 1 node drained. Fix: Resume node gX"
