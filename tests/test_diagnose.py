@@ -611,3 +611,41 @@ def test_two_hinted_gangs_are_two_causes():
     d = diagnose(snap(nodes, [job("a1", 4), job("b1", 4)], running,
                       extra={"gangs": {"ddp-a": ["a0", "a1"], "ddp-b": ["b0", "b1"]}}), now=NOW)
     assert sorted(c.jobs for c in d.causes if c.kind == "half-allocated-gang") == [("a0", "a1"), ("b0", "b1")]
+
+
+def test_what_an_operator_reads_for_a_fragmented_queue_with_low_history():
+    nodes = [node("g1", alloc=2), node("g2", alloc=2), node("g3", alloc=3)]  # 12 GPUs, 7 allocated
+    pending = [job("x1", 4, exclusive=True, waited_s=4000), job("m1", 4, waited_s=3000), job("m2", 3, waited_s=2000)]
+    d = diagnose(snap(nodes, pending), [(NOW - 600 * i, 0.4) for i in range(1, 6)], now=NOW)
+    assert d.verdict == "scheduling-bound"
+    assert d.signals == ("allocation 58% persistently under 70% with 11 GPUs waiting",
+                         "11 of 11 waiting GPUs are held up by scheduling, not capacity")
+    assert [c.summary for c in d.causes] == [
+        "1 whole-node (--exclusive) request and 2 multi-GPU requests (11 GPUs) wait while 5 GPUs are free, "
+        "scattered over 3 nodes none of which can hold them alone"]
+    assert d.actions[0] == ("Fix scheduling before buying capacity: bursting would not start most of the "
+                            "waiting GPUs.")
+
+
+def test_what_an_operator_reads_for_idle_allocations_beside_a_half_started_gang():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4), node("g3", alloc=4)]
+    running = [RunningJob("r1", 4, nodes=("g1",)), RunningJob("w0", 4, nodes=("g2",)),
+               RunningJob("r3", 4, nodes=("g3",))]
+    samples = ([GpuSample("g1", i, 3.0) for i in range(4)] + [GpuSample("g2", i, 95.0) for i in range(4)]
+               + [GpuSample("g3", i, 97.0) for i in range(4)])
+    d = diagnose(snap(nodes, [job("w1", 4, waited_s=3000), job("c1", 2, waited_s=100)], running, samples,
+                      extra={"gangs": {"ddp": ["w0", "w1"]}}), now=NOW)
+    assert d.verdict == "mixed"
+    assert d.signals == ("allocation 100% >= 90% and 6 GPUs of demand wait for capacity",
+                         "8 allocated GPUs idle or held by half-started gangs")
+    assert [(c.kind, c.summary, c.gpus) for c in d.causes] == [
+        ("idle-allocated", "4 allocated GPUs on 1 node run under 30 % utilisation (g1 3 %)", 4),
+        ("half-allocated-gang", "gang ddp: 1 member run holding 4 GPUs while 1 member wait", 4),
+        ("capacity", "2 jobs (6 GPUs) waiting for GPUs: every GPU that could hold them is allocated", 6),
+        ("not-interruptible", "2 training jobs (6 GPUs) waiting for capacity cannot be preempted or run on spot "
+         "(no interruptible/checkpoint hint)", 6)]
+    assert d.actions[:2] == (
+        "Right-size GPU requests, share GPUs (MIG or time-slicing) for light jobs, and move tuning/eval/inference "
+        "off the main training queue.",
+        "Gang-schedule these jobs (submit them as one job or heterogeneous job), or stop the started part until "
+        "the rest can run.")
