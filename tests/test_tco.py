@@ -302,3 +302,27 @@ def test_sacct_window_without_start_columns_is_the_longest_job_and_errors_say_wh
         sacct_usage("JobID|Elapsed\n1|00:10:00\n", "acct.txt")
     assert str(e.value) == ("acct.txt line 1 lacks column(s) AllocTRES (export with sacct --parsable2 "
                             "--format=JobID,AllocTRES,Elapsed,Start,End)")
+
+
+def test_the_hybrid_rents_on_demand_what_its_servers_cannot_hold():
+    # build band at 100 %: own the whole servers 55 % of 64 GPUs fill (4 servers, 32 GPUs, fully
+    # used) and rent the other 3.2 GPUs' hours on demand, even with a cheaper commitment on offer
+    a = advise(spec(), 0.55, {"on_demand": OD, "committed_1y": C1Y}, build_at=1.0, rent_at=0.4)
+    own32 = spec(gpus=32).cost_per_year(1.0)
+    assert a.costs["hybrid"]["1y"] == pytest.approx(own32 + (0.55 * 64 - 32) * HOURS_PER_YEAR * 4.0)
+    assert "hybrid (own 32 GPUs, burst the rest on demand)" in a.reason
+
+
+def test_sacct_window_reads_the_end_column_and_its_missing_values():
+    u = sacct_usage("JobID|AllocTRES|Elapsed|Start|End\n"
+                    "1|gres/gpu=1|01:00:00|2026-03-01T00:00:00|2026-03-01T05:00:00\n"  # suspended: ends late
+                    "2|gres/gpu=1|01:00:00|2026-03-01T01:00:00|2026-03-01T02:00:00\n"
+                    "3|gres/gpu=1|00:30:00|2026-03-01T03:00:00|None\n")
+    assert u.window_s == 5 * 3600 and u.jobs == 3
+    with pytest.raises(ValueError) as e:
+        sacct_usage("")
+    assert str(e.value) == "sacct is empty"
+    with pytest.raises(ValueError) as e:
+        sacct_usage("JobID|Start\n1|x\n")
+    assert str(e.value).startswith("sacct line 1 lacks column(s) AllocTRES, Elapsed (export")
+    assert SacctUsage(50.0, 1, 1.0).utilization(100) == 0.5  # a one-second window is a window
