@@ -35,6 +35,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping
 import msgspec
 import structlog
 
+from broker.blocks import bought, launch_clock
 from broker.lease import LAUNCHING, LIVE, EventKind, Lease, LeaseState
 from broker.leader import NotLeader
 from broker.jobs import ENDED_JOB, running
@@ -310,13 +311,16 @@ class Reconciler:
               budget_reason: str | None = None) -> None:
         s = self.lc.settings
         age = now - lease.state_since
-        if lease.state in LAUNCHING and listed and now - lease.created_at >= s.provision_timeout_s:
-            # Timed from the lease's creation: resuming a launch (provisioning → requested →
-            # provisioning) restarts state_since, never this clock.
+        if lease.state in LAUNCHING and listed and now - launch_clock(lease) >= s.provision_timeout_s:
+            # Timed from the lease's creation (or the start of the Capacity Block bought for it):
+            # resuming a launch (provisioning → requested → provisioning) restarts state_since,
+            # never this clock.
             report.failed += 1
             lease = self.lc.drain(lease, f"launch did not finish within {s.provision_timeout_s:.0f} s")
             self.lc.finish_drain(lease)
             return
+        if lease.state is LeaseState.REQUESTED and bought(lease) and now < lease.starts_at:
+            return  # waiting for its Capacity Block to start
         if lease.state is LeaseState.REQUESTED:
             # A replacement is launched at once; any other request this old was abandoned by a
             # crash between its creation and its launch.
