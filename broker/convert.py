@@ -16,7 +16,8 @@ from broker.records import ExplicitOffer, Job, LaunchOrder
 from broker.times import as_of, iso
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # at run time imported where used: broker.jobs brings the store's SQL layer
+    from broker.jobs import JobReport
     from broker.quote import Quote
 
 MARKET_TO_PB = {"on_demand": pb.MARKET_ON_DEMAND, "spot": pb.MARKET_SPOT, "reserved": pb.MARKET_RESERVED,
@@ -205,7 +206,7 @@ def quote_from_pb(q: pb.Quote) -> dict[str, Any]:
 def job_to_pb(job: dict) -> pb.Job:
     return pb.Job(job_id=job.get("job_id", ""), owner=job.get("owner", ""), queue=job.get("queue", ""),
                   checkpoint_uri=job.get("checkpoint_uri", ""), dataset_uri=job.get("dataset_uri", ""),
-                  env=dict(job.get("env", {})), state=JOB_STATE_TO_PB.get(job.get("state", ""), 0),
+                  env=dict(job.get("env", {})), state=JOB_STATE_TO_PB.get(job.get("state", ""), pb.JOB_STATE_UNSPECIFIED),
                   restarts=int(job.get("restarts") or 0), max_restarts=int(job.get("max_restarts") or 0))
 
 
@@ -217,7 +218,7 @@ def job_view_from_pb(j: pb.Job) -> dict:
     return out
 
 
-def report_from_pb(m: pb.ReportJobRequest) -> "JobReport":  # noqa: F821 (imported below, at call time)
+def report_from_pb(m: pb.ReportJobRequest) -> JobReport:
     from broker.jobs import JobReport
 
     return JobReport(m.lease_id, m.job_id, JOB_STATE_FROM_PB.get(m.state, "unspecified"),

@@ -180,7 +180,7 @@ class Lifecycle:
             hourly_micros=target.hourly_micros, reservation=target.reservation,
             client_token=f"{lease_id}-1", attempt=0, quote_id=quote_id, offer_rank=offer_rank,
             bootstrap=bootstrap, job=job or Job(), demand=demand,
-            alternatives=tuple(alternatives) if demand is not None else (),
+            alternatives=tuple(alternatives),
             created_at=now, updated_at=now, state_since=now,
             max_lifetime_s=int(max_lifetime_s or self.settings.max_lifetime_s), replaces=replaces,
             job_state=job_state_of(job or Job()),

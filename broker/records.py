@@ -226,7 +226,8 @@ def plan_from(raw: Any) -> LaunchPlan:
 
 
 def plan_to_json(plan: LaunchPlan) -> str:
-    """The ``demand`` column for ``plan`` (``{}`` without a demand)."""
+    """The ``demand`` column for ``plan`` (``{}`` without a demand or alternatives; named
+    capacity with failover alternatives keeps only those)."""
     if plan.demand is None:
-        return "{}"
+        return encode({"alternatives": to_builtins(plan.alternatives)}) if plan.alternatives else "{}"
     return encode({**to_builtins(plan.demand), "alternatives": to_builtins(plan.alternatives)})

@@ -340,6 +340,9 @@ class Store:
                 conn.execute(insert(LeaseEventRecord.__table__).values(
                     lease_id=lease.lease_id, at=lease.created_at, kind=EventKind.STATE_CHANGED.value, from_state="",
                     to_state=LeaseState(lease.state).value, message=message, data="{}"))
+                # read back in the writing transaction: the row as stored, whatever another writer
+                # does to it once this one commits
+                created = self._read_leases(conn, select(t).where(t.c.lease_id == lease.lease_id))[0]
         except IntegrityError:
             with self.engine.connect() as conn:
                 existing = self._by_key(conn, lease.tenant, lease.idempotency_key)
@@ -347,7 +350,7 @@ class Store:
                 raise
             return existing, False
         self._notify()
-        return self.get_lease(lease.lease_id), True
+        return created, True
 
     def _by_key(self, conn, tenant: str, key: str) -> Lease | None:
         t = self._leases

@@ -478,3 +478,174 @@ def test_cli_valid_empty_squeue_outputs_are_an_empty_queue(tmp_path):
         assert r.exit_code == 0, r.output
         doc = json.loads(r.stdout)
         assert doc["pending_jobs"] == 0 and doc["verdict"] == "healthy"
+
+
+# ----------------------------------------------------------------------------- exactly, at the edges
+from policies.causes import CauseKind  # noqa: E402
+
+
+def _busy_cluster():
+    """35 on-prem GPUs, 32 allocated (3 free on three nodes), and 23 GPUs of jobs too big for them."""
+    nodes = [node("g5", gpus=8, alloc=8), node("g4", gpus=1, alloc=0), node("g6", gpus=2, alloc=1),
+             node("g1", gpus=8, alloc=8), node("g2", gpus=8, alloc=8), node("g3", gpus=8, alloc=7)]
+    pending = [job("e1", 4, kind="eval", waited_s=5000), job("t1", 4, waited_s=4000),
+               job("t2", 5, kind="tuning", waited_s=3000), job("i1", 4, interruptible=True, waited_s=100),
+               job("t3", 6, waited_s=50)]
+    # g4 is idle (its sample does not count), g5 and g2 report nothing, g6 has one GPU allocated
+    # (its busier sample counts), g3 seven of eight (the seven busiest count); a sample from a
+    # node the snapshot does not list counts only when no known node has one
+    samples = ([GpuSample("ghost", 0, 0.0), GpuSample("g4", 0, 99.0), GpuSample("g6", 0, 95.0), GpuSample("g6", 1, 10.0),
+                GpuSample("g1", 0, 90.0), GpuSample("g1", 1, 80.0)]
+               + [GpuSample("g3", i, 10.0 * i) for i in range(8)])
+    return snap(nodes, pending, samples=samples)
+
+
+def test_a_resource_bound_report_in_full():
+    d = diagnose(_busy_cluster(), now=NOW)
+    assert d.utilization == pytest.approx((95 + 90 + 80 + 70 + 60 + 50 + 40 + 30 + 20 + 10) / 10)
+    burst = "Burst the capacity-bound jobs to the cloud: interruptible ones to spot, the rest on-demand."
+    offload = ("Move tuning/eval/inference off the main queue (own partition with MIG or time-sliced GPUs, or "
+               "burst them): they are short and easy to place.")
+    checkpoint = ("Add checkpointing and mark these interruptible (comment broker:interruptible=1,checkpoint=MIN) "
+                  "so they can join a preemptible queue or run on spot.")
+    assert d.to_dict() == {
+        "verdict": "resource-bound", "allocation_rate": 0.9143, "utilization": 0.545,
+        "pending_gpus": 23, "pending_jobs": 5, "gpus_total": 35, "gpus_allocated": 32, "gpus_free": 3,
+        "signals": ["allocation 91% >= 90% and 23 GPUs of demand wait for capacity"],
+        "causes": [
+            {"kind": "capacity", "summary": "5 jobs (23 GPUs) waiting for GPUs: every GPU that could hold them "
+             "is allocated", "jobs": ["e1", "t1", "t2", "i1", "t3"], "nodes": [], "action": burst, "gpus": 23},
+            {"kind": "offloadable-work", "summary": "2 tuning/eval/inference jobs (9 GPUs) in the training "
+             "queue waiting for capacity", "jobs": ["e1", "t2"], "nodes": [], "action": offload, "gpus": 9},
+            {"kind": "not-interruptible", "summary": "2 training jobs (10 GPUs) waiting for capacity cannot be "
+             "preempted or run on spot (no interruptible/checkpoint hint)", "jobs": ["t1", "t3"], "nodes": [],
+             "action": checkpoint, "gpus": 10}],
+        "actions": [burst, offload, checkpoint],
+    }
+    assert d.capacity_jobs == {"e1", "t1", "t2", "i1", "t3"}
+    assert d.scheduling_causes() == "allocation 91% >= 90% and 23 GPUs of demand wait for capacity"
+
+
+def test_one_offloadable_job_of_one_gpu_is_said_in_the_singular():
+    d = diagnose(snap([node("g1", alloc=4)], [job("e", 1, kind="inference", waited_s=4000)]), now=NOW)
+    assert [(c.kind, c.summary, c.jobs, c.gpus) for c in d.causes] == [
+        ("capacity", "1 job (1 GPU) waiting for GPUs: every GPU that could hold them is allocated", ("e",), 1),
+        ("offloadable-work", "1 tuning/eval/inference job (1 GPU) in the training queue waiting for capacity",
+         ("e",), 1)]
+
+
+def test_scheduling_causes_take_the_first_signal_the_first_fixable_causes_and_each_fix_once():
+    K = CauseKind
+    causes = (Cause(K.DRAINED_NODES, "2 nodes drained", action="Repair them."),
+              Cause(K.CAPACITY, "capacity", action="Burst."),
+              Cause(K.FRAGMENTATION, "scattered", action="Pack."),
+              Cause(K.DOWN_NODES, "1 node down", action="Repair them."),
+              Cause(K.IDLE_ALLOCATED, "idle", action="Find idle jobs."))
+    d = Diagnosis("scheduling-bound", 0.5, None, 8, causes, signals=("low allocation", "second signal"))
+    assert d.scheduling_causes() == "low allocation; 2 nodes drained; scattered; 1 node down. Fix: Repair them. Pack."
+    assert d.scheduling_causes(limit=4) == ("low allocation; 2 nodes drained; scattered; 1 node down; idle. Fix: "
+                                            "Repair them. Pack. Find idle jobs.")
+    assert d.scheduling_causes(limit=1) == "low allocation; 2 nodes drained. Fix: Repair them."
+    assert Diagnosis("mixed", 0.5, None, 8, causes[1:2], signals=("s",)).scheduling_causes() == "s"
+
+
+def test_utilisation_rounds_as_a_fraction_and_causes_list_their_names():
+    d = Diagnosis("healthy", 0.123456, 12.34567, 0, (Cause(CauseKind.HELD, "held", ("a", "b"), ("n",), "x", 3),))
+    doc = d.to_dict()
+    assert (doc["allocation_rate"], doc["utilization"]) == (0.1235, 0.1235)
+    assert doc["causes"] == [{"kind": "held", "summary": "held", "jobs": ["a", "b"], "nodes": ["n"], "action": "x",
+                              "gpus": 3}]
+    assert doc["signals"] == [] and doc["actions"] == []
+
+
+@pytest.mark.parametrize("max_listed,names", [(0, ()), (1, ("a",)), (2, ("a", "b")), (5, ("a", "b", "c"))])
+def test_named_jobs_are_distinct_and_at_most_max_listed(max_listed, names):
+    nodes = [node("g1", alloc=4)]
+    pending = [job("a", 1, waited_s=30), job("b", 1, waited_s=20), job("c", 1, waited_s=10)]
+    d = diagnose(snap(nodes, pending), now=NOW, thresholds=DiagnoseConfig(max_listed=max_listed))
+    assert d.cause("capacity").jobs == names and d.cause("capacity").gpus == 3
+
+
+def test_each_waiting_job_is_placed_by_its_own_shape():
+    # the first job fits nowhere, even on an empty cluster; the next would fit there: capacity
+    full = [node("g1", alloc=4), node("g2", alloc=4)]
+    d = diagnose(snap(full, [job("giant", 16, waited_s=900), job("four", 4, waited_s=100)]), now=NOW)
+    assert d.cause("no-onprem-fit").jobs == ("giant",) and d.cause("capacity").jobs == ("four",)
+    # a big job refused by the free GPUs does not stop a small one from fitting them
+    part = [node("g1", alloc=2), node("g2", alloc=4)]
+    d = diagnose(snap(part, [job("big", 4, waited_s=900), job("small", 1, waited_s=100)]), now=NOW)
+    assert d.cause("capacity").jobs == ("big",) and d.cause("reserved-capacity").jobs == ("small",)
+    # a job no node could hold does not stop a smaller one the drained node would
+    drained = [node("g1", alloc=4), node("g2", state="drain", reason="psu")]
+    d = diagnose(snap(drained, [job("huge", 6, waited_s=900), job("two", 2, waited_s=100)]), now=NOW)
+    assert d.cause("no-onprem-fit").jobs == ("huge",) and d.cause("drained-nodes").jobs == ("two",)
+
+
+def test_a_job_the_down_node_would_hold_is_the_down_nodes_cause():
+    nodes = [node("g1", alloc=4), node("g2", state="down", reason="not responding")]
+    d = diagnose(snap(nodes, [job("two", 2)]), now=NOW)
+    assert d.cause("down-nodes").jobs == ("two",) and d.cause("drained-nodes") is None
+
+
+def test_node_causes_count_gpu_nodes_and_the_gpus_they_take_out_of_service():
+    nodes = [node("g1", alloc=4), node("g2", gpus=1, state="drain", reason="psu"),
+             node("g3", gpus=4, alloc=3, state="drain"), node("cpu1", gpus=0, state="drain", reason="bios"),
+             node("g4", gpus=2, state="down")]
+    d = diagnose(snap(nodes), now=NOW)
+    dr, dn = d.cause("drained-nodes"), d.cause("down-nodes")
+    assert (dr.summary, dr.nodes, dr.gpus) == ("2 nodes drained with 2 GPUs out of service (g2: psu)",
+                                               ("g2", "g3"), 2)
+    assert (dn.summary, dn.nodes, dn.gpus) == ("1 node down with 2 GPUs out of service", ("g4",), 2)
+    assert dr.jobs == () and dn.jobs == ()
+
+
+def test_a_job_waiting_for_nodes_neither_drained_nor_down_is_not_blamed_on_them():
+    nodes = [node("g1", alloc=4), node("g2", state="down")]
+    d = diagnose(snap(nodes, [job("p", 1, reason="ReqNodeNotAvail, UnavailableNodes:g7")]), now=NOW)
+    assert d.cause("unavailable-nodes").jobs == ("p",) and d.cause("down-nodes").jobs == ()
+
+
+def test_two_hinted_gangs_are_two_causes():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4)]
+    running = [RunningJob("a0", 4, nodes=("g1",)), RunningJob("b0", 4, nodes=("g2",))]
+    d = diagnose(snap(nodes, [job("a1", 4), job("b1", 4)], running,
+                      extra={"gangs": {"ddp-a": ["a0", "a1"], "ddp-b": ["b0", "b1"]}}), now=NOW)
+    assert sorted(c.jobs for c in d.causes if c.kind == "half-allocated-gang") == [("a0", "a1"), ("b0", "b1")]
+
+
+def test_what_an_operator_reads_for_a_fragmented_queue_with_low_history():
+    nodes = [node("g1", alloc=2), node("g2", alloc=2), node("g3", alloc=3)]  # 12 GPUs, 7 allocated
+    pending = [job("x1", 4, exclusive=True, waited_s=4000), job("m1", 4, waited_s=3000), job("m2", 3, waited_s=2000)]
+    d = diagnose(snap(nodes, pending), [(NOW - 600 * i, 0.4) for i in range(1, 6)], now=NOW)
+    assert d.verdict == "scheduling-bound"
+    assert d.signals == ("allocation 58% persistently under 70% with 11 GPUs waiting",
+                         "11 of 11 waiting GPUs are held up by scheduling, not capacity")
+    assert [c.summary for c in d.causes] == [
+        "1 whole-node (--exclusive) request and 2 multi-GPU requests (11 GPUs) wait while 5 GPUs are free, "
+        "scattered over 3 nodes none of which can hold them alone"]
+    assert d.actions[0] == ("Fix scheduling before buying capacity: bursting would not start most of the "
+                            "waiting GPUs.")
+
+
+def test_what_an_operator_reads_for_idle_allocations_beside_a_half_started_gang():
+    nodes = [node("g1", alloc=4), node("g2", alloc=4), node("g3", alloc=4)]
+    running = [RunningJob("r1", 4, nodes=("g1",)), RunningJob("w0", 4, nodes=("g2",)),
+               RunningJob("r3", 4, nodes=("g3",))]
+    samples = ([GpuSample("g1", i, 3.0) for i in range(4)] + [GpuSample("g2", i, 95.0) for i in range(4)]
+               + [GpuSample("g3", i, 97.0) for i in range(4)])
+    d = diagnose(snap(nodes, [job("w1", 4, waited_s=3000), job("c1", 2, waited_s=100)], running, samples,
+                      extra={"gangs": {"ddp": ["w0", "w1"]}}), now=NOW)
+    assert d.verdict == "mixed"
+    assert d.signals == ("allocation 100% >= 90% and 6 GPUs of demand wait for capacity",
+                         "8 allocated GPUs idle or held by half-started gangs")
+    assert [(c.kind, c.summary, c.gpus) for c in d.causes] == [
+        ("idle-allocated", "4 allocated GPUs on 1 node run under 30 % utilisation (g1 3 %)", 4),
+        ("half-allocated-gang", "gang ddp: 1 member run holding 4 GPUs while 1 member wait", 4),
+        ("capacity", "2 jobs (6 GPUs) waiting for GPUs: every GPU that could hold them is allocated", 6),
+        ("not-interruptible", "2 training jobs (6 GPUs) waiting for capacity cannot be preempted or run on spot "
+         "(no interruptible/checkpoint hint)", 6)]
+    assert d.actions[:2] == (
+        "Right-size GPU requests, share GPUs (MIG or time-slicing) for light jobs, and move tuning/eval/inference "
+        "off the main training queue.",
+        "Gang-schedule these jobs (submit them as one job or heterogeneous job), or stop the started part until "
+        "the rest can run.")

@@ -184,3 +184,17 @@ def test_spend_past_2_to_the_31_micro_dollars_accrues_and_releases(db_url, mini_
         assert store.get_lease(lease.lease_id).accrued_micros == done.accrued_micros
     finally:
         store.close()
+
+
+def test_named_capacity_keeps_its_failover_alternatives(kit):
+    """A launch on named capacity (no demand) with alternatives stores them and fails over to
+    them when the named offer has no capacity."""
+    lc, _, clouds, _ = kit
+    first, other = h100(lc, "aws"), h100(lc, "gcp", "us-central1", "a3-highgpu-8g")
+    clouds["aws"].capacity[(first.region, first.instance_type)] = 0
+    created, _ = lc.create(idempotency_key="named", target=first, alternatives=[other])
+    assert created.demand is None and created.alternatives == (other,)
+    assert lc.get(created.lease_id).alternatives == (other,)  # as stored
+    lease = lc.provision(created)
+    assert lease.state is S.RUNNING and (lease.provider, lease.instance_type) == ("gcp", "a3-highgpu-8g")
+    assert lease.attempts[0].provider == "aws" and lease.attempts[0].kind == "capacity"

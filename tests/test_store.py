@@ -137,3 +137,27 @@ def test_concurrent_reports_of_one_source_keep_the_newest(store):
     assert store.snapshots_since(0) == [("slurm-a", 1114.0, {"writer": 11, "k": 4})]
     store.save_snapshot("slurm-b", 2000.0, {"other": True})
     assert [src for src, _, _ in store.snapshots_since(0)] == ["slurm-a", "slurm-b"]
+
+
+def test_create_returns_the_lease_it_wrote_even_if_another_writer_removes_it_at_once(store):
+    """The answer is the row as the creating transaction wrote it: a writer that deletes it the
+    moment that transaction commits (an operator's cleanup, a restore) cannot turn it into None."""
+    from sqlalchemy import delete
+
+    from broker.store import LeaseEventRecord, LeaseRecord
+
+    notify = store._notify
+
+    def remove_then_notify():
+        with store.engine.begin() as conn:
+            conn.execute(delete(LeaseEventRecord.__table__))
+            conn.execute(delete(LeaseRecord.__table__))
+        notify()
+
+    store._notify = remove_then_notify
+    created, was_created = store.create_lease(lease("gone", lid="l-gone"))
+    assert was_created
+    assert isinstance(created, Lease)
+    assert (created.lease_id, created.idempotency_key, created.state) == ("l-gone", "gone", "requested")
+    assert created.hourly_micros == 98_320_000 and created.version >= 1
+    assert store.get_lease("l-gone") is None  # it was removed: the answer is what was written

@@ -197,3 +197,245 @@ def test_snapshot_adapters_skip_non_capacity_reasons_and_predict_in_order():
     # second sits behind first's 8 x 3600 GPU-s on 16 GPUs
     assert cs[1].predicted_wait_s == pytest.approx(60 + 8 * 3600 / 16)
     assert candidates_from_snapshot(snap, {"first": 42.0})[0].predicted_wait_s == 42.0
+
+
+# ------------------------------------------------------------------ boundaries and reasons, exactly
+from policies.causes import Verdict  # noqa: E402
+from policies.classes import DEFAULT_CLASSES  # noqa: E402
+from policies.triggers import Decision  # noqa: E402
+
+URGENT = DEFAULT_CLASSES + (JobClass("urgent", 300.0, min_priority=1000),)
+TARGETS = "; the lesser of the class target and 0.5 x runtime)"
+
+
+@pytest.mark.parametrize("sig,verdict", [
+    (Signals(1, 10, 0), "scheduling-bound"),  # one GPU pending is pending
+    (Signals(1, 1, 0), "scheduling-bound"),  # a one-GPU cluster with it free
+    (Signals(5, 10, 9), "resource-bound"),  # exactly 90 % allocated
+    (Signals(5, 10, 8), "mixed"),
+    (Signals(8, 10, 2), "scheduling-bound"),  # exactly as many GPUs free as pending
+    (Signals(9, 10, 2), "mixed"),
+    (Signals(8, 0, 0), "resource-bound"),  # no on-prem GPUs at all
+])
+def test_allocation_verdict_at_its_boundaries(sig, verdict):
+    assert allocation_verdict(sig) == verdict
+
+
+def test_fifo_wait_rule_classifies_by_label_qos_queue_and_priority_and_says_so():
+    cfg = TriggerConfig(threshold_trigger=False, order="fifo", burst_verdicts=(), classes=URGENT)
+    cs = [cand("q", gpus=1, qos="production", pred=2000), cand("q2", gpus=1, qos="prod", pred=1900),
+          cand("u", gpus=2, queue="interactive", pred=1000), cand("l", gpus=4, job_class="latency", pred=700),
+          cand("p", gpus=8, priority=1500, pred=400), cand("d", gpus=16, pred=3000),
+          cand("r0", gpus=1, runtime=0, waited=20_000, pred=20_000), cand("r1", gpus=1, runtime=1, pred=20_000)]
+    d, st = evaluate(cfg, TriggerState(), 0, busy(34), cs, "resource-bound")
+    assert d == Decision(BURST, tuple(c for c in cs if c.job.job_id not in ("d", "r0")), (),
+                         "burst 6 job(s), 17 GPUs, because the wait exceeds the wait target (class production "
+                         "30 min: 2 jobs; class interactive 15 min: 1 job; class latency-sensitive 10 min: 1 job; "
+                         "class urgent 5 min: 1 job; class default 4.0 h: 1 job" + TARGETS, "wait", None, 6)
+    assert st == TriggerState(above_since=0, last_burst_at=None, tokens=512 - 17, tokens_at=0)
+
+
+def test_a_single_job_names_its_class_without_a_count():
+    cfg = TriggerConfig(threshold_trigger=False, order="fifo", burst_verdicts=())
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("q", qos="production", pred=2000)], "resource-bound")
+    assert d.reason == ("burst 1 job(s), 8 GPUs, because the wait exceeds the wait target (class production "
+                        "30 min" + TARGETS)
+
+
+def test_ranked_wait_rule_keeps_a_class_the_caller_set_and_classifies_by_priority():
+    custom = JobClass("custom", 100.0)
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, classes=URGENT)
+    given = Candidate(PendingJob("c", 8, est_runtime_s=7200), 200.0, job_class=custom)
+    by_priority = cand("p", gpus=4, priority=1500, pred=400)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(12), [given, by_priority], "resource-bound")
+    assert d.job_ids == ("c", "p") and d.jobs[0].job_class == custom
+    assert d.jobs[1].job_class.name == "urgent"
+    assert "class custom 100 s: 1 job; class urgent 5 min: 1 job" in d.reason
+
+
+def test_the_stabilization_and_cooldown_reasons_count_from_when_they_started():
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=300, cooldown_s=120, wait_trigger=False,
+                        selection=SEL)
+    c = [cand("a", pred=1e4), cand("b", pred=1e4)]
+    ds, _ = run(cfg, [(1000, busy(24), c, "resource-bound"), (1200, busy(24), c, "resource-bound"),
+                      (1300, busy(24), c, "resource-bound"), (1360, busy(24), c[1:], "resource-bound")])
+    assert ds[1].reason == ("did not burst, because 24 GPUs have been pending over the threshold for 200 s of "
+                            "the 300 s window") and ds[1].wake_at == 1300
+    assert ds[2].action == BURST and ds[2].job_ids == ("a", "b")
+    assert ds[3].reason == "did not burst, because the last burst was 60 s ago (cooldown 120 s)"
+    assert ds[3].wake_at == 1420
+
+
+def test_pending_exactly_at_the_threshold_is_not_over_it():
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, wait_trigger=False, selection=SEL)
+    d, st = evaluate(cfg, TriggerState(), 5, busy(8), [cand("a", pred=1e4)], "resource-bound")
+    assert d == Decision(HOLD, (), (), "did not burst, because 8 GPUs pending is not over the threshold of 8",
+                         "", None)
+    assert st.above_since is None
+    d, _ = evaluate(cfg, TriggerState(), 5, busy(9), [cand("a", gpus=1, pred=1e4)], "resource-bound")
+    assert d.action == BURST and d.job_ids == ("a",)  # an excess of one GPU is an excess
+
+
+def test_wait_and_threshold_together_never_send_a_job_twice_and_the_threshold_counts_what_went():
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, selection=SEL)
+    a, b, c = cand("a", waited=5000, pred=5000), cand("b", pred=3000), cand("c", pred=3000)
+    d, st = evaluate(cfg, TriggerState(), 50, busy(24), [a, b, c], "resource-bound")
+    assert d.job_ids == ("a", "b") and d.trigger == "wait+threshold" and d.n_wait == 1
+    assert st.last_burst_at == 50
+    # the wait rule alone brings the pending GPUs back to the threshold: the threshold does not fire
+    d, st = evaluate(cfg, TriggerState(), 50, busy(16), [a, b], "resource-bound")
+    assert d.job_ids == ("a",) and d.trigger == "wait" and st.last_burst_at is None and d.wake_at is None
+
+
+def test_a_job_too_big_for_what_is_left_is_skipped_for_a_smaller_one():
+    cfg = TriggerConfig(pending_gpus_threshold=4, stabilization_s=0, wait_trigger=False, selection=SEL,
+                        max_gpus_in_flight=4)
+    # 8 GPUs over the threshold; the first in rank needs 8, only 4 may go: the 4-GPU job goes
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(12), [cand("big", gpus=8, waited=99, pred=1e4),
+                                                       cand("small", gpus=4, pred=1e4)], "resource-bound")
+    assert d.job_ids == ("small",)
+
+
+@pytest.mark.parametrize("order", ["ranked", "fifo"])
+def test_a_numeric_class_label_is_read_as_the_priority_in_either_order(order):
+    cfg = TriggerConfig(threshold_trigger=False, order=order, burst_verdicts=(), selection=SEL, classes=URGENT)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("n", job_class="1500", pred=400)], "resource-bound")
+    assert d.job_ids == ("n",) and "(class urgent 5 min;" in d.reason
+    # no priority at all is not priority 0: a class from priority 0 up does not take it
+    floor = DEFAULT_CLASSES + (JobClass("floor", 300.0, min_priority=0),)
+    cfg = TriggerConfig(threshold_trigger=False, order=order, burst_verdicts=(), selection=SEL, classes=floor)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("n", pred=400)], "resource-bound")
+    assert d.action == HOLD
+
+
+def test_limit_reasons_name_the_limit_that_binds():
+    # in flight over the limit: even a one-GPU job waits
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, max_gpus_in_flight=16)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(1, cloud=20), [cand("one", gpus=1, waited=5000, pred=5000)],
+                    "resource-bound")
+    assert d == Decision(HOLD, (), (), "did not burst, because 20 cloud GPUs are already in flight (limit 16)",
+                         "", None)
+    # room for exactly the job, but not the tokens: the bucket is the reason
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, max_gpus_in_flight=16, max_burst_gpus_per_hour=12)
+    st = TriggerState(tokens=4.0, tokens_at=100.0)
+    d, _ = evaluate(cfg, st, 100, busy(8, cloud=8), [cand("j", gpus=8, waited=5000, pred=5000)], "resource-bound")
+    assert d.reason == ("did not burst, because the burst-rate limit is spent (4 of 12 GPUs/h left, the smallest "
+                        "job needs 8)")
+    assert d.wake_at == pytest.approx(100 + 4 * 300)
+    d, _ = evaluate(cfg, TriggerState(tokens=7.25, tokens_at=100.0), 100, busy(8, cloud=8),
+                    [cand("j", gpus=8, waited=5000, pred=5000)], "resource-bound")
+    assert d.wake_at == pytest.approx(100 + 0.75 * 300)  # a fraction of a GPU to wait for
+    # a job bigger than the whole bucket never fits: no wake-up is promised for it
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(16), [cand("huge", gpus=16, waited=5000, pred=5000)],
+                    "resource-bound")
+    assert "12 of 12 GPUs/h left, the smallest job needs 16" in d.reason and d.wake_at is None
+    # one GPU over the threshold, none may go: the threshold's reason is the limit
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, wait_trigger=False, selection=SEL,
+                        max_gpus_in_flight=4)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(9, cloud=4), [cand("a", pred=1e4)], "resource-bound")
+    assert d.reason == "did not burst, because 4 cloud GPUs are already in flight (limit 4)"
+
+
+def test_the_bucket_refills_from_when_it_was_last_spent():
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL, max_burst_gpus_per_hour=12)
+    jobs = [cand(f"j{k}", gpus=4, waited=5000, pred=5000) for k in range(4)]
+    d, st = evaluate(cfg, TriggerState(), 3600, busy(16), jobs, "resource-bound")
+    assert d.gpus == 12 and st == TriggerState(above_since=3600, tokens=0.0, tokens_at=3600)
+    d, st = evaluate(cfg, st, 3660, busy(4), jobs[3:], "resource-bound")
+    assert d.action == HOLD and "burst-rate" in d.reason and st.tokens == pytest.approx(0.2)
+
+
+def test_a_wait_burst_does_not_wait_for_the_bucket_the_threshold_found_spent():
+    cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL, max_burst_gpus_per_hour=8)
+    d, _ = evaluate(cfg, TriggerState(), 10, busy(16), [cand("a", waited=5000, pred=5000), cand("b", pred=3000)],
+                    "resource-bound")
+    assert d.job_ids == ("a",) and d.trigger == "wait" and d.wake_at is None
+
+
+def test_why_nothing_went_when_no_job_is_worth_sending_or_none_was_offered():
+    cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, wait_trigger=False, selection=SEL)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("short", runtime=10, pred=1e4)], "resource-bound")
+    assert d.reason == ("did not burst, because no pending job is worth sending: each would wait only briefly "
+                        "on-prem or run too short for a cloud start-up")
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [], "resource-bound")
+    assert d == Decision(HOLD, (), (), "did not burst, because no pending job was offered", "", None)
+    d, _ = evaluate(TriggerConfig(threshold_trigger=False), TriggerState(), 0, busy(0), [], "healthy")
+    assert d.reason == "did not burst, because nothing asked for it"
+    d, _ = evaluate(TriggerConfig(wait_trigger=False, burst_verdicts=("resource-bound",), stabilization_s=0),
+                    TriggerState(), 0, busy(16), [cand("a", pred=1e4)], "mixed")
+    assert d.reason == "did not burst, because the queue is mixed, and more GPUs do not fix that"
+
+
+def test_several_overdue_jobs_held_by_a_scheduling_bound_queue_are_them():
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL)
+    old = [cand("a", waited=5000, pred=5000), cand("b", gpus=4, waited=5000, pred=5000)]
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(12, allocated=100), old, "scheduling-bound")
+    assert d.reason == ("did not burst, because scheduling-bound: GPUs are free or wasted while jobs wait; "
+                        "2 jobs (12 GPUs) wait past the wait target (class default 4.0 h: 2 jobs" + TARGETS
+                        + ": burst_overdue_when_scheduling_bound = true would send them anyway")
+
+
+def test_a_burst_names_each_trigger_and_its_verdict_and_carries_the_scale_in():
+    cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, scale_in_idle_s=300, selection=SEL)
+    a = cand("a", waited=5000, pred=5000)
+    b = cand("b", pred=3000)
+    sig = busy(16, idle=[("cloud-2", 10.0), ("cloud-1", 0.0), ("cloud-3", 200.0)])
+    d, _ = evaluate(cfg, TriggerState(), 310, sig, [a, b], Verdict.MIXED)
+    assert d.job_ids == ("a", "b")
+    assert d == Decision(BURST, d.jobs, ("cloud-2", "cloud-1"),
+                         "burst 2 job(s), 16 GPUs, because the wait exceeds the wait target (class default 4.0 h"
+                         + TARGETS + " and 16 GPUs pending stayed over the threshold of 0 for 0 s on a mixed queue",
+                         "wait+threshold", 500.0, 1)
+
+
+def test_scale_in_at_exactly_the_idle_window_with_nothing_else_to_wake_for():
+    cfg = TriggerConfig(scale_in_idle_s=300, threshold_trigger=False)
+    d, _ = evaluate(cfg, TriggerState(), 300, busy(0, idle=[("cloud-1", 0.0)]), [], "healthy")
+    assert d == Decision(SCALE_IN, (), ("cloud-1",), "scale in 1 idle cloud node(s); did not burst, because "
+                         "nothing asked for it", "", None)
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"stabilization_s": -1}, "stabilization_s must be zero or positive, got -1"),
+    ({"scale_in_idle_s": -0.5}, "scale_in_idle_s must be zero or positive, got -0.5"),
+    ({"pending_gpus_threshold": -1}, "pending_gpus_threshold must be zero or positive, got -1"),
+    ({"max_gpus_in_flight": -1}, "max_gpus_in_flight must be >= 0 and max_burst_gpus_per_hour > 0"),
+    ({"max_burst_gpus_per_hour": 0}, "max_gpus_in_flight must be >= 0 and max_burst_gpus_per_hour > 0"),
+    ({"order": "random"}, "order must be 'ranked' or 'fifo', got 'random'"),
+])
+def test_config_refusals_say_which_setting_and_why(kw, message):
+    with pytest.raises(ValueError) as e:
+        TriggerConfig(**kw)
+    assert str(e.value) == message
+
+
+def test_config_limits_may_be_at_their_least():
+    cfg = TriggerConfig(pending_gpus_threshold=0, max_gpus_in_flight=0, max_burst_gpus_per_hour=1,
+                        stabilization_s=0, cooldown_s=0, scale_in_idle_s=0, wait_runtime_ratio=0)
+    assert (cfg.max_gpus_in_flight, cfg.max_burst_gpus_per_hour) == (0, 1)
+
+
+def test_snapshot_signals_default_to_nothing_in_flight_and_list_idle_nodes_by_name():
+    snap = QueueSnapshot(source="slurm", taken_at=0, pending=(PendingJob("a", 8, pending_reason="Resources"),),
+                         nodes=(ClusterNode("n1", "alloc", 8, 8),))
+    assert signals_from_snapshot(snap) == Signals(8, 8, 8, 0, ())
+    sig = signals_from_snapshot(snap, 3, {"z": 2.0, "a": 1.0})
+    assert sig == Signals(8, 8, 8, 3, (("a", 1.0), ("z", 2.0)))
+    # predictions that name none of the jobs: every job gets the queue's own estimate
+    assert candidates_from_snapshot(snap, {"other": 1.0}) == candidates_from_snapshot(snap)
+
+
+def test_eligibility_uses_the_configured_selection_thresholds():
+    # 100 s of runtime: over the configured start-up of 60 s, under the default 120 s
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(8), [cand("short", runtime=100, pred=1000)], "resource-bound")
+    assert d.job_ids == ("short",)
+    d, _ = evaluate(TriggerConfig(threshold_trigger=False), TriggerState(), 0, busy(8),
+                    [cand("short", runtime=100, pred=1000)], "resource-bound")
+    assert d.action == HOLD
+
+
+def test_the_scheduling_causes_are_quoted_whole_less_their_closing_stop():
+    d, _ = evaluate(TriggerConfig(), TriggerState(), 0, busy(16, allocated=100), [], "scheduling-bound",
+                    scheduling_causes="1 node drained. Fix: Resume node gX. ")
+    assert d.reason == "did not burst, because scheduling-bound: 1 node drained. Fix: Resume node gX"
