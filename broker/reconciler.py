@@ -125,6 +125,9 @@ class Reconciler:
             by_state.setdefault(r.state, []).append(r)
         steady_rows = by_state.get(LeaseState.RUNNING, [])
         known = _Known(steady_rows)
+        for lease_id in sorted(known.unreadable):
+            with self._isolated(report, "sync", live[lease_id].provider, lease=lease_id):
+                raise LeaseError(f"lease {lease_id}: its stored instance list cannot be read")
         extra: dict[str, list[Instance]] = {}  # instances a running lease lists whose tag is unreadable
         claimed = self._unreadable(listings, live, known, extra, report, now)
 
@@ -330,7 +333,7 @@ class Reconciler:
                 lease = live.get(i.lease_id)
                 if i.instance_id in claimed:
                     continue  # its lease tag is unreadable, but a running lease lists it
-                if lease is not None and (lease.state != LeaseState.RUNNING
+                if lease is not None and (lease.state != LeaseState.RUNNING or i.lease_id in known.unreadable
                                           or i.instance_id in known.ids(i.lease_id)):
                     continue
                 seen.add(i.instance_id)
@@ -488,6 +491,13 @@ def _listed_ids(instances_json: str) -> set[str]:
     return {i.instance_id for i in _decode_ids(instances_json)}
 
 
+def _decode_or_none(instances_json: str) -> list[_InstanceId] | None:
+    try:
+        return _decode_ids(instances_json)
+    except (msgspec.DecodeError, TypeError):
+        return None
+
+
 _decode_lists = msgspec.json.Decoder(list[list[_InstanceId]]).decode
 _LEASE_ID = itemgetter(PASS_COLUMNS.index("lease_id"))
 _STEADY_COLUMNS = itemgetter(*(PASS_COLUMNS.index(c) for c in (
@@ -504,9 +514,16 @@ class _Known:
     def __init__(self, rows: list[Any]) -> None:
         lease_ids = [r.lease_id for r in rows]
         # one decode for every lease: their columns joined into one JSON array
-        lists = _decode_lists("[" + ",".join([r.instances for r in rows]) + "]") if rows else []
-        if len(lists) != len(rows):  # a malformed column spilled into its neighbour: one by one
-            lists = [_decode_ids(r.instances) for r in rows]
+        try:
+            lists: list[Any] = _decode_lists("[" + ",".join([r.instances for r in rows]) + "]") if rows else []
+        except msgspec.DecodeError:
+            lists = []
+        if len(lists) != len(rows):  # a malformed column (or one spilled into its neighbour): one by one
+            lists = [_decode_or_none(r.instances) for r in rows]
+        #: Running leases whose instance list cannot be read: no instance is judged by them (none
+        #: synced, none taken for an orphan) until the row is mended; each pass counts them as errors.
+        self.unreadable = {k for k, listed in zip(lease_ids, lists) if listed is None}
+        lists = [listed or [] for listed in lists]
         self._of: dict[str, Any] = dict(zip(lease_ids, lists))  # lease id -> [_InstanceId] or {id}
         self.pairs = {k + _SEP + i.instance_id for k, listed in zip(lease_ids, lists) for i in listed}
 
