@@ -444,8 +444,9 @@ def test_a_hand_off_names_the_job_and_a_new_job_starts_its_own_record(kit):
 def test_a_hand_off_to_an_idle_lease_makes_it_busy(kit):
     lc, _, _, clock = kit
     lease = lc.launch(idempotency_key="k", target=h100(lc))
-    assert lease.idle_since == clock()
-    assert lc.handoff(lease.lease_id, Job(job_id="j")).idle_since == 0.0
+    assert lease.idle_since == clock() and lease.job_state == ""
+    busy = lc.handoff(lease.lease_id, Job(job_id="j"))
+    assert busy.idle_since == 0.0 and busy.job_state == "running"
 
 
 def test_a_hand_off_needs_a_running_lease_and_a_job_id(kit):
@@ -466,3 +467,15 @@ def test_a_hand_off_racing_another_write_is_applied_on_the_fresh_row(kit):
     lc.get = lambda lease_id: stale  # the hand-off read the older row
     out = lc.handoff(lease.lease_id, Job(job_id="j"))
     assert out.job.job_id == "j" and out.version == stale.version + 2
+
+
+def test_a_cleanup_that_raises_no_provider_error_is_logged_by_its_class(kit):
+    lc, _, clouds, _ = kit
+    aws = clouds["aws"]
+    aws.capacity[("us-east-1", "p5.48xlarge")] = 0
+    aws.fail("describe", RuntimeError("boom"))
+    with capture_logs() as logs:
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=h100(lc))
+    (e,) = [e for e in logs if e["event"] == "attempt_cleanup_failed"]
+    assert (e["code"], e["error"]) == ("RuntimeError", "boom")
