@@ -268,3 +268,45 @@ def test_a_drain_from_a_row_that_moved_on_applies_its_bookkeeping_to_the_fresh_r
     clock.advance(3600)
     out = lc.drain(lease, "going")  # from the older row
     assert out.state is LeaseState.DRAINING and out.accrued_micros == lease.hourly_micros
+
+
+def test_a_caller_stops_waiting_for_a_launch_in_progress_at_provision_timeout_s(tmp_path, mini_catalog):
+    """The launch holding the lease hangs in the cloud call: a second caller of the key gets the lease
+    as it stands once provision_timeout_s has passed, instead of waiting for it for ever."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, provision_timeout_s=1.0)
+    gate, entered = threading.Event(), threading.Event()
+
+    def hung(spec):
+        entered.set()
+        assert gate.wait(60)
+
+    clouds["aws"]._failures["launch"].append(hung)
+    t = lc.target_explicit(*ZONED_AWS)
+    a = threading.Thread(target=lambda: lc.launch(idempotency_key="k", target=t))
+    a.start()
+    try:
+        assert entered.wait(30)
+        second: list = []
+        b = threading.Thread(target=lambda: second.append(lc.launch(idempotency_key="k", target=t)))
+        b.start()
+        b.join(30)
+        assert not b.is_alive() and second[0].state is LeaseState.PROVISIONING
+    finally:
+        gate.set()
+        a.join(30)
+        store.close()
+
+
+def test_a_launch_repeated_after_a_crash_returns_the_lease_as_it_stands(kit):
+    """Nobody in this process is launching it: the caller gets the provisioning lease at once, and the
+    reconciler resumes it."""
+    lc, _, clouds, _ = kit
+    t = lc.target_explicit(*ZONED_AWS)
+    lease, _ = lc.create(idempotency_key="k", target=t)
+    lc._begin_attempt(lease, t, [])  # the process died in the cloud call
+    out: list = []
+    b = threading.Thread(target=lambda: out.append(lc.launch(idempotency_key="k", target=t)))
+    b.start()
+    b.join(30)
+    assert not b.is_alive() and out[0].state is LeaseState.PROVISIONING and out[0].lease_id == lease.lease_id
+    assert [m for m, _ in clouds["aws"].calls if m == "launch"] == []
