@@ -25,6 +25,7 @@ from tests.lease_kit import Clock
 
 GRACE_S = 60.0
 ZONED_AWS = ("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 1)
+SHAPE_SCOPE = "aws/us-east-1"  # a shape mismatch is retried, then fails the region
 H100x8 = Demand(gpus=8, hours=1, gpu_model="H100")
 
 # Four offers, each in its own region (no zone: the cloud picks one), all out of capacity.
@@ -195,6 +196,7 @@ def test_nodes_of_another_shape_are_given_back_and_the_offer_fails(tmp_path, min
         assert lease.provider == "gcp" and wrong.alive() == []
         shape = [a for a in lease.attempts if a.code == "ShapeMismatch"]
         assert shape and shape[0].message.startswith("the launch returned 1 node(s) of another shape (p4d.24xlarge")
+        assert (shape[0].kind, shape[0].scope) == ("transient", SHAPE_SCOPE)
     finally:
         store.close()
 
@@ -210,7 +212,8 @@ def test_a_partial_gang_is_given_back_and_a_failed_give_back_logged(tmp_path, mi
             lease = lc.launch(idempotency_key="k", target=t, demand=H100x8, alternatives=[gcp])
         assert lease.provider == "gcp" and part.alive() == []  # the second give-back (cleanup) went through
         partial = [a for a in lease.attempts if a.code == "PartialLaunch"]
-        assert partial and partial[0].message.startswith("only 1 of 2 nodes came up")
+        assert partial and partial[0].message == "only 1 of 2 nodes came up"
+        assert (partial[0].kind, partial[0].scope) == ("capacity", "aws/us-east-1/us-east-1a")
         (e, *_) = [e for e in logs if e["event"] == "terminate_failed"]
         assert (e["lease"], e["provider"]) == (lease.lease_id, "aws") and "ServiceUnavailable" in e["error"]
     finally:
