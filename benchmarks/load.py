@@ -12,12 +12,20 @@ Per store (SQLite, and PostgreSQL when it answers on 127.0.0.1:5432) it prints t
 p50/p99 and errors per RPC; then one row per window: calls per second, the Quote p99 the clients
 saw, the server's own handling time per RPC (count and p99 from its histogram), the calls it
 refused as busy (``limits.max_cloud_calls``), its CPU time per call, its threads and the load
-average; then its verdicts: throughput and Quote p99 flat (every window within 20 % of
+average; below it, per window, the Release p99 the clients saw per cloud and the instances each
+mocked cloud holds (terminated ones EC2 still lists included); then its verdicts: throughput and Quote p99 flat (every window within 20 % of
 the windows' median; the last window is left out when shorter than half a window) and RSS growth
 over the last half of the run under 10 %. It exits 1 when a verdict is missed.
 
+The mocked EC2 forgets a terminated instance ``--ec2-retention-s`` (default 60) after its
+termination, as EC2 does about an hour after: a soak of minutes then holds what an hour's traffic
+leaves EC2 listing, not everything it ever launched.
+
+``--seed-terminated N`` starts the mocked EC2 with N of the broker's instances launched and
+terminated already (as a long run leaves them), to see in minutes what a long run's history costs.
+
 Run: .venv/bin/python benchmarks/load.py [--seconds 600] [--clients 32] [--store sqlite|postgresql|both]
-     [--window 60] [--clouds process|inline]
+     [--window 60] [--clouds process|inline] [--ec2-retention-s 60] [--seed-terminated 0]
 """
 from __future__ import annotations
 
@@ -100,6 +108,7 @@ class Load:
     def __init__(self, address: str, clients: int, seconds: float, seed: int) -> None:
         self.address, self.clients, self.seconds, self.seed = address, clients, seconds, seed
         self.calls: list[tuple[float, str, float]] = []
+        self.releases: list[tuple[float, str, float]] = []  # (seconds since start, cloud, Release latency)
         self.errors: dict[str, Counter] = defaultdict(Counter)
         self.first_error: dict[str, str] = {}  # per RPC and status: the first details seen
         self.lock = threading.Lock()
@@ -173,7 +182,10 @@ class Load:
                     if attempt == 2 or e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                                         grpc.StatusCode.UNAVAILABLE):
                         raise
+            t = time.perf_counter()
             self._patient(stub.Release, pb.ReleaseRequest(lease_id=lease.lease_id, reason="load test"), 60)
+            with self.lock:
+                self.releases.append((time.monotonic() - self.t0, provider, time.perf_counter() - t))
 
     def _patient(self, method, request, budget_s: float):
         """``method(request)`` within ``budget_s``; a server busy with as many calls that wait on
@@ -202,8 +214,10 @@ class ServerTimings:
     """The server's own view, read every ``window`` seconds: its RPC handling-time histogram
     (``broker_rpc_duration_seconds`` on /metrics), its threads, and the host's load average."""
 
-    def __init__(self, metrics_url: str, pid: int, window: float) -> None:
+    def __init__(self, metrics_url: str, pid: int, window: float, held=None) -> None:
         self.url, self.pid, self.window = metrics_url, pid, window
+        self.held = held  # () -> {cloud: instances it holds}, read with each sample
+        self.held_samples: list[dict[str, int]] = []
         self.samples: list[tuple[float, dict, float, float, float]] = []  # (t, buckets, threads, load, cpu s)
         self.max_threads = 0.0
         self.failed, self.first_failure = 0, ""  # scrapes of /metrics that failed
@@ -243,6 +257,10 @@ class ServerTimings:
             self.first_failure = self.first_failure or str(e)[:200]
         self.samples.append((time.monotonic() - self.t0, buckets, proc_status(self.pid, "Threads"), load_average(),
                              cpu_s(self.pid)))
+        try:
+            self.held_samples.append(self.held() if self.held else {})
+        except (OSError, RuntimeError, ValueError):
+            self.held_samples.append({})
 
     def watch_threads(self) -> None:
         self.max_threads = max(self.max_threads, proc_status(self.pid, "Threads"))
@@ -336,6 +354,33 @@ def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]], 
         stop.wait(1.0)
 
 
+def held_instances(clouds) -> dict[str, int]:
+    """The instances each mocked cloud holds, in any state."""
+    if hasattr(clouds, "ask"):
+        return {name: s["instances"] for name, s in clouds.ask("stats").items()}
+    return {name: len(fake.instances()) for name, cloud in clouds.clouds.items()
+            if (fake := cloud.fakes.get(name)) is not None}
+
+
+def seed_terminated(clouds, owner: str, n: int) -> None:
+    """``n`` instances carrying ``owner``'s tag, launched and terminated in the mocked EC2."""
+    import boto3
+
+    from providers.base import TAG_LEASE, TAG_OWNER
+
+    table = clouds.provider_tables()["aws"]
+    region = table["regions"][0]
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=table["endpoint_url"])
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": TAG_OWNER, "Value": owner},
+                                                  {"Key": TAG_LEASE, "Value": "seed"}]}]
+    for i in range(0, n, 200):
+        count = min(200, n - i)
+        ids = [r["InstanceId"] for r in ec2.run_instances(
+            ImageId=table["image_id"][region], InstanceType="g5.xlarge", MinCount=count, MaxCount=count,
+            TagSpecifications=tags)["Instances"]]
+        ec2.terminate_instances(InstanceIds=ids)
+
+
 def start_clouds(mode: str):
     if mode == "inline":
         from tests.clouds.three import Clouds
@@ -351,7 +396,10 @@ def soak(store: str, args) -> dict:
     from tests.clouds.three import ServeProcess, _free_port, write_config
     from tests.stores import pg_url_or_skip
 
+    from broker_sandbox.aws import RETENTION_ENV
+
     os.environ.update(AwsCloud.client_env())
+    os.environ[RETENTION_ENV] = str(args.ec2_retention_s)  # the mocked clouds (this process or theirs) read it
     clouds = start_clouds(args.clouds)
     pg = None
     try:
@@ -369,11 +417,15 @@ def soak(store: str, args) -> dict:
             metrics = f"127.0.0.1:{_free_port()}"
             cfg = write_config(tmpd / "broker.toml", clouds, url, server={"workers": max(16, args.clients)},
                                telemetry={"metrics_listen": metrics})
+            if args.seed_terminated:
+                seed_terminated(clouds, "broker-test", args.seed_terminated)
+                print(f"{store}: the mocked EC2 starts with {args.seed_terminated} terminated instances")
             serve = ServeProcess(cfg, tmpd).start(timeout=90)
             rss: list[tuple[float, float]] = []
             stop = threading.Event()
             load = Load(serve.address, args.clients, args.seconds, args.seed)
-            timings = ServerTimings(f"http://{metrics}/metrics", serve.proc.pid, args.window)
+            timings = ServerTimings(f"http://{metrics}/metrics", serve.proc.pid, args.window,
+                                    held=lambda: held_instances(clouds))
             sampler = threading.Thread(target=sample_rss, args=(serve.proc.pid, stop, rss, timings), daemon=True)
             sampler.start()
             timings.start(time.monotonic())
@@ -448,6 +500,17 @@ def report(store: str, load: Load, elapsed: float, rss: list[tuple[float, float]
         ms = cpu / served * 1e3 if served else float("nan")
         print(f"{t_a:5.0f}-{t_b:<5.0f} {per_s[-1]:7.1f} {q:9.1f} {cells} {busy if busy >= 0 else '-':>5} {ms:8.2f} "
               f"{threads:7.0f} {la:5.1f}")
+    clouds_seen = sorted({c for _, c, _ in load.releases})
+    print("\nper window: the Release p99 ms the clients saw per cloud, and the instances each mocked cloud "
+          "holds at the window's end")
+    held_names = sorted({c for h in timings.held_samples for c in h})
+    print(f"{'window':>11} " + " ".join(f"{'Release ' + c:>14}" for c in clouds_seen)
+          + " " + " ".join(f"{'held ' + c:>12}" for c in held_names))
+    for n, (t_a, t_b, *_rest) in enumerate(windows):
+        rel = " ".join(f"{pct([lat for t, c, lat in load.releases if c == cl and t_a <= t < t_b], 99) * 1e3:14.1f}"
+                       for cl in clouds_seen)
+        held = timings.held_samples[n + 1] if n + 1 < len(timings.held_samples) else {}
+        print(f"{t_a:5.0f}-{t_b:<5.0f} {rel} " + " ".join(f"{held.get(c, -1):12d}" for c in held_names))
     if timings.failed:
         print(f"  {timings.failed} reads of the server's /metrics failed (rows without its timings show '-', "
               f"their CPU per call is per answered call); the first: {timings.first_failure}")
@@ -481,6 +544,10 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=60.0, help="seconds per row of the over-time report")
     ap.add_argument("--clouds", choices=("process", "inline"), default="process",
                     help="the mocked clouds in a subprocess of their own (default) or in this process")
+    ap.add_argument("--ec2-retention-s", type=float, default=60.0,
+                    help="how long the mocked EC2 lists a terminated instance (EC2: about an hour)")
+    ap.add_argument("--seed-terminated", type=int, default=0,
+                    help="start the mocked EC2 with this many of the broker's instances terminated already")
     ap.add_argument("--settle-s", type=float, default=180.0,
                     help="after the load, how long to wait for every lease and instance to be gone")
     args = ap.parse_args()

@@ -4,6 +4,8 @@ The store is a real SQLite file; the provider listings come from an in-process p
 answers `list_managed` from memory (the cloud round-trips are not what is measured here).
 The baseline, run in the same process, is the pass's unavoidable floor: reading the live
 leases from the store and indexing the listings by lease, with no decisions taken.
+Both are timed in wall time and in the CPU time of the thread that runs them
+(``time.thread_time``: what the machine's other work and the memory sampler do not inflate).
 
 Run: .venv/bin/python benchmarks/reconcile.py [--leases 10000] [--passes 5]
 """
@@ -146,31 +148,37 @@ def main() -> None:
             store.lease_rows(PASS_COLUMNS, states=LIVE)
 
         gc.collect()
-        base, passes, peaks = [], [], []
+        base, passes, peaks, base_cpu, pass_cpu = [], [], [], [], []
         for _ in range(args.passes):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             baseline()
             base.append(time.perf_counter() - t)
+            base_cpu.append(time.thread_time() - c)
             gc.collect()
             with PeakRss() as mem:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 report = rec.run_pass()
                 passes.append(time.perf_counter() - t)
+                pass_cpu.append(time.thread_time() - c)
             peaks.append(mem)
         assert not any((report.adopted, report.released, report.orphans_terminated, report.failed)), report
         n_inst = sum(len(v) for v in listings.values())
         p, b = statistics.median(passes), statistics.median(base)
-        print(f"reconciler pass over {args.leases:,} live leases / {n_inst:,} instances (3 providers):")
-        print(f"  pass     median {p * 1000:8.1f} ms  (min {min(passes) * 1000:.1f}, max {max(passes) * 1000:.1f})")
-        print(f"  baseline median {b * 1000:8.1f} ms  (read leases + index listings, no decisions)")
+        pc, bc = statistics.median(pass_cpu), statistics.median(base_cpu)
+        print(f"reconciler pass over {args.leases:,} live leases / {n_inst:,} instances (3 providers), "
+              f"load average {os.getloadavg()[0]:.1f}:")
+        print(f"  pass     median {p * 1000:8.1f} ms wall (min {min(passes) * 1000:.1f}, max {max(passes) * 1000:.1f}), "
+              f"CPU {pc * 1000:.1f} ms (min {min(pass_cpu) * 1000:.1f}, max {max(pass_cpu) * 1000:.1f})")
+        print(f"  baseline median {b * 1000:8.1f} ms wall, CPU {bc * 1000:.1f} ms "
+              f"(read leases + index listings, no decisions)")
         top = max(peaks, key=lambda m: m.peak)
         grew = max(m.peak - m.before for m in peaks)
-        print(f"  ratio pass / baseline: {p / b:.2f}x")
+        print(f"  ratio pass / baseline: {p / b:.2f}x wall, {pc / bc:.2f}x CPU")
         print(f"  memory   process peak {top.peak:6.0f} MB during a pass (the listings held: {top.before:.0f} MB "
               f"before it); a pass adds at most {grew:.0f} MB")
-        goal_s, goal_mb = (2.0, 300) if args.leases >= 100_000 else (1.0, 300)
-        met = p <= goal_s and top.peak <= goal_mb
-        print(f"  target <= {goal_s:g} s and <= {goal_mb} MB: {'met' if met else 'MISSED'}")
+        goal_s, goal_mb = (1.5, 300) if args.leases >= 100_000 else (1.0, 300)
+        met = pc <= goal_s and top.peak <= goal_mb
+        print(f"  target <= {goal_s:g} s of CPU and <= {goal_mb} MB: {'met' if met else 'MISSED'}")
         store.close()
 
 

@@ -140,8 +140,13 @@ def _print(w: Workload, res: dict, targets: dict) -> None:
               f"{(v['cost_over_hindsight'] or 0):>7.2f} {_fmt(v['wait_p95_s']):>8} {_fmt(v['wait_p99_s']):>8} "
               f"{v['jobs_burst']:>6,}")
     for c, v in res["broker"]["classes"].items():
+        past = ""
+        if v.get("past_target"):
+            past = (f"  {v['past_target']} past its {_fmt(v['target_s'])} target: "
+                    f"{v['past_target_held_by_schedule_first']} held by schedule first, "
+                    f"{v['past_target_no_cloud_offer']} with no cloud offer")
         print(f"    broker class {c:<18} {v['jobs']:>6,} jobs  p95 {_fmt(v['wait_p95_s']):>8}  "
-              f"p99 {_fmt(v['wait_p99_s']):>8}")
+              f"p99 {_fmt(v['wait_p99_s']):>8}{past}")
     print("  " + "; ".join(f"{k} {v:.2f} (<= {lim:.2f}) {'met' if ok else 'MISSED'}"
                            for k, (v, lim, ok) in targets.items()))
 

@@ -8,7 +8,7 @@ from broker.config import Budget
 from broker.jobs import running
 from broker.lease import LIVE, EventKind, Lease, LeaseState, cost_so_far
 from broker.store import Store
-from policies.budget import Caps, launch_refusal, to_release
+from policies.budget import Caps, launch_refusal, purchase_refusal, to_release
 from providers.base import MICROS
 from broker.errors import OverBudget
 
@@ -89,6 +89,21 @@ class Budgets:
         if self.caps(tenant) is None:
             return None, 0.0
         return (lambda leases: self.check_launch(tenant, new_rate_micros, now, leases)), month_start(now)
+
+    def purchase_admission(self, tenant: str, fee_micros: int, now: float):
+        """``(admit, counted_since)`` for :meth:`broker.store.Store.charge_lease`: the check that the
+        month's budget covers ``fee_micros`` paid up front, run with the write that records it;
+        ``(None, 0.0)`` for a tenant without caps."""
+        caps = self.caps(tenant)
+        if caps is None:
+            return None, 0.0
+
+        def admit(leases: list[Lease]) -> None:
+            _, spend = self.usage(tenant, now, leases)
+            why = purchase_refusal(tenant, caps, spend, fee_micros)
+            if why:
+                raise OverBudget(why + ".")
+        return admit, month_start(now)
 
     def releases(self, tenant: str, now: float) -> dict[str, str]:
         """Running leases of ``tenant`` the reconciler must release for budget, with why."""

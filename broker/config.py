@@ -18,7 +18,6 @@ an :class:`providers.aws.settings.AwsSettings`, ``cfg.autoscaler.trigger_config(
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
 import os
 import re
@@ -485,6 +484,8 @@ def _apply_env(data: dict, environ: Mapping[str, str]) -> dict[str, str]:
             continue
         rest = name[len(ENV_PREFIX):]
         if "__" not in rest and name != "BROKER_OWNER":
+            import difflib  # a typo's suggestion: off the path of every good configuration
+
             close = difflib.get_close_matches(name, [*PROCESS_VARIABLES, "BROKER_OWNER"], n=1, cutoff=0.88)
             hint = (f"did you mean {close[0]}?" if close else
                     "settings are BROKER_<SECTION>__<KEY>, e.g. BROKER_SERVER__LISTEN")

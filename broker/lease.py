@@ -61,6 +61,7 @@ class EventKind(enum.StrEnum):
     LIFETIME_EXTENDED = "lifetime_extended"
     BUDGET_WARNING = "budget_warning"
     INTERRUPTION_NOTICE = "interruption_notice"
+    CAPACITY_BLOCK = "capacity_block"
 
 #: The one table of allowed state changes (a write that keeps the state is not a transition).
 TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
@@ -164,6 +165,7 @@ class Lease:
     replaces: str = ""  # lease id this one replaces after an interruption
     job_state: str = ""  # the attached job's (broker.jobs.JobState), "" without one
     alternatives: tuple[Target, ...] = ()  # failover offers after this one, rank order
+    starts_at: float = 0.0  # the start of the Capacity Block bought for it (0 = none bought)
 
     def __post_init__(self) -> None:
         self.state = LeaseState(self.state)

@@ -15,6 +15,7 @@ scope and fail over to the next offer, across clouds.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import traceback
@@ -22,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from broker import blocks
 from broker.attempts import attempt_at, attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -34,12 +36,16 @@ from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
-    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError, offering_key, scope_keys,
+    LaunchSpec, Market, NoShapeAvailable, Provider, ProviderError, QuotaError, Scope, Shape, ShapesProvider,
+    TransientError, offering_key, scope_keys,
 )
 from broker.market import zone_targets
 
 log = structlog.get_logger("broker.lifecycle")
 
+
+#: The markets a several-shape request mixes offers of (reserved and queued capacity is launched alone).
+FLEET_MARKETS = (Market.ON_DEMAND, Market.SPOT)
 
 #: What lease operations raise: the service's one error family (broker.errors).
 LeaseError = BrokerError
@@ -201,18 +207,41 @@ class Lifecycle:
         attempts = list(lease.attempts)
         tried: set[tuple] = set()  # offers (zones aside) tried; at most max_failover of them
         refused: dict[str, str] = {}  # provider -> why none of its offers is tried (auth errors)
-        for target in self.failover_order(lease.target, self._alternatives(lease)):
+        order = self.failover_order(lease.target, self._alternatives(lease))
+        taken: set[Target] = set()  # targets already asked for in a several-shape request
+        requests = 0  # several-shape requests made: each counts as one offer tried
+        for n, target in enumerate(order):
+            if target in taken:
+                continue
             offer = (target.provider, target.region, target.instance_type, target.market)
-            if offer not in tried and len(tried) >= self.settings.max_failover:
+            if offer not in tried and len(tried) + requests >= self.settings.max_failover:
                 continue
             blocked = self._blocked_reason(target)
             if blocked or target.provider in refused:
                 scope, why = blocked or (target.provider, refused[target.provider])
                 attempts.append(attempt_at(target, "blocked", scope, "blocked", why))
                 continue
-            tried.add(offer)
+            if blocks.is_block_offer(target):  # a Capacity Block: bought first, then waited for
+                tried.add(offer)
+                lease, target, outcome = blocks.buy(self, lease, target, attempts)
+            elif blocks.bought(lease) and target == lease.target:
+                tried.add(offer)
+                lease, outcome = blocks.check(self, lease, target, attempts)
+            else:
+                outcome = blocks.Outcome.LAUNCH
+            if outcome is blocks.Outcome.WAIT:
+                return lease
+            if outcome is blocks.Outcome.SKIP:
+                continue
+            shapes = self._shapes(target, order[n + 1:], taken)
             try:
-                lease, instances, error = self._try_offer(lease, target, attempts)
+                if len(shapes) > 1:
+                    requests += 1
+                    taken.update(shapes)
+                    lease, instances, error = self._try_shapes(lease, shapes, attempts)
+                else:
+                    tried.add(offer)
+                    lease, instances, error = self._try_offer(lease, target, attempts)
             except BootScriptError as e:  # the lease's own fault: no other offer does better
                 attempts.append(attempt_at(target, "BootScript", "", "invalid", str(e)[:300]))
                 return self._fail(self.get(lease.lease_id), attempts)
@@ -225,6 +254,25 @@ class Lifecycle:
             except StaleLease:
                 return self._launched_too_late(lease, instances)
         return self._fail(lease, attempts)
+
+    def _shapes(self, first: Target, rest: Sequence[Target], taken: set[Target]) -> list[Target]:
+        """The targets one several-shape request asks for, best first: ``first`` and every later
+        target of the same cloud and region (other types, zones, markets) that is not blocked,
+        when the cloud launches several shapes at once (:class:`ShapesProvider`) and they are
+        more than one offer (type and market). Reserved and queued capacity, tied to one
+        reservation or block, is launched on its own."""
+        if first.market not in FLEET_MARKETS or first.reservation or \
+                not isinstance(self.providers.get(first.provider), ShapesProvider):
+            return [first]
+        out = [first]
+        for t in rest:
+            if (t.provider, t.region, t.nodes) == (first.provider, first.region, first.nodes) and \
+                    t.market in FLEET_MARKETS and not t.reservation and t not in taken and t not in out \
+                    and self._blocked_reason(t) is None:
+                out.append(t)
+        if len({(t.instance_type, t.market) for t in out}) < 2:
+            return [first]  # one offer (in however many zones) is launched zone by zone, as ever
+        return out
 
     def _fail(self, lease: Lease, attempts: Sequence[Attempt]) -> Lease:
         """→ failed, with every attempt in the reason; raises FailedPrecondition (see launch_failure)."""
@@ -265,6 +313,99 @@ class Lifecycle:
                 self._discard_attempt(lease, t, keep=instances)
             return lease, instances, None
         raise AssertionError("unreachable")
+
+    def _try_shapes(self, lease: Lease, shapes: list[Target],
+                    attempts: list) -> tuple[Lease, list[Instance] | None, ProviderError | None]:
+        """Launch on the first of ``shapes`` the cloud has capacity for, in one request (EC2 Fleet,
+        Compute bulkInsert): (lease at the shape it got, instances, None), or (lease, None, the
+        error). Every shape the cloud refused is an attempt of the lease and blocks its scope;
+        throttling and 5xx repeat the request with backoff, as for one offer."""
+        first = shapes[0]
+        delay, tries = self.settings.backoff_s, max(1, self.settings.retries)
+        for i in range(tries):
+            if i:
+                log.info("launch_retry", lease=lease.lease_id, provider=first.provider, delay_s=delay)
+                self.sleep(delay)
+                delay *= 2
+            lease = self._begin_attempt(lease, first, attempts, shapes=len(shapes))
+            try:
+                got, instances = self._launch_shapes(lease, shapes)
+            except NoShapeAvailable as e:
+                for shape, refused in e.failures:
+                    t = self._target_of(shapes, shape)
+                    attempts.append(attempt_record(t, refused))
+                    blocked = self._block_for(refused, t)
+                    if blocked:
+                        attempts[-1] = records.replace(attempts[-1], scope=blocked)
+                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
+                            code=e.code, scope=str(e.scope), shapes=len(shapes))
+                self._discard_attempt(lease, first)
+                return lease, None, e
+            except ProviderError as e:
+                attempts.append(attempt_record(first, e))
+                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
+                            code=e.code, scope=str(e.scope), shapes=len(shapes))
+                if e.retryable and i < tries - 1:
+                    continue
+                blocked = self._block_for(e, first)
+                if blocked:
+                    attempts[-1] = records.replace(attempts[-1], scope=blocked)
+                self._discard_attempt(lease, first)
+                return lease, None, e
+            if i:
+                self._discard_attempt(lease, first, keep=instances)
+            if got != first:  # the lease records the shape it got, at that shape's price
+                zone = instances[0].zone if instances else got.zone
+                lease = self._write(lease, message=f"launched {got.nodes} x {got.instance_type} "
+                                    f"({got.market.value}) in {got.provider}/{zone or got.region}",
+                                    zone=zone, instance_type=got.instance_type, market=got.market.value,
+                                    hourly_micros=got.hourly_micros, reservation=got.reservation)
+            return lease, instances, None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _target_of(targets: Sequence[Target], shape: Shape) -> Target:
+        for t in targets:
+            if (t.instance_type, t.zone, t.market) == (shape.instance.name, shape.zone, shape.market):
+                return t
+        for t in targets:  # a zone the cloud chose among those the shapes allowed
+            if (t.instance_type, t.market) == (shape.instance.name, shape.market):
+                return dataclasses.replace(t, zone=shape.zone)
+        return targets[0]
+
+    def _launch_shapes(self, lease: Lease, targets: list[Target]) -> tuple[Target, list[Instance]]:
+        """``launch_shapes`` on the lease's cloud, held to its contract: ``spec.count`` live nodes
+        all of one of the shapes asked for, or nothing."""
+        first = targets[0]
+        provider = self.providers[first.provider]
+        assert isinstance(provider, ShapesProvider)
+        spec = self.spec_for(lease)
+        shapes = []
+        for t in targets:
+            it = self.engine.catalog.instance(t.provider, t.instance_type)
+            if it is not None:
+                shapes.append(Shape(it, t.zone, t.market, t.hourly_micros))
+        try:
+            shape, instances = provider.launch_shapes(spec, shapes)
+        except (ProviderError, BrokerError, StaleLease):
+            raise
+        except Exception as e:  # a provider's bug: this request failed, said in one line
+            said = (str(e).strip().splitlines() or [""])[0][:200]
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            log.error("launch_crashed", lease=lease.lease_id, provider=first.provider, region=first.region,
+                      error=f"{type(e).__name__}: {said}", at=f"{frame.filename}:{frame.lineno} in {frame.name}")
+            raise ProviderFault(f"{first.provider} raised {type(e).__name__}{': ' + said if said else ''}",
+                                provider=first.provider, code=type(e).__name__, region=first.region) from e
+        got = self._target_of(targets, shape)
+        up = [x for x in instances if alive(x)]
+        if len(up) == spec.count and all(shape.matches(x) for x in up) and shape in shapes:
+            return got, up
+        try:
+            provider.terminate(instances)
+        except ProviderError as e:  # _discard_attempt and the reconciler try again
+            log.warning("terminate_failed", lease=spec.lease_id, provider=first.provider, error=str(e))
+        raise CapacityError(f"only {len(up)} of {spec.count} nodes of one asked-for shape came up",
+                            provider=first.provider, code="PartialLaunch", region=first.region, zone=shape.zone)
 
     def failover_order(self, first: Target, alternatives: Sequence[Target]) -> list[Target]:
         """Where a launch tries, in order: the chosen offer in its zone, then in every other zone
@@ -354,14 +495,17 @@ class Lifecycle:
             log.warning("terminate_failed", lease=lease.lease_id, provider=lease.provider, error=str(e))
         return fresh
 
-    def _begin_attempt(self, lease: Lease, t: Target, attempts: list) -> Lease:
+    def _begin_attempt(self, lease: Lease, t: Target, attempts: list, shapes: int = 1) -> Lease:
         attempt = lease.attempt + 1
+        more = f" or the best of {shapes - 1} other shapes" if shapes > 1 else ""
         return self._write(
             lease, state=LeaseState.PROVISIONING, message=f"launching {t.nodes} x {t.instance_type} ({t.market.value}) "
-            f"in {t.provider}/{t.zone or t.region}, attempt {attempt}",
+            f"in {t.provider}/{t.zone or t.region}{more}, attempt {attempt}",
             provider=t.provider, region=t.region, zone=t.zone, instance_type=t.instance_type,
             market=t.market.value, nodes=t.nodes, hourly_micros=t.hourly_micros, reservation=t.reservation,
             attempt=attempt, client_token=f"{lease.lease_id}-{attempt}", attempts=attempts,
+            # a bought Capacity Block's start stays only while the launch goes into that block
+            starts_at=lease.starts_at if t.reservation == lease.reservation else 0.0,
         )
 
     def spec_for(self, lease: Lease) -> LaunchSpec:
@@ -450,8 +594,9 @@ class Lifecycle:
         """→ draining: accrue what it cost so far, then record why it is being torn down (and, in the
         same write, ``event_kind``/``events`` and ``fields``: an interruption, the requeue of its job)."""
         lease = self._accrue(lease)
+        unstarted = blocks.released_unstarted(lease)  # a bought block's fee is not refunded: said so
         return self._write(lease, state=LeaseState.DRAINING, message=reason, event_kind=event_kind,
-                           event_data=event_data, events=events, **fields)
+                           event_data=event_data, events=(*events, *([unstarted] if unstarted else [])), **fields)
 
     def mark_released(self, lease: Lease) -> Lease:
         """draining → released: nothing of it is left in the cloud."""

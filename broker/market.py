@@ -95,8 +95,9 @@ class MarketSettings(Table):
     spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
     # The deadline of a demand that names none: start-up + runtime x (1 + this).
     spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
-    # Buy AWS Capacity Blocks for ML (paid up front). Off: they are quoted with their start and fee
-    # but excluded from launch; on: still excluded, saying buying at launch is not built yet.
+    # Buy AWS Capacity Blocks for ML (paid up front, not refundable). Off: they are quoted with their
+    # start and fee but excluded from launch; on: a launch of one buys it when the tenant's month
+    # budget covers its whole fee, and the lease waits for its start (broker.blocks).
     buy_capacity_blocks: bool = False
 
 

@@ -13,12 +13,9 @@ paying SQLAlchemy's import on every command.
 """
 from __future__ import annotations
 
-import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-from broker.lease import LIVE
 from providers.market import SOURCES, Snapshot, SourceState
 
 class MarketRow:
@@ -40,6 +37,8 @@ class MarketRow:
 def _rows(db: Any, sql: str, params: dict | None = None) -> list[tuple] | None:
     """Rows of a read on an SQLAlchemy engine or a sqlite3 connection; None when the table or
     the database is not there (never refreshed)."""
+    import sqlite3  # here and below: a quote with no store yet never needs them
+
     if isinstance(db, sqlite3.Connection):
         try:
             return db.execute(sql, params or {}).fetchall()
@@ -69,6 +68,8 @@ def reader(db_url: str, connect_timeout_s: float = 10.0) -> Any:
         path = db_url[len("sqlite:///"):]
         if not path or path == ":memory:" or not Path(path).exists():
             return None
+        import sqlite3
+
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     from sqlalchemy import create_engine
 
@@ -92,6 +93,8 @@ def version(db: Any) -> float:
 
 def save(engine: Any, snap: Snapshot, attempted_at: float, error: str = "") -> None:
     """Store ``snap`` as ``snap.provider``'s current market."""
+    import json
+
     _write(engine, ("DELETE FROM market_snapshots WHERE provider = :p", {"p": snap.provider}),
            ("INSERT INTO market_snapshots (provider, fetched_at, attempted_at, last_error, body) "
             "VALUES (:p, :f, :a, :e, :b)", {"p": snap.provider, "f": snap.fetched_at, "a": attempted_at,
@@ -138,6 +141,8 @@ def held(db: Any, since: dict[str, float]) -> dict[str, int]:
     (earlier ones are already in the cloud's own count of what the reservation runs)."""
     if not since:
         return {}
+    from broker.lease import LIVE  # the lease module's import only where a store holds leases
+
     names = sorted(since)
     marks = ", ".join(f":r{i}" for i in range(len(names)))
     states = ", ".join(f"'{s.value}'" for s in sorted(LIVE))

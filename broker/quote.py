@@ -169,7 +169,8 @@ class QuoteEngine:
         ``max_nodes``: the most nodes one demand may take (``[limits] max_nodes``): with the
         catalog's largest node, it bounds the GPUs a demand may ask for.
         ``buy_capacity_blocks``: whether a launch may buy a queued offering paid up front (an AWS
-        Capacity Block); off, such offers are quoted and excluded as not launchable."""
+        Capacity Block, :mod:`broker.blocks`); off, such offers are quoted and excluded as not
+        launchable."""
         self.buy_capacity_blocks = buy_capacity_blocks
         self.bulk, self.max_nodes = bulk, max_nodes
         self.spot = spot or SpotModel()
@@ -363,18 +364,19 @@ class QuoteEngine:
         return self._unbought(keep, excluded)
 
     def _unbought(self, priced: list[PricedOffer], excluded: list[Exclusion]) -> list[PricedOffer]:
-        """Capacity Block offerings stay quoted (start and fee) but out of launch: a block must be
-        bought (``[market] buy_capacity_blocks``) and then waited for, which launches do not do
-        yet; once bought it is a capacity reservation like any other."""
+        """Capacity Block offerings stay quoted (start and fee) but out of launch unless
+        ``[market] buy_capacity_blocks`` is on: a launch of one buys it (within the tenant's
+        budget, :mod:`broker.blocks`) and waits for its start."""
+        if self.buy_capacity_blocks:
+            return priced
         keep = []
         for p in priced:
             o = p.offering
             if o.market is Market.QUEUED and o.upfront_micros:
-                why = ("buying one at launch is not built yet" if self.buy_capacity_blocks
-                       else "[market] buy_capacity_blocks is off")
                 excluded.append(Exclusion(
                     o, f"not launchable here: capacity block {o.offer_id} starts at {utc(o.starts_at)} for "
-                       f"${usd(o.upfront_micros * p.nodes):,.2f} up front, and {why}", ExclusionKind.NOT_LAUNCHABLE))
+                       f"${usd(o.upfront_micros * p.nodes):,.2f} up front (not refundable), and "
+                       f"[market] buy_capacity_blocks is off", ExclusionKind.NOT_LAUNCHABLE))
             else:
                 keep.append(p)
         return keep

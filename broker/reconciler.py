@@ -29,15 +29,18 @@ from __future__ import annotations
 
 import contextlib
 import time
+from itertools import compress
+from operator import attrgetter, itemgetter
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 import msgspec
 import structlog
 
+from broker.blocks import bought, launch_clock
 from broker.lease import LAUNCHING, LIVE, EventKind, Lease, LeaseState
 from broker.leader import NotLeader
-from broker.jobs import ENDED_JOB, running
+from broker.jobs import ENDED_JOB, JobState, running
 from broker.lifecycle import LeaseError, Lifecycle, alive, node_names
 from broker.requeue import Loss, handle_loss
 from broker.records import Job
@@ -111,39 +114,64 @@ class Reconciler:
                 listings[name] = provider.list_managed()
             if name not in listings:
                 report.skipped_providers.append(name)
-        by_lease: dict[str, list[Instance]] = {}
-        for insts in listings.values():
-            for i in insts:
-                by_lease.setdefault(i.lease_id, []).append(i)
+        every = [i for insts in listings.values() for i in insts]
         # Read after listing: a lease created meanwhile has nothing listed yet, which is harmless;
         # the other order could take a just-launched lease's instances for orphans. Plain rows of
         # the few columns a steady lease is judged by; a lease that needs more is read in full.
-        live: dict[str, Any] = {r.lease_id: r for r in self.store.lease_rows(PASS_COLUMNS, states=LIVE)}
-        ids = {k: _listed_ids(r.instances) for k, r in live.items() if r.state == LeaseState.RUNNING}
-        claimed = self._unreadable(listings, live, ids, by_lease, report, now)
+        rows = self.store.lease_rows(PASS_COLUMNS, states=LIVE)
+        live: dict[str, Any] = dict(zip(map(_LEASE_ID, rows), rows))
+        by_state: dict[str, list[Any]] = {}
+        for r in rows:
+            by_state.setdefault(r.state, []).append(r)
+        steady_rows = by_state.get(LeaseState.RUNNING, [])
+        known = _Known(steady_rows)
+        extra: dict[str, list[Instance]] = {}  # instances a running lease lists whose tag is unreadable
+        claimed = self._unreadable(listings, live, known, extra, report, now)
 
         # sync -----------------------------------------------------------------------------
-        for lease_id, row in list(live.items()):
+        # Set arithmetic over every lease at once finds the few whose sync could change anything:
+        # a running lease with a listed instance no longer listed alive, every provisioning lease,
+        # a draining lease with nothing listed.
+        listed_pairs = {name: set(map(_PAIR, insts)) for name, insts in listings.items()}
+        if all(map(alive, every)):
+            up = set().union(*listed_pairs.values())
+        else:
+            up = set(map(_PAIR, filter(alive, every)))
+        up.update(owner + _SEP + i.instance_id for owner, insts in extra.items() for i in insts if alive(i))
+        due = {pair.partition(_SEP)[0] for pair in known.pairs - up}
+        due.update(r.lease_id for r in by_state.get(LeaseState.PROVISIONING, ()))
+        if LeaseState.DRAINING in by_state:
+            listed = set(map(_LEASE_OF, every)) | extra.keys()
+            due.update(r.lease_id for r in by_state[LeaseState.DRAINING] if r.lease_id not in listed)
+        by_lease: dict[str, list[Instance]] = {}
+        for i in compress(every, map(due.__contains__, map(_LEASE_OF, every))):
+            by_lease.setdefault(i.lease_id, []).append(i)
+        for owner, insts in extra.items():
+            by_lease.setdefault(owner, []).extend(insts)
+        quiet = self._quiet(steady_rows, now)  # running rows that need no step (unless over budget)
+        for row in list(compress(rows, map(due.__contains__, map(_LEASE_ID, rows)))):
+            lease_id = row.lease_id
             if row.provider not in listings:
                 continue
             insts = by_lease.get(lease_id, [])
-            if not self._sync_due(row, insts, ids):
+            if not self._sync_due(row, insts, known):
                 continue
             self.fence()
+            quiet.discard(lease_id)
             with self._isolated(report, "sync", row.provider, lease=lease_id):
                 lease = self._full(lease_id)
                 if lease is None:
                     continue
                 live[lease_id], replacement = lease, None  # the fresher read stands even if sync fails
                 live[lease_id], replacement = self._sync(lease, insts, report)
-                ids[lease_id] = live[lease_id].instance_ids
+                known.set(lease_id, live[lease_id].instance_ids)
                 if replacement is not None:
                     live[replacement.lease_id] = replacement
 
         # step -----------------------------------------------------------------------------
-        self._terminate_orphans(listings, live, ids, report, now, claimed)
+        self._terminate_orphans(listings, live, known, report, now, claimed, listed_pairs)
         budget_reasons = self._over_budget(live.values(), now, report)
-        for lease_id, entry in list(live.items()):
+        for lease_id, entry in [(k, v) for k, v in live.items() if k not in quiet or k in budget_reasons]:
             if entry.state not in LIVE:
                 continue
             reason = budget_reasons.get(lease_id)
@@ -159,23 +187,44 @@ class Reconciler:
             self.store.prune_quotes(now - 86400)
         return report
 
+    def _quiet(self, rows: list[Any], now: float) -> set[str]:
+        """The ids of the running ``rows`` for which :meth:`_expiry` is surely None when their
+        tenant is within budget: its every condition but the job's warned mark (a row has no job)
+        and the budget, on plain values. Those left out are judged by :meth:`_expiry` itself."""
+        s = self.lc.settings
+        warning_s, idle_s = s.lifetime_warning_s, s.idle_timeout_s
+        ended, job_running = ENDED_JOB, JobState.RUNNING.value
+        quiet = set()
+        for lease_id, job_state, life, started_at, created_at, idle_since in map(_STEADY_COLUMNS, rows):
+            if job_state in ended:
+                continue
+            if life:
+                age = now - (started_at or created_at)
+                if age >= life or (job_state == job_running and age >= life - warning_s):
+                    continue
+            if idle_s and idle_since and now - idle_since >= idle_s:
+                continue
+            quiet.add(lease_id)
+        return quiet
+
     def _full(self, lease_id: str) -> Lease | None:
         return self.store.get_lease(lease_id)
 
     def _unreadable(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Any],
-                    ids: Mapping[str, set[str]], by_lease: dict[str, list[Instance]],
+                    known: "_Known", extra: dict[str, list[Instance]],
                     report: PassReport, now: float) -> set[str]:
         """Instances part of whose record a cloud's answer could not carry (``Instance.problem``,
         e.g. a tag written outside the broker with a control character): each counts as an error
         of its provider's listing on every pass (the ``broker_reconcile_errors`` metric), is
         logged once, and gives the lease it belongs to (by its tag, else the running lease that
         lists it) one event; every other instance of the provider is reconciled as usual. Returns
-        the ids of those whose lease is known only from the lease's own list (not orphans)."""
+        the ids of those whose lease is known only from the lease's own list (not orphans), and
+        adds each of them to ``extra`` under that lease."""
         bad = [(name, i) for name, insts in listings.items() for i in insts if i.problem]
         self._told_unreadable &= {i.instance_id for _, i in bad}
         if not bad:
             return set()
-        listed_by = {iid: lease_id for lease_id, known in ids.items() for iid in known}
+        listed_by = known.owners()
         claimed: set[str] = set()
         for name, i in bad:
             report.errors += 1
@@ -184,7 +233,7 @@ class Reconciler:
             owner = i.lease_id if i.lease_id in live else listed_by.get(i.instance_id, "")
             if owner and owner != i.lease_id:
                 claimed.add(i.instance_id)
-                by_lease.setdefault(owner, []).append(i)
+                extra.setdefault(owner, []).append(i)
             if i.instance_id in self._told_unreadable:
                 continue
             with self._isolated(report, "list", name, instance=i.instance_id):
@@ -196,10 +245,10 @@ class Reconciler:
                 self._told_unreadable.add(i.instance_id)
         return claimed
 
-    def _sync_due(self, row: Any, insts: list[Instance], ids: Mapping[str, set[str]]) -> bool:
+    def _sync_due(self, row: Any, insts: list[Instance], known: "_Known") -> bool:
         """Whether :meth:`_sync` could change anything for this lease (a quick look at its row)."""
         if row.state == LeaseState.RUNNING:  # every node it knows still listed alive: in sync
-            return not ids[row.lease_id] <= {i.instance_id for i in insts if alive(i)}
+            return not known.ids(row.lease_id) <= {i.instance_id for i in insts if alive(i)}
         if row.state == LeaseState.PROVISIONING:
             return row.lease_id not in self.lc.inflight
         return row.state == LeaseState.DRAINING and not insts
@@ -262,23 +311,27 @@ class Reconciler:
 
     # -- step: act on the clouds ----------------------------------------------------------------
     def _terminate_orphans(self, listings: Mapping[str, list[Instance]], live: Mapping[str, Any],
-                           ids: Mapping[str, set[str]], report: PassReport, now: float,
-                           claimed: AbstractSet[str] = frozenset()) -> None:
+                           known: "_Known", report: PassReport, now: float,
+                           claimed: AbstractSet[str], listed_pairs: Mapping[str, AbstractSet[str]]) -> None:
         """Tagged instances that no live lease accounts for: of a lease that ended (or never
         existed), or of a running lease that does not list them (a launch attempt it moved on
         from, a duplicate). Those of leases still launching or draining are theirs to settle.
 
         Whatever their state: a listing holds what still exists (a stopped GCP VM, an Azure VM
         whose creation failed, a deallocated one all keep their disks), and terminating what is
-        already on its way out is harmless."""
+        already on its way out is harmless. ``listed_pairs``: each listing's instances as
+        :data:`_PAIR` keys."""
         seen = set()
         for name, insts in listings.items():
             orphans = []
-            for i in insts:
+            # An instance its running lease lists is no orphan: set arithmetic leaves the few to look at.
+            rest = listed_pairs[name] - known.pairs
+            for i in (compress(insts, map(rest.__contains__, map(_PAIR, insts))) if rest else ()):
                 lease = live.get(i.lease_id)
                 if i.instance_id in claimed:
                     continue  # its lease tag is unreadable, but a running lease lists it
-                if lease is not None and (lease.state != LeaseState.RUNNING or i.instance_id in ids[i.lease_id]):
+                if lease is not None and (lease.state != LeaseState.RUNNING
+                                          or i.instance_id in known.ids(i.lease_id)):
                     continue
                 seen.add(i.instance_id)
                 first = self._first_seen.setdefault(i.instance_id, now)
@@ -310,13 +363,16 @@ class Reconciler:
               budget_reason: str | None = None) -> None:
         s = self.lc.settings
         age = now - lease.state_since
-        if lease.state in LAUNCHING and listed and now - lease.created_at >= s.provision_timeout_s:
-            # Timed from the lease's creation: resuming a launch (provisioning → requested →
-            # provisioning) restarts state_since, never this clock.
+        if lease.state in LAUNCHING and listed and now - launch_clock(lease) >= s.provision_timeout_s:
+            # Timed from the lease's creation (or the start of the Capacity Block bought for it):
+            # resuming a launch (provisioning → requested → provisioning) restarts state_since,
+            # never this clock.
             report.failed += 1
             lease = self.lc.drain(lease, f"launch did not finish within {s.provision_timeout_s:.0f} s")
             self.lc.finish_drain(lease)
             return
+        if lease.state is LeaseState.REQUESTED and bought(lease) and now < lease.starts_at:
+            return  # waiting for its Capacity Block to start
         if lease.state is LeaseState.REQUESTED:
             # A replacement is launched at once; any other request this old was abandoned by a
             # crash between its creation and its launch.
@@ -418,7 +474,7 @@ def _attempt_of(i: Instance, lease: Lease) -> bool:
             and (not i.node_name or i.node_name in node_names(lease)))
 
 
-class _InstanceId(msgspec.Struct):
+class _InstanceId(msgspec.Struct, gc=False):
     instance_id: str
 
 
@@ -430,3 +486,40 @@ _decode_ids = msgspec.json.Decoder(list[_InstanceId]).decode
 def _listed_ids(instances_json: str) -> set[str]:
     """The instance ids in a lease row's ``instances`` column."""
     return {i.instance_id for i in _decode_ids(instances_json)}
+
+
+_decode_lists = msgspec.json.Decoder(list[list[_InstanceId]]).decode
+_LEASE_ID = itemgetter(PASS_COLUMNS.index("lease_id"))
+_STEADY_COLUMNS = itemgetter(*(PASS_COLUMNS.index(c) for c in (
+    "lease_id", "job_state", "max_lifetime_s", "started_at", "created_at", "idle_since")))
+_SEP = "\x00"  # between a lease id and an instance id in a pair's key (a string: no garbage to collect)
+_PAIR = "{0.lease_id}\x00{0.instance_id}".format  # an Instance's (lease id, instance id) key
+_LEASE_OF = attrgetter("lease_id")
+
+
+class _Known:
+    """The instance ids each running lease lists (its ``instances`` column), per lease and as
+    (lease id, instance id) keys (:data:`_PAIR`'s), for set arithmetic over every lease at once."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        lease_ids = [r.lease_id for r in rows]
+        # one decode for every lease: their columns joined into one JSON array
+        lists = _decode_lists("[" + ",".join([r.instances for r in rows]) + "]") if rows else []
+        if len(lists) != len(rows):  # a malformed column spilled into its neighbour: one by one
+            lists = [_decode_ids(r.instances) for r in rows]
+        self._of: dict[str, Any] = dict(zip(lease_ids, lists))  # lease id -> [_InstanceId] or {id}
+        self.pairs = {k + _SEP + i.instance_id for k, listed in zip(lease_ids, lists) for i in listed}
+
+    def ids(self, lease_id: str) -> set[str]:
+        listed = self._of.get(lease_id, ())
+        return listed if isinstance(listed, set) else {i.instance_id for i in listed}
+
+    def set(self, lease_id: str, ids: set[str]) -> None:
+        """The lease now lists ``ids`` (read anew)."""
+        self.pairs.difference_update(lease_id + _SEP + k for k in self.ids(lease_id))
+        self.pairs.update(lease_id + _SEP + k for k in ids)
+        self._of[lease_id] = set(ids)
+
+    def owners(self) -> dict[str, str]:
+        """instance id -> the lease that lists it (the last one read, should two)."""
+        return {k: lease_id for lease_id in list(self._of) for k in self.ids(lease_id)}

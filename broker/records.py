@@ -120,6 +120,7 @@ class Target:
     market: Market
     nodes: int
     hourly_micros: int  # per node
+    # The capacity reservation (reserved), or the Capacity Block offering to buy (queued, "cb-...").
     reservation: str = ""
 
     @classmethod
@@ -127,7 +128,7 @@ class Target:
         """The target of a quote's ranked offer (:class:`broker.quote.RankedOffer`)."""
         o = r.priced.offering
         return cls(o.instance.provider, o.region, r.priced.zone, o.instance.name, o.market, r.priced.nodes,
-                   o.hourly_micros, o.reservation)
+                   o.hourly_micros, o.reservation or o.offer_id)
 
 
 class LaunchPlan(Struct, frozen=True, kw_only=True):

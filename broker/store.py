@@ -85,6 +85,7 @@ class LeaseRecord(SQLModel, table=True):
     idle_since: float = 0.0
     replaces: str = ""  # lease id this one replaces after an interruption
     job_state: str = ""  # the attached job's: "" none, running, succeeded, failed, cancelled
+    starts_at: float = 0.0  # a bought Capacity Block's start: the lease waits for it (0 = none)
 
 
 class LeaseCredentialRecord(SQLModel, table=True):
@@ -411,6 +412,39 @@ class Store:
         interruption and the requeue of its job) are written together or not at all.
         Raises :class:`StaleLease` when another writer got there first.
         """
+        with self.engine.begin() as conn:
+            fresh = self._update(conn, lease, now=now, state=state, message=message, event_kind=event_kind,
+                                 event_data=event_data, events=events, fields=fields)
+        self._notify()
+        return fresh
+
+    def charge_lease(self, lease: Lease, *, now: float, admit: Callable[[list[Lease]], None] | None,
+                     counted_since: float = 0.0, state: LeaseState | None = None, message: str = "",
+                     event_kind: EventKind | None = None, event_data: dict | None = None,
+                     **fields: Any) -> Lease:
+        """:meth:`update_lease` with a spend the tenant's budget must cover: ``admit`` is called with
+        the tenant's counted leases (as :meth:`create_lease` does) under the tenant's lock, in the
+        transaction that writes ``fields`` — two purchases at once cannot both fit under a cap that
+        holds only one. ``admit`` raises to refuse (nothing is written then)."""
+        t = self._leases
+        with self.engine.begin() as conn:
+            if self.is_postgres:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:ns, hashtext(:tenant))"),
+                             {"ns": self.TENANT_LOCK, "tenant": lease.tenant})
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            if admit is not None:
+                admit(self._read_leases(conn, select(t).where(
+                    t.c.tenant == lease.tenant,
+                    t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= counted_since))))
+            fresh = self._update(conn, lease, now=now, state=state, message=message, event_kind=event_kind,
+                                 event_data=event_data, events=(), fields=fields)
+        self._notify()
+        return fresh
+
+    def _update(self, conn, lease: Lease, *, now: float, state: LeaseState | None, message: str,
+                event_kind: EventKind | None, event_data: dict | None,
+                events: Sequence[tuple[EventKind, str, dict]], fields: dict[str, Any]) -> Lease:
         frm = LeaseState(lease.state)
         to = frm if state is None else check_transition(frm, state)
         values = encode(fields)
@@ -425,22 +459,20 @@ class Store:
         if event_kind:
             rows.append((event_kind, message, event_data))
         rows.extend(events)
-        with self.engine.begin() as conn:
-            res = conn.execute(update(t).where(t.c.lease_id == lease.lease_id, t.c.version == lease.version)
-                               .values(**values))
-            if res.rowcount != 1:
-                raise StaleLease(f"lease {lease.lease_id} changed since version {lease.version}")
-            if to is not frm and not TRANSITIONS[to]:  # ended: its nodes' credentials go with it
-                cred = LeaseCredentialRecord.__table__
-                conn.execute(update(cred).where(cred.c.lease_id == lease.lease_id, cred.c.revoked_at.is_(None))
-                             .values(revoked_at=now))
-            if rows:
-                conn.execute(insert(ev), [
-                    {"lease_id": lease.lease_id, "at": now, "kind": str(kind), "from_state": frm.value,
-                     "to_state": to.value, "message": msg, "data": json.dumps(data or {}, default=records.to_builtins)}
-                    for kind, msg, data in rows])
-            (fresh,) = self._read_leases(conn, select(t).where(t.c.lease_id == lease.lease_id))
-        self._notify()
+        res = conn.execute(update(t).where(t.c.lease_id == lease.lease_id, t.c.version == lease.version)
+                           .values(**values))
+        if res.rowcount != 1:
+            raise StaleLease(f"lease {lease.lease_id} changed since version {lease.version}")
+        if to is not frm and not TRANSITIONS[to]:  # ended: its nodes' credentials go with it
+            cred = LeaseCredentialRecord.__table__
+            conn.execute(update(cred).where(cred.c.lease_id == lease.lease_id, cred.c.revoked_at.is_(None))
+                         .values(revoked_at=now))
+        if rows:
+            conn.execute(insert(ev), [
+                {"lease_id": lease.lease_id, "at": now, "kind": str(kind), "from_state": frm.value,
+                 "to_state": to.value, "message": msg, "data": json.dumps(data or {}, default=records.to_builtins)}
+                for kind, msg, data in rows])
+        (fresh,) = self._read_leases(conn, select(t).where(t.c.lease_id == lease.lease_id))
         return fresh
 
     def add_event(self, lease_id: str, kind: EventKind, message: str, now: float, data: dict | None = None) -> None:

@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 import time
+import weakref
 from typing import TextIO
 
 import structlog
@@ -124,7 +125,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.rpc = Histogram("broker_rpc_duration_seconds", "gRPC handling time", ["method", "code"],
                              registry=self.registry,
-                             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
+                             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 120))
         self.loop = Histogram("broker_loop_duration_seconds", "Reconciler / autoscaler pass time", ["loop"],
                               registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.reconcile_errors = Counter(
@@ -160,7 +161,7 @@ class Metrics:
 
         if _on_provider_error not in ON_ERROR:
             ON_ERROR.append(_on_provider_error)
-        _ERROR_SINKS.append(self._count_error)
+        _ERROR_SINKS.add(self)
 
     def _count_error(self, provider: str, code: str) -> None:
         self.provider_errors.labels(provider or "?", (code or "unknown")[:64]).inc()
@@ -190,8 +191,7 @@ class Metrics:
         return self._server.server_port
 
     def stop(self) -> None:
-        if self._count_error in _ERROR_SINKS:
-            _ERROR_SINKS.remove(self._count_error)
+        _ERROR_SINKS.discard(self)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -230,13 +230,14 @@ class Metrics:
 
 
 #: Where cloud API errors are counted: every live :class:`Metrics` (see :func:`count_provider_error`).
-_ERROR_SINKS: list = []
+#: Held weakly, so a Metrics that is dropped without :meth:`Metrics.stop` is not kept counting.
+_ERROR_SINKS: "weakref.WeakSet[Metrics]" = weakref.WeakSet()
 
 
 def count_provider_error(provider: str, code: str) -> None:
     """Count one error a cloud's API answered (called as each provider error is made)."""
-    for sink in list(_ERROR_SINKS):
-        sink(provider, code)
+    for metrics in list(_ERROR_SINKS):
+        metrics._count_error(provider, code)
 
 
 def _on_provider_error(err) -> None:

@@ -13,11 +13,25 @@ process; any process can talk to it at :attr:`AwsCloud.url` with real boto3 clie
 - honours ``ClientToken`` on RunInstances the way EC2 does (same token and parameters: the first
   answer again, no new instances; same token, other parameters: ``IdempotentParameterMismatch``);
 - implements placement groups (Create/Describe/DeletePlacementGroup) and Capacity Reservations
-  (DescribeCapacityReservations, targeting in RunInstances, ``ReservationCapacityExceeded``),
-  which moto does not, and records them on the instances so DescribeInstances shows them.
+  (DescribeCapacityReservations with ``tag:`` filters, targeting in RunInstances,
+  ``ReservationCapacityExceeded``), which moto does not, and records them on the instances so
+  DescribeInstances shows them;
+- sells the Capacity Blocks :class:`broker_sandbox.aws_market.AwsMarket` offers
+  (``PurchaseCapacityBlock``: ``CapacityBlockOfferingId`` and ``InstancePlatform`` required,
+  ``TagSpecification`` of type ``capacity-reservation``; an id it never offered is
+  ``InvalidCapacityBlockOfferingId.NotFound``). The block is a ``capacity-block`` reservation whose
+  state follows :attr:`AwsCloud.clock`: ``scheduled`` (available count 0) until its start date,
+  ``active`` until its end date, ``expired`` after.
 
 Spot interruption (:meth:`AwsCloud.interrupt`) terminates the instance in moto's backend with the
 state reason EC2 gives a reclaimed spot instance (``Server.SpotInstanceTermination``).
+
+A terminated instance stays listed for a while and is then forgotten, as EC2 does ("about an hour
+after termination"): moto would keep it for ever, and every DescribeInstances scans all it keeps.
+The retention is ``terminated_retention_s`` (default :data:`TERMINATED_RETENTION_S`, or the
+environment's ``SANDBOX_EC2_TERMINATED_RETENTION_S``); a soak shortens it. Once forgotten,
+DescribeInstances no longer lists the instance and TerminateInstances answers
+``InvalidInstanceID.NotFound`` for it.
 
 ``aws_cloud_server`` (session scope) starts one server; ``aws_cloud`` (function scope) sets fake
 credentials in the environment for the test only and resets the cloud afterwards.
@@ -74,6 +88,11 @@ _STATUS = {
     "InvalidParameterValue": 400, "InvalidInstanceType": 400, "InvalidParameterCombination": 400,
     "InternalError": 500, "Unavailable": 503, "ServiceUnavailable": 503,
 }
+#: How long EC2 keeps listing a terminated instance: "about an hour after termination".
+TERMINATED_RETENTION_S = 3600.0
+#: The environment variable that sets :attr:`AwsCloud.terminated_retention_s` (seconds); not a
+#: ``BROKER_`` name, which a broker started from the same environment would refuse as no setting.
+RETENTION_ENV = "SANDBOX_EC2_TERMINATED_RETENTION_S"
 _CREDENTIAL_REGION = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/ec2/")
 
 
@@ -105,13 +124,30 @@ class _Reservation:
     total: int
     reservation_type: str = "default"
     tags: dict[str, str] = field(default_factory=dict)
+    start: float = 0.0  # a Capacity Block's start and end dates (epoch s); 0 = always active
+    end: float = 0.0
+    offering_id: str = ""
+
+    def state(self, now: float) -> str:
+        if self.start and now < self.start:
+            return "scheduled"
+        if self.end and now >= self.end:
+            return "expired"
+        return "active"
 
 
 class AwsCloud:
     """moto's EC2 on 127.0.0.1 with fault injection, a call log and the missing EC2 features."""
 
-    def __init__(self, slow_s: float = 2.0) -> None:
+    def __init__(self, slow_s: float = 2.0, terminated_retention_s: float | None = None) -> None:
         self.slow_s = self.default_slow_s = slow_s
+        if terminated_retention_s is None:
+            terminated_retention_s = float(os.environ.get(RETENTION_ENV) or TERMINATED_RETENTION_S)
+        if not terminated_retention_s >= 0:
+            raise ValueError(f"terminated_retention_s must be >= 0 seconds, not {terminated_retention_s!r}")
+        self.terminated_retention_s = self.default_terminated_retention_s = terminated_retention_s
+        self._terminated_at: dict[str, float] = {}  # instance id -> when it was seen terminated (monotonic)
+        self._swept_at = float("-inf")
         self.url = ""
         self._server: Any = None
         self._lock = threading.RLock()
@@ -121,11 +157,15 @@ class AwsCloud:
         self._groups: dict[tuple[str, str], dict[str, Any]] = {}
         self._reservations: dict[str, _Reservation] = {}
         self._tokens: dict[tuple[str, str], tuple[tuple, str, list, bytes]] = {}
+        self._fleet_tokens: dict[tuple[str, str], tuple[tuple, bytes]] = {}
+        self._capacity: dict[tuple[str, str], int] = {}  # (instance type, zone) -> nodes EC2 has now
+        self._reclaim: dict[str, int] = {}  # instance type -> nodes terminated right at launch
         self._token_locks: dict[tuple[str, str], threading.Lock] = {}
         self._saved_env: dict[str, str | None] = {}
         from broker_sandbox.aws_market import AwsMarket
 
         self.market = AwsMarket()  # pricing, service quotas, spot history and scores (moto lacks them)
+        self.clock = time.time  # what Capacity Block states are judged by (a test may move it)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -180,18 +220,25 @@ class AwsCloud:
         self._saved_env.clear()
 
     def reset(self) -> None:
-        """Forget every resource, fault and logged call."""
+        """Forget every resource, fault and logged call; the tunables back to their defaults."""
         request = urllib.request.Request(f"{self.url}/moto-api/reset", data=b"", method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
         with self._lock:
             self.slow_s = self.default_slow_s
+            self.terminated_retention_s = self.default_terminated_retention_s
             self._faults.clear()
             self._rate = None
             self._calls.clear()
             self._groups.clear()
             self._reservations.clear()
             self._tokens.clear()
+            self._terminated_at.clear()
+            self._swept_at = float("-inf")
+            self._fleet_tokens.clear()
+            self._capacity.clear()
+            self._reclaim.clear()
+            self.clock = time.time
         self.market.reset()
 
     def __enter__(self) -> "AwsCloud":
@@ -354,6 +401,29 @@ class AwsCloud:
             self._reservations[rid] = _Reservation(rid, region, instance_type, zone, count, reservation_type)
         return rid
 
+    def set_capacity(self, instance_type: str, zone: str, nodes: int) -> None:
+        """EC2 has ``nodes`` of ``instance_type`` in ``zone`` ("" for every zone) for an instant
+        Fleet: an override asking for more gets ``InsufficientInstanceCapacity`` (with a
+        ``MinTargetCapacity`` above what is there) or what is there (without one)."""
+        with self._lock:
+            self._capacity[(instance_type, zone)] = nodes
+
+    def reclaim_at_launch(self, instance_type: str, nodes: int = 1) -> None:
+        """The next instant Fleet launching ``instance_type`` sees ``nodes`` of its instances go
+        from pending to terminated at once, with the state reason EC2 gives a launch it could not
+        complete (``Server.InsufficientInstanceCapacity``)."""
+        with self._lock:
+            self._reclaim[instance_type] = nodes
+
+    def fleet_calls(self) -> list[Call]:
+        """Every CreateFleet the cloud received, in order."""
+        return [c for c in self.calls if c.action == "CreateFleet"]
+
+    def capacity_blocks(self) -> list[_Reservation]:
+        """The Capacity Blocks bought (PurchaseCapacityBlock), oldest first."""
+        with self._lock:
+            return [r for r in self._reservations.values() if r.offering_id]
+
     def interrupt(self, instance_id: str) -> None:
         """Reclaim a spot instance the way EC2 reports it."""
         from moto.ec2.models.instances import StateReason
@@ -362,15 +432,71 @@ class AwsCloud:
         if inst.lifecycle != "spot":
             raise ValueError(f"{instance_id} is not a spot instance; EC2 only interrupts spot capacity")
         inst.terminate()
+        self._terminated([instance_id])
         inst._reason = "Service initiated (spot instance termination)"
         inst.state_reason = StateReason("Server.SpotInstanceTermination: Spot instance termination",
                                         "Server.SpotInstanceTermination")
+
+    # -- forgetting terminated instances ---------------------------------------------------------
+
+    def _terminated(self, instance_ids: Iterable[str]) -> None:
+        """``instance_ids`` were terminated now: their retention starts."""
+        now = time.monotonic()
+        with self._lock:
+            for iid in instance_ids:
+                self._terminated_at.setdefault(iid, now)
+
+    def forget_terminated(self) -> int:
+        """Forget the instances terminated longer than the retention ago, as EC2 does; returns how
+        many. An instance terminated without a TerminateInstances (moto's own doing) starts its
+        retention when a sweep first sees it terminated."""
+        from moto.ec2.models.instances import Instance as MotoInstance
+
+        now = time.monotonic()
+        forgotten = 0
+        with self._lock:
+            self._swept_at = now
+            known: set[str] = set()
+            for _, backend in self._backends():
+                for rid, reservation in list(backend.reservations.items()):
+                    keep: list[MotoInstance] = []
+                    for inst in reservation.instances:
+                        known.add(inst.id)
+                        if inst.state != "terminated":
+                            keep.append(inst)
+                        elif now - self._terminated_at.setdefault(inst.id, now) < self.terminated_retention_s:
+                            keep.append(inst)
+                        else:
+                            backend.tags.pop(inst.id, None)
+                            self._terminated_at.pop(inst.id, None)
+                            forgotten += 1
+                    if len(keep) == len(reservation.instances):
+                        continue
+                    if keep:
+                        reservation.instances = keep  # a new list: a describe in flight keeps the old one
+                    else:
+                        backend.reservations.pop(rid, None)
+            for iid in set(self._terminated_at) - known:  # named by a TerminateInstances, never existed
+                del self._terminated_at[iid]
+        return forgotten
+
+    def _sweep(self) -> None:
+        """Forget expired terminated instances, at most a few times per retention (and per second)."""
+        with self._lock:
+            due = time.monotonic() - self._swept_at >= min(1.0, self.terminated_retention_s / 4)
+        if due:
+            self.forget_terminated()
 
     # -- request handling (called by _Front) ----------------------------------------------------
 
     def _record(self, call: Call) -> None:
         with self._lock:
             self._calls.append(call)
+
+    def _available(self, r: _Reservation) -> int:
+        if r.state(self.clock()) != "active":
+            return 0  # a block shows no capacity before its start, nor after its end
+        return max(0, r.total - self._used(r.id))
 
     def _used(self, reservation_id: str) -> int:
         return sum(1 for i in self.instances()
@@ -406,6 +532,28 @@ def _indexed(params: dict[str, str], prefix: str) -> list[str]:
         out.append(params[f"{prefix}.{n}"])
         n += 1
     return out
+
+
+def _filters(params: dict[str, str]) -> dict[str, set[str]]:
+    """``Filter.N.Name`` / ``Filter.N.Value.M`` of a query as {name: values}."""
+    out: dict[str, set[str]] = {}
+    n = 1
+    while f"Filter.{n}.Name" in params:
+        out[params[f"Filter.{n}.Name"]] = set(_indexed(params, f"Filter.{n}.Value"))
+        n += 1
+    return out
+
+
+def _reservation_field(r: _Reservation, now: float, name: str) -> str:
+    """What a DescribeCapacityReservations filter ``name`` matches of ``r`` (EC2's filter names)."""
+    if name.startswith("tag:"):
+        return r.tags.get(name[4:], "\0")
+    return {"instance-type": r.instance_type, "availability-zone": r.zone, "state": r.state(now),
+            "reservation-type": r.reservation_type}.get(name, "\0")
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(ts))
 
 
 def _spec_tags(params: dict[str, str], resource_type: str) -> dict[str, str]:
@@ -466,6 +614,48 @@ def _network_interfaces(p: dict[str, str]) -> list[dict[str, str]]:
     if efas > int((info.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) or 0) and efas:
         raise _Error("InvalidParameterCombination", f"{p.get('InstanceType')} supports fewer EFA interfaces.")
     return nics
+
+
+# LaunchTemplateData members by their RunInstances query names, where they differ.
+_RUN_NAMES = {"NetworkInterfaces": "NetworkInterface", "TagSpecifications": "TagSpecification",
+              "BlockDeviceMappings": "BlockDeviceMapping", "SecurityGroupIds": "SecurityGroupId",
+              "SecurityGroups": "SecurityGroup", "Tags": "Tag", "Groups": "SecurityGroupId"}
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{_RUN_NAMES.get(k, k)}" if prefix else _RUN_NAMES.get(k, k), v, out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value, 1):
+            _flatten(f"{prefix}.{i}", v, out)
+    elif isinstance(value, bool):
+        out[prefix] = "true" if value else "false"
+    elif value is not None:
+        out[prefix] = str(value)
+
+
+def _run_params(data: dict[str, Any], instance_type: str, count: int, zone: str, subnet: str, spot: bool,
+                max_price: str) -> dict[str, str]:
+    """The RunInstances query a Fleet override makes of its launch template's data."""
+    run: dict[str, str] = {"Action": "RunInstances", "Version": "2016-11-15"}
+    _flatten("", {k: v for k, v in data.items() if k != "InstanceType"}, run)
+    run.update({"InstanceType": instance_type, "MinCount": str(count), "MaxCount": str(count)})
+    if zone:
+        run["Placement.AvailabilityZone"] = zone
+    if subnet:
+        nics = [k for k in run if re.fullmatch(r"NetworkInterface\.\d+\.DeviceIndex", k)]
+        for k in nics:
+            run[k.replace(".DeviceIndex", ".SubnetId")] = subnet
+        if not nics:
+            run["SubnetId"] = subnet
+    if spot:
+        run["InstanceMarketOptions.MarketType"] = "spot"
+        run["InstanceMarketOptions.SpotOptions.SpotInstanceType"] = "one-time"
+        run["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] = "terminate"
+        if max_price:
+            run["InstanceMarketOptions.SpotOptions.MaxPrice"] = max_price
+    return run
 
 
 # The RunInstances being served on this thread decorates the instances moto creates for it.
@@ -579,6 +769,7 @@ class _Front:
         region = match.group(1) if match else "us-east-1"
         call = Call(action, region, params)
         self.cloud._record(call)
+        self.cloud._sweep()
 
         fault = self.cloud._take_fault(f"{action} {path}")
         if fault is not None:
@@ -601,6 +792,8 @@ class _Front:
             status, headers, out = self._dispatch(action, region, params, environ)
         except _Error as e:
             status, headers, out = e.status, [("Content-Type", "text/xml")], _error(e.code, e.message)
+        if action == "TerminateInstances" and status == 200:
+            self.cloud._terminated(_indexed(params, "InstanceId"))
         if fault is not None and fault.kind == "slow":
             time.sleep(self.cloud.slow_s)
         return self._answer(call, start_response, status, headers, out)
@@ -667,16 +860,22 @@ class _Front:
             return 200, xml, _xml(action, "<return>true</return>")
         if action == "DescribeCapacityReservations":
             ids = _indexed(p, "CapacityReservationId")
+            filters = _filters(p)
             with cloud._lock:
-                found = [r for r in cloud._reservations.values() if r.region == region and (not ids or r.id in ids)]
+                found = [r for r in cloud._reservations.values() if r.region == region and (not ids or r.id in ids)
+                         and all(_reservation_field(r, cloud.clock(), k) in v for k, v in filters.items())]
             missing = set(ids) - {r.id for r in found}
             if missing:
                 raise _Error("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{sorted(missing)[0]}' does not exist")
             items = "".join(f"<item>{self._reservation_xml(r)}</item>" for r in found)
             return 200, xml, _xml(action, f"<capacityReservationSet>{items}</capacityReservationSet>")
+        if action == "PurchaseCapacityBlock":
+            return self._purchase_capacity_block(region, p)
         if action == "RunInstances":
             return self._run_instances(region, p, environ)
+        if action == "CreateFleet" and p.get("Type") == "instant":
+            return self._create_fleet(region, p, environ)
         if cloud.market.handles_query(action, region):
             return cloud.market.query_call(action, region, p)
         return self._moto(environ)
@@ -685,15 +884,41 @@ class _Front:
         return (f"<groupName>{escape(g['GroupName'])}</groupName><strategy>{g['Strategy']}</strategy>"
                 f"<state>{g['State']}</state><groupId>{g['GroupId']}</groupId>{_tag_set(g['Tags'])}")
 
+    def _purchase_capacity_block(self, region: str, p: dict[str, str]) -> tuple[int, list, bytes]:
+        cloud = self.cloud
+        for name in ("CapacityBlockOfferingId", "InstancePlatform"):
+            if not p.get(name):
+                raise _Error("MissingParameter", f"The request must contain the parameter {name}")
+        if p["InstancePlatform"] not in ("Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Windows",
+                                         "Ubuntu Pro", "Linux with SQL Server Standard"):
+            raise _Error("InvalidParameterValue",
+                         f"The value ({p['InstancePlatform']}) for parameter InstancePlatform is invalid.")
+        oid = p["CapacityBlockOfferingId"]
+        offer = cloud.market.offering(oid)
+        if offer is None or not offer[0].startswith(region):
+            raise _Error("InvalidCapacityBlockOfferingId.NotFound", f"The Capacity Block offering ID '{oid}' does not exist")
+        zone, itype, start, hours, count, _fee = offer
+        if start + hours * 3600 <= cloud.clock():
+            raise _Error("InvalidCapacityBlockOfferingId.NotFound", f"The Capacity Block offering ID '{oid}' has expired")
+        rid = f"cr-{uuid.uuid4().hex[:17]}"
+        r = _Reservation(rid, region, itype, zone, count, "capacity-block", _spec_tags(p, "capacity-reservation"),
+                         start, start + hours * 3600, oid)
+        with cloud._lock:
+            cloud._reservations[rid] = r
+        return 200, [("Content-Type", "text/xml")], _xml(
+            "PurchaseCapacityBlock", f"<capacityReservation>{self._reservation_xml(r)}</capacityReservation>")
+
     def _reservation_xml(self, r: _Reservation) -> str:
-        available = max(0, r.total - self.cloud._used(r.id))
+        available = self.cloud._available(r)
+        dates = (f"<startDate>{_iso(r.start)}</startDate><endDate>{_iso(r.end)}</endDate><endDateType>limited"
+                 f"</endDateType>" if r.start else "<endDateType>unlimited</endDateType>")
         return (f"<capacityReservationId>{r.id}</capacityReservationId><ownerId>{ACCOUNT_ID}</ownerId>"
                 f"<instanceType>{escape(r.instance_type)}</instanceType><instancePlatform>Linux/UNIX</instancePlatform>"
                 f"<availabilityZone>{r.zone}</availabilityZone><tenancy>default</tenancy>"
                 f"<totalInstanceCount>{r.total}</totalInstanceCount>"
-                f"<availableInstanceCount>{available}</availableInstanceCount><state>active</state>"
-                f"<instanceMatchCriteria>targeted</instanceMatchCriteria>"
-                f"<reservationType>{r.reservation_type}</reservationType>")
+                f"<availableInstanceCount>{available}</availableInstanceCount><state>{r.state(self.cloud.clock())}"
+                f"</state>{dates}<instanceMatchCriteria>targeted</instanceMatchCriteria>"
+                f"<reservationType>{r.reservation_type}</reservationType>{_tag_set(r.tags)}")
 
     def _run_instances(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
         cloud = self.cloud
@@ -732,7 +957,7 @@ class _Front:
                 if (reservation.reservation_type == "capacity-block") != (market == "capacity-block"):
                     raise _Error("InvalidParameterCombination",
                                  "Capacity Blocks are launched with the capacity-block market type.")
-                if count > reservation.total - cloud._used(target):
+                if count > cloud._available(reservation):
                     raise _Error("ReservationCapacityExceeded",
                                  "The requested number of instances exceeds the available capacity "
                                  "of the Capacity Reservation.")
@@ -748,6 +973,9 @@ class _Front:
                 if market == "capacity-block":
                     inst.lifecycle = "capacity-block"
                 inst.broker_network_interfaces = [dict(n) for n in nics]
+                if not nics:  # the primary interface EC2 made for it ends with it (moto would keep it)
+                    for nic in inst.nics.values():
+                        nic.delete_on_termination = True
                 if reservation is not None:
                     inst.capacity_reservation_id = reservation.id
                     inst.capacity_reservation_specification = {
@@ -764,6 +992,136 @@ class _Front:
                 with cloud._lock:
                     cloud._tokens[key] = (signature, status, headers, body)
             return status, headers, body
+
+    def _create_fleet(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        """An instant EC2 Fleet, as EC2 answers it (moto's launches every override at once, ignores
+        priorities and zones, and never reports an error): the overrides are tried best priority
+        first (lower ``Priority``, then request order; EC2's price-based strategies are not
+        modelled), each on its launch template through RunInstances, until one launches the
+        target capacity; every override refused is an item of ``Errors`` with EC2's code."""
+        cloud = self.cloud
+        token = p.get("ClientToken", "")
+        signature = tuple(sorted(p.items()))
+        key = (region, token)
+        with cloud._lock:
+            lock = cloud._token_locks.setdefault(("fleet", *key), threading.Lock()) if token else threading.Lock()
+        with lock:
+            if token:
+                with cloud._lock:
+                    cached = cloud._fleet_tokens.get(key)
+                if cached is not None:
+                    if cached[0] != signature:
+                        raise _Error("IdempotentParameterMismatch",
+                                     "The client token you have provided is associated with a resource "
+                                     "that has different parameters.")
+                    return 200, [("Content-Type", "text/xml")], cached[1]
+            body = self._fleet(region, p, environ)
+            if token:
+                with cloud._lock:
+                    cloud._fleet_tokens[key] = (signature, body)
+            return 200, [("Content-Type", "text/xml")], body
+
+    def _fleet(self, region: str, p: dict[str, str], environ: dict) -> bytes:
+        from moto.backends import get_backend
+
+        cloud = self.cloud
+        total = int(p.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
+        kind = p.get("TargetCapacitySpecification.DefaultTargetCapacityType", "")
+        if kind not in ("on-demand", "spot"):
+            raise _Error("InvalidParameterValue", f"Value ({kind}) for parameter DefaultTargetCapacityType is invalid.")
+        if total < 1:
+            raise _Error("InvalidTargetCapacitySpecification", "TotalTargetCapacity must be at least 1.")
+        opts = "SpotOptions." if kind == "spot" else "OnDemandOptions."
+        minimum = int(p.get(opts + "MinTargetCapacity", "0") or 0)
+        if minimum and not (p.get(opts + "SingleInstanceType") == "true"
+                            or p.get(opts + "SingleAvailabilityZone") == "true"):
+            raise _Error("InvalidParameterCombination", "MinTargetCapacity requires SingleInstanceType or "
+                         "SingleAvailabilityZone.")
+        backend = get_backend("ec2")[ACCOUNT_ID][region]
+        overrides: list[tuple[float, int, Any, str, dict[str, str]]] = []
+        n = 1
+        while any(k.startswith(f"LaunchTemplateConfigs.{n}.") for k in p):
+            spec = f"LaunchTemplateConfigs.{n}.LaunchTemplateSpecification."
+            name, tid = p.get(spec + "LaunchTemplateName", ""), p.get(spec + "LaunchTemplateId", "")
+            try:
+                template = (backend.get_launch_template_by_name(name) if name
+                            else backend.get_launch_template(template_id=tid))
+            except Exception:  # noqa: BLE001 - moto's not-found errors
+                raise _Error("InvalidLaunchTemplateName.NotFoundException",
+                             f"The specified launch template, with template name {name or tid}, does not exist.") from None
+            version = p.get(spec + "Version", "$Default")
+            number = (template.latest_version_number if version == "$Latest" else
+                      template.default_version_number if version == "$Default" else int(version))
+            m = 1
+            while any(k.startswith(f"LaunchTemplateConfigs.{n}.Overrides.{m}.") for k in p):
+                prefix = f"LaunchTemplateConfigs.{n}.Overrides.{m}."
+                over = {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
+                overrides.append((float(over.get("Priority", "inf")), len(overrides), template, str(number), over))
+                m += 1
+            n += 1
+        if not overrides:
+            raise _Error("MissingParameter", "The request must contain the parameter LaunchTemplateConfigs.")
+        errors: list[str] = []
+        got: list[str] = []
+        for _, _, template, version, over in sorted(overrides, key=lambda o: o[:2]):
+            itype = over.get("InstanceType") or template.get_version(int(version)).data.get("InstanceType", "")
+            zone = over.get("AvailabilityZone", "")
+            if not zone and over.get("SubnetId"):
+                try:
+                    zone = backend.get_subnet(over["SubnetId"]).availability_zone
+                except Exception:  # noqa: BLE001
+                    raise _Error("InvalidSubnetID.NotFound",
+                                 f"The subnet ID '{over['SubnetId']}' does not exist") from None
+            ref = (f"<launchTemplateSpecification><launchTemplateId>{template.id}</launchTemplateId>"
+                   f"<launchTemplateName>{escape(template.name)}</launchTemplateName><version>{version}</version>"
+                   f"</launchTemplateSpecification><overrides>"
+                   + "".join(f"<{k[0].lower()}{k[1:]}>{escape(v)}</{k[0].lower()}{k[1:]}>" for k, v in over.items())
+                   + "</overrides>")
+            with cloud._lock:
+                have = cloud._capacity.get((itype, zone), cloud._capacity.get((itype, ""), total))
+            count = total if have >= total else (0 if minimum > have else have)
+            if count < 1:
+                errors.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                              f"<lifecycle>{kind}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>"
+                              f"<errorMessage>{escape(_FAULTS['capacity'][2])}</errorMessage></item>")
+                continue
+            run = _run_params(template.get_version(int(version)).data, itype, count, zone, over.get("SubnetId", ""),
+                              kind == "spot", over.get("MaxPrice", ""))
+            sub = dict(environ)
+            self._rewrite(sub, run)
+            try:
+                status, _, answer = self._run_instances(region, run, sub)
+            except _Error as e:
+                status, answer = e.status, _error(e.code, e.message)
+            if status != 200:
+                code = re.search(rb"<Code>([^<]*)</Code>", answer)
+                message = re.search(rb"<Message>([^<]*)</Message>", answer)
+                errors.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                              f"<lifecycle>{kind}</lifecycle><errorCode>{(code.group(1) if code else b'').decode()}"
+                              f"</errorCode><errorMessage>{(message.group(1) if message else b'').decode()}"
+                              "</errorMessage></item>")
+                continue
+            ids = [m.decode() for m in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", answer)]
+            self._reclaim_now(itype, ids)
+            got.append(f"<item><launchTemplateAndOverrides>{ref}</launchTemplateAndOverrides>"
+                       f"<lifecycle>{kind}</lifecycle><instanceIds>"
+                       + "".join(f"<item>{i}</item>" for i in ids)
+                       + f"</instanceIds><instanceType>{escape(itype)}</instanceType><platform>Linux/UNIX</platform>"
+                       "</item>")
+            break
+        return _xml("CreateFleet", f"<fleetId>fleet-{uuid.uuid4()}</fleetId><errorSet>{''.join(errors)}</errorSet>"
+                                   f"<fleetInstanceSet>{''.join(got)}</fleetInstanceSet>")
+
+    def _reclaim_now(self, instance_type: str, ids: list[str]) -> None:
+        from moto.ec2.models.instances import StateReason
+
+        with self.cloud._lock:
+            doomed = self.cloud._reclaim.pop(instance_type, 0)
+        for instance_id in ids[len(ids) - doomed:] if doomed else []:
+            _, inst = self.cloud._instance(instance_id)
+            inst.terminate()
+            inst.state_reason = StateReason("Server.InsufficientInstanceCapacity: Insufficient capacity to "
+                                            "satisfy launch request", "Server.InsufficientInstanceCapacity")
 
     @staticmethod
     def _rewrite(environ: dict, params: dict[str, str]) -> None:

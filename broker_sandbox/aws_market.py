@@ -23,7 +23,9 @@ makes that moto does not serve (or serves with placeholders):
   ``tenancy``) for the blocks a test seeded: the fee is the seeded hourly rate x nodes x hours, a
   block must start inside ``StartDateRange``..``EndDateRange``; a missing ``InstanceType``,
   ``InstanceCount`` or ``CapacityDurationHours`` is ``MissingParameter``, a duration that is not
-  whole days (up to 14, then whole weeks up to 182 days) ``InvalidParameterValue``.
+  whole days (up to 14, then whole weeks up to 182 days) ``InvalidParameterValue``. Every offering
+  answered is remembered by its id (:meth:`AwsMarket.offering`) for ``PurchaseCapacityBlock``, which
+  :class:`broker_sandbox.aws.AwsCloud` serves.
 
 Zones (``DescribeInstanceTypeOfferings``) and instances come from moto itself; Capacity
 Reservations from :class:`broker_sandbox.aws.AwsCloud`.
@@ -69,6 +71,8 @@ class AwsMarket:
             self.scores: dict[tuple[str, str], int] = {}  # (region, type) -> 1..10
             # Capacity Blocks on sale: (zone, type, start epoch s, USD per node-hour)
             self.blocks: list[tuple[str, str, float, str]] = []
+            # Offerings answered, by id: (zone, type, start epoch s, hours, count, upfront fee "USD")
+            self.offered: dict[str, tuple[str, str, float, int, int, str]] = {}
             self.calls: list[str] = []
 
     # -- seeding --------------------------------------------------------------------------------
@@ -110,6 +114,11 @@ class AwsMarket:
         """A Capacity Block on sale in ``zone`` from ``start`` (epoch seconds), any size and length."""
         with self._lock:
             self.blocks.append((zone, instance_type, start, usd_per_node_hour))
+
+    def offering(self, offering_id: str) -> tuple[str, str, float, int, int, str] | None:
+        """A Capacity Block offering answered earlier: (zone, type, start, hours, count, fee)."""
+        with self._lock:
+            return self.offered.get(offering_id)
 
     def set_score(self, region: str, instance_type: str, score: int) -> None:
         with self._lock:
@@ -224,16 +233,20 @@ class AwsMarket:
         with self._lock:
             rows = [b for b in self.blocks if b[0].startswith(region) and b[1] == p["InstanceType"]
                     and (lo is None or b[2] >= lo) and (hi is None or b[2] + hours * 3600 <= hi)]
-        items = "".join(
-            f"<item><capacityBlockOfferingId>cb-{uuid.uuid5(uuid.NAMESPACE_URL, f'{z}/{t}/{start}/{hours}/{count}').hex[:17]}"
-            f"</capacityBlockOfferingId><instanceType>{escape(t)}</instanceType><availabilityZone>{z}</availabilityZone>"
-            f"<instanceCount>{count}</instanceCount><startDate>{_iso(start)}</startDate>"
-            f"<endDate>{_iso(start + hours * 3600)}</endDate><capacityBlockDurationHours>{hours}"
-            f"</capacityBlockDurationHours><upfrontFee>{Decimal(rate) * count * hours:.2f}</upfrontFee>"
-            f"<currencyCode>USD</currencyCode><tenancy>default</tenancy></item>"
-            for z, t, start, rate in rows)
+        items = []
+        for z, t, start, rate in rows:
+            oid = f"cb-{uuid.uuid5(uuid.NAMESPACE_URL, f'{z}/{t}/{start}/{hours}/{count}').hex[:17]}"
+            fee = f"{Decimal(rate) * count * hours:.2f}"
+            with self._lock:
+                self.offered[oid] = (z, t, start, hours, count, fee)
+            items.append(
+                f"<item><capacityBlockOfferingId>{oid}</capacityBlockOfferingId><instanceType>{escape(t)}"
+                f"</instanceType><availabilityZone>{z}</availabilityZone><instanceCount>{count}</instanceCount>"
+                f"<startDate>{_iso(start)}</startDate><endDate>{_iso(start + hours * 3600)}</endDate>"
+                f"<capacityBlockDurationHours>{hours}</capacityBlockDurationHours><upfrontFee>{fee}</upfrontFee>"
+                f"<currencyCode>USD</currencyCode><tenancy>default</tenancy></item>")
         return 200, xml, _xml("DescribeCapacityBlockOfferings",
-                              f"<capacityBlockOfferingSet>{items}</capacityBlockOfferingSet>")
+                              f"<capacityBlockOfferingSet>{''.join(items)}</capacityBlockOfferingSet>")
 
 
 def _when(text: str | None) -> float | None:

@@ -261,6 +261,7 @@ class FakeArm(ArmMarketMixin):
         self._nics: dict[str, dict[str, Any]] = {}  # lower(id) -> resource
         self._disks: set[str] = set()
         self._ops: dict[str, _Op] = {}
+        self._open: dict[str, _Op] = {}  # the operations still in progress: each request settles these
         self._faults: list[_Fault] = []
         self._unavailable: set[tuple[str, str]] = set()
         self._rate = 0.0
@@ -439,7 +440,7 @@ class FakeArm(ArmMarketMixin):
                 on_done: Any = None) -> _Op:
         op = _Op(str(uuid.uuid4()), location, sub, _now(), self.lro_polls,
                  time.monotonic() + self.settle_s, error, on_done)
-        self._ops[op.id] = op
+        self._ops[op.id] = self._open[op.id] = op
         if op.polls_left <= 0:
             self._finish(op)
         return op
@@ -454,9 +455,11 @@ class FakeArm(ArmMarketMixin):
 
     def _settle(self) -> None:
         now = time.monotonic()
-        for op in list(self._ops.values()):
+        for key, op in list(self._open.items()):
             if op.status == "InProgress" and now >= op.deadline:
                 self._finish(op)
+            if op.status != "InProgress":
+                del self._open[key]
 
     def _op_url(self, op: _Op, api_version: str, monitor: bool = False) -> str:
         q = f"?monitor=true&api-version={api_version}" if monitor else f"?api-version={api_version}"

@@ -24,25 +24,26 @@ meter as the real API returns it (``currencyCode``, ``retailPrice``, ``unitPrice
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 import uuid
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 from urllib.parse import parse_qs, quote, urlsplit
+
+from broker_sandbox.loopback import JsonGetHandler, LoopbackServer
 
 LOCATIONS = {"eastus": "US East", "westeurope": "EU West", "westus2": "US West 2", "eastus2": "US East 2",
              "northeurope": "EU North", "swedencentral": "Sweden Central"}
 _FILTER_TERM = re.compile(r"^\s*(\w+)\s+eq\s+'([^']*)'\s*$", re.I)
 
 
-class FakeRetailPrices:
+class FakeRetailPrices(LoopbackServer):
+    thread_name = "fake-retail"
+
     def __init__(self, page_size: int = 100) -> None:
         self.page_size = self.default_page_size = page_size
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -52,40 +53,12 @@ class FakeRetailPrices:
             self.calls: list[str] = []
             self.fail_next = 0
 
-    def start(self) -> "FakeRetailPrices":
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                status, body = fake.handle(self.path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-retail").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def handler(self) -> type[JsonGetHandler]:
+        return type("RetailPricesHandler", (JsonGetHandler,), {"fake": self})
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/api/retail/prices"
+        return f"{self.address}/api/retail/prices"
 
     def add_price(self, region: str, arm_sku: str, usd: str, *, spot: bool = False, low_priority: bool = False,
                   windows: bool = False, effective: str = "2026-11-01T00:00:00Z") -> None:

@@ -19,6 +19,9 @@ differ). What it models, after the public API reference:
   automatically or consume a reservation, a specific reservation must exist, label and metadata
   key rules, name conflicts (409). Errors use Compute's shape:
   ``{"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}``.
+* ``regions/R/instances/bulkInsert``: several VMs of one ``instanceProperties`` in one zone the
+  ``locationPolicy`` allows, all of ``minCount`` or none (``set_capacity``), as a regional
+  ``bulkInsert`` operation with ``instancesBulkInsertOperationMetadata``.
 * ``regions/R/resourcePolicies`` (compact placement): insert/get/delete with regional
   operations; instances may only name existing policies of their region, and a policy in use
   cannot be deleted (``resourceInUseByAnotherResource``).
@@ -340,6 +343,8 @@ class _Op:
     seq: int = 0
     regional: bool = False
     target_kind: str = "instances"
+    bulk: list = field(default_factory=list)  # (zone, name) of the instances a bulkInsert creates
+    extra: dict = field(default_factory=dict)  # further fields of the operation's resource
 
     def json(self) -> dict:
         scope = "regions" if self.regional else "zones"
@@ -363,6 +368,9 @@ class _Op:
             out["clientOperationId"] = self.request_id
         if self.status_message:
             out["statusMessage"] = self.status_message
+        if self.op_type == "bulkInsert":
+            out["targetLink"] = zone_link
+        out.update(self.extra)
         if self.status == "DONE":
             out["endTime"] = self.end_time
             if self.error_code:
@@ -426,9 +434,12 @@ class FakeGcpCompute(GcpMarketMixin):
         with self._lock:
             self._instances: dict[tuple[str, str], dict] = {}  # (zone, name) → resource
             self._ops: dict[tuple[str, str], _Op] = {}  # (zone, op name) → op
+            self._open: dict[tuple[str, str], _Op] = {}  # the ops not DONE yet: each request ticks these
+            self._op_zones: set[str] = set()
             self._by_request: dict[tuple[str, str], str] = {}  # (zone, requestId) → op name
             self._reservations: dict[tuple[str, str], dict] = {}
             self._policies: dict[tuple[str, str], dict] = {}  # (region, name) → resource policy
+            self._capacity: dict[tuple[str, str], int] = {}  # (machine type, zone or "") → VMs Compute has
             self._faults: list[Fault] = []
             self._rate: tuple[float, tuple[str, ...], random.Random] | None = None
             self.calls: list[Call] = []
@@ -437,6 +448,13 @@ class FakeGcpCompute(GcpMarketMixin):
             self._reset_market()
 
     # -- test controls -------------------------------------------------------------------------
+
+    def set_capacity(self, machine_type: str, zone: str, count: int) -> None:
+        """Compute has room for ``count`` VMs of ``machine_type`` in ``zone`` ("" for every zone)
+        for a bulkInsert: a zone with fewer than the request's ``minCount`` is not chosen, and a
+        request no allowed zone can take fails with ``ZONE_RESOURCE_POOL_EXHAUSTED``."""
+        with self._lock:
+            self._capacity[(machine_type, zone)] = count
 
     def inject(self, kind: str, times: int = 1, match: str = "", seconds: float | None = None) -> None:
         """Fail the next ``times`` matching calls. ``match`` is a substring of
@@ -639,14 +657,17 @@ class FakeGcpCompute(GcpMarketMixin):
         name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
         op = _Op(name, self.project, zone, op_type, target, target_id, request_id, seq=self._seq,
                  regional=regional, target_kind="resourcePolicies" if regional else "instances")
-        self._ops[(zone, name)] = op
+        self._ops[(zone, name)] = self._open[(zone, name)] = op
+        self._op_zones.add(zone)
         if request_id:
             self._by_request[(zone, request_id)] = name
         return op
 
     def _tick_all(self) -> None:
-        for op in list(self._ops.values()):
+        for key, op in list(self._open.items()):
             self._advance(op, step=False)
+            if op.status == "DONE":
+                del self._open[key]
 
     def _advance(self, op: _Op, step: bool) -> None:
         if op.status == "DONE":
@@ -662,6 +683,11 @@ class FakeGcpCompute(GcpMarketMixin):
         if op.regional:
             if new == "DONE":
                 op.end_time = _now()
+                for zone, name in op.bulk:
+                    inst = self._instances.get((zone, name))
+                    if inst is not None and not op.error_code:
+                        inst["status"] = "RUNNING"
+                        inst["lastStartTimestamp"] = op.end_time
                 policy = self._policies.get((op.zone, op.target))
                 if policy is not None and op.op_type == "insert" and not op.error_code:
                     policy["status"] = "READY"
@@ -801,7 +827,7 @@ class FakeGcpCompute(GcpMarketMixin):
         items: dict[str, dict] = {}
         for z, inst in page:
             items.setdefault(f"zones/{z}", {"instances": []})["instances"].append(inst)
-        for z in sorted({z for (z, _n) in self._instances} | {z for (z, _o) in self._ops}):
+        for z in sorted({z for (z, _n) in self._instances} | self._op_zones):
             items.setdefault(f"zones/{z}", {"warning": {
                 "code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope "
                 f"'zones/{z}' on this page.", "data": [{"key": "scope", "value": f"zones/{z}"}]}})
@@ -869,6 +895,101 @@ class FakeGcpCompute(GcpMarketMixin):
         self._instances[(zone, name)] = inst
         op = self._new_op(zone, "insert", name, inst["id"], rid)
         return 200, op.json()
+
+    def bulk_insert_region(self, *, region: str, query: dict, body: Any, **_: Any) -> tuple[int, dict]:
+        """``regionInstances.bulkInsert``: ``count`` VMs of ``instanceProperties`` named by
+        ``perInstanceProperties`` (or ``namePattern``) in one zone the ``locationPolicy`` allows
+        (the first, in the order given, with room for ``minCount``); all of them or none. The
+        answer is a regional operation whose ``instancesBulkInsertOperationMetadata`` gives what
+        each location got."""
+        rid = self._check_request_id(query)
+        if rid and (region, rid) in self._by_request:
+            return 200, self._ops[(region, self._by_request[(region, rid)])].json()
+        if not isinstance(body, dict):
+            raise HttpError(400, "parseError", "Parse Error")
+        count = int(body.get("count") or 0)
+        minimum = int(body.get("minCount") or count)
+        if count < 1:
+            raise _invalid("bulkInsertInstanceResource.count", count, "Count must be a positive number.")
+        if not 1 <= minimum <= count:
+            raise _invalid("bulkInsertInstanceResource.minCount", minimum, "minCount must be between 1 and count.")
+        per = body.get("perInstanceProperties") or {}
+        pattern = body.get("namePattern") or ""
+        if not per and not pattern:
+            raise HttpError(400, "required", "Either namePattern or perInstanceProperties must be specified.")
+        if len(per) > count or (len(per) < count and not pattern):
+            raise _invalid("bulkInsertInstanceResource.perInstanceProperties", len(per),
+                           "The number of perInstanceProperties must not exceed count; without namePattern "
+                           "it must equal count.")
+        props = body.get("instanceProperties")
+        if not isinstance(props, dict):
+            raise HttpError(400, "required", "Required field 'instanceProperties' not specified")
+        policy = body.get("locationPolicy") or {}
+        zones = [k.split("/", 1)[-1] for k, v in (policy.get("locations") or {}).items()
+                 if (v or {}).get("preference", "ALLOW") != "DENY"]
+        if not zones:
+            raise HttpError(400, "required", "Required field 'locationPolicy.locations' not specified")
+        for z in zones:
+            if z.rsplit("-", 1)[0] != region:
+                raise _invalid("locationPolicy.locations", f"zones/{z}", f"Zone is not in region '{region}'.")
+        if policy.get("targetShape", "ANY") not in ("ANY", "ANY_SINGLE_ZONE", "BALANCED"):
+            raise _invalid("locationPolicy.targetShape", policy.get("targetShape"), "Unknown target shape.")
+        names = [str((v or {}).get("name") or k) for k, v in per.items()]
+        width = len(max(re.findall(r"#+", pattern) or [""], key=len))
+        number = 1
+        while len(names) < count:
+            generated = re.sub(r"#+", str(number).zfill(width), pattern, count=1)
+            number += 1
+            if generated not in names:
+                names.append(generated)
+        mt = _tail(str(props.get("machineType", "")))
+        bodies = {z: [self._bulk_body(region, z, props, name) for name in names] for z in zones}
+        for z, bs in bodies.items():
+            for b in bs:
+                self._validate(z, b)
+                if any((zz, b["name"]) in self._instances for zz in zones):
+                    raise HttpError(409, "alreadyExists", f"The resource 'projects/{self.project}/zones/{z}/"
+                                                          f"instances/{b['name']}' already exists")
+        op = self._new_op(region, "bulkInsert", "", str(random.getrandbits(62)), rid, regional=True)
+        status: dict[str, dict] = {}
+        chosen = ""
+        for z in zones:
+            room = self._capacity.get((mt, z), self._capacity.get((mt, ""), count))
+            if not chosen and room >= minimum:
+                chosen, made = z, min(count, room)
+                status[f"zones/{z}"] = {"status": "FULFILLED", "targetVmCount": count, "createdVmCount": made,
+                                        "failedToCreateVmCount": 0, "deletedVmCount": 0}
+            else:
+                status[f"zones/{z}"] = {"status": "SKIPPED" if chosen else "FAILED", "targetVmCount": count,
+                                        "createdVmCount": 0, "failedToCreateVmCount": 0 if chosen else count,
+                                        "deletedVmCount": 0}
+        op.extra = {"instancesBulkInsertOperationMetadata": {"perLocationStatus": status}}
+        if not chosen:
+            op.error_code, op.http_status = "ZONE_RESOURCE_POOL_EXHAUSTED", 503
+            op.error_message = (f"The zones {', '.join(zones)} do not have enough resources available to fulfill "
+                                f"the request for {minimum} {mt}.  Try a different zone, or try again later.")
+            return 200, op.json()
+        for b in bodies[chosen][:made]:
+            inst = self._new_instance(chosen, b)
+            self._instances[(chosen, b["name"])] = inst
+            op.bulk.append((chosen, b["name"]))
+        return 200, op.json()
+
+    def _bulk_body(self, region: str, zone: str, props: dict, name: str) -> dict:
+        """One VM of a bulkInsert: its ``instanceProperties`` with the zonal URLs an insert names."""
+        b = json.loads(json.dumps(props))
+        b["name"] = name
+        b["machineType"] = f"zones/{zone}/machineTypes/{_tail(str(b.get('machineType', '')))}"
+        for d in b.get("disks") or []:
+            init = d.get("initializeParams") or {}
+            if init.get("diskType"):
+                init["diskType"] = f"zones/{zone}/diskTypes/{_tail(init['diskType'])}"
+        for acc in b.get("guestAccelerators") or []:
+            acc["acceleratorType"] = f"zones/{zone}/acceleratorTypes/{_tail(acc.get('acceleratorType', ''))}"
+        if b.get("resourcePolicies"):
+            b["resourcePolicies"] = [f"projects/{self.project}/regions/{region}/resourcePolicies/{_tail(p)}"
+                                     for p in b["resourcePolicies"]]
+        return b
 
     def _new_instance(self, zone: str, body: dict) -> dict:
         inst = json.loads(json.dumps(body))
@@ -1083,6 +1204,7 @@ _Z = _P + r"/zones/(?P<zone>[a-z]+-[a-z]+[0-9]+-[a-z])"
 _R = _P + r"/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)"
 ROUTES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(_R + r"/resourcePolicies"), "insert_policy"),
+    ("POST", re.compile(_R + r"/instances/bulkInsert"), "bulk_insert_region"),
     ("GET", re.compile(_R + r"/resourcePolicies/(?P<name>[^/]+)"), "get_policy"),
     ("DELETE", re.compile(_R + r"/resourcePolicies/(?P<name>[^/]+)"), "delete_policy"),
     ("GET", re.compile(_R + r"/operations/(?P<operation>[^/]+)"), "get_region_operation"),

@@ -15,13 +15,13 @@ next calls with ``5xx`` (503 UNAVAILABLE) or ``auth`` (403 PERMISSION_DENIED).
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import uuid
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
+
+from broker_sandbox.loopback import JsonGetHandler, LoopbackServer
 
 try:  # the pytest fixtures (the sandbox runs these fakes where pytest may be absent)
     import pytest
@@ -37,11 +37,12 @@ def money(usd: str | Decimal) -> dict[str, Any]:
     return {"currencyCode": "USD", "units": str(units), "nanos": int((d - units) * 1_000_000_000)}
 
 
-class FakeCloudBilling:
+class FakeCloudBilling(LoopbackServer):
+    thread_name = "fake-billing"
+
     def __init__(self, page_size: int = 5000) -> None:  # the real API sends at most 5,000 a page
         self.page_size = self.default_page_size = page_size
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -51,40 +52,13 @@ class FakeCloudBilling:
             self.faults: list[str] = []
             self.calls: list[str] = []
 
-    def start(self) -> "FakeCloudBilling":
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                status, body = fake.handle(self.path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-billing").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def handler(self) -> type[JsonGetHandler]:
+        return type("CloudBillingHandler", (JsonGetHandler,),
+                    {"fake": self, "content_type": "application/json; charset=UTF-8"})
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.address
 
     # -- seeding --------------------------------------------------------------------------------
     def add_sku(self, description: str, resource_group: str, usd: str, regions: list[str], *,

@@ -37,10 +37,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from broker_sandbox.loopback import LoopbackServer
 
 KUEUE = "kueue.x-k8s.io/v1beta1"
 # kind -> (API prefix, namespaced, list kind, item kind, apiVersion)
@@ -62,7 +64,9 @@ def iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeKubeApi:
+class FakeKubeApi(LoopbackServer):
+    thread_name = "fake-kube"
+
     def __init__(self, *, token: str = TOKEN, bookmark_interval_s: float = 0.2,
                  max_watch_s: float = 30.0, gone_as: str = "event") -> None:
         self.token = token
@@ -76,7 +80,6 @@ class FakeKubeApi:
         self._floor = 0  # events at or below this resourceVersion are compacted away
         self._stopping = False
         self.requests: list[tuple[str, dict[str, str]]] = []  # (path, query) of every request
-        self._server: ThreadingHTTPServer | None = None
 
     # -- the store -------------------------------------------------------------------------------
     @property
@@ -129,30 +132,18 @@ class FakeKubeApi:
         return [q for p, q in list(self.requests) if p.endswith("/" + kind) and _true(q.get("watch"))]
 
     # -- serving ---------------------------------------------------------------------------------
-    def start(self) -> FakeKubeApi:
-        api = self
-
-        class Handler(_Handler):
-            fake = api
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="fake-kube", daemon=True).start()
-        return self
+    def handler(self) -> type[_Handler]:
+        return type("KubeApiHandler", (_Handler,), {"fake": self})
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "start() first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.address
 
     def stop(self) -> None:
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        super().stop()
 
     def kubeconfig(self, path: Path, *, context: str = "fake", token: str | None = None) -> Path:
         doc = {

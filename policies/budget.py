@@ -25,6 +25,16 @@ def launch_refusal(tenant: str, caps: Caps, live_rate_micros: int, month_spend_m
     return None
 
 
+def purchase_refusal(tenant: str, caps: Caps, month_spend_micros: int, fee_micros: int) -> str | None:
+    """The sentence refusing a purchase paid up front (a Capacity Block's whole fee) that the
+    month's budget does not cover, or None when it fits (or no month cap is set)."""
+    cap = caps.usd_per_month_micros
+    if cap is not None and month_spend_micros + fee_micros > cap:
+        return (f"budget {tenant}.usd_per_month = {cap / MICROS:g} does not cover the capacity block's "
+                f"{fee_micros / MICROS:.2f} $ paid up front: {month_spend_micros / MICROS:.2f} $ accrued this month")
+    return None
+
+
 def over_budget(tenant: str, caps: Caps, live_rate_micros: int, month_spend_micros: int) -> str | None:
     """Why running leases must be released now (None when within budget)."""
     if caps.usd_per_month_micros is not None and month_spend_micros >= caps.usd_per_month_micros:

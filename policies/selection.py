@@ -40,6 +40,10 @@ class SelectionConfig:
     - ``min_runtime_startups`` (1): never burst a job that runs for less than one start-up:
       start-up would be over half of its cloud bill. (Raise it where the queue can wait; on the
       Philly replay a bar of 1 keeps the broker within 1.06x of its execution lower bound.)
+      The bar is a price rule, not a wait rule: once such a job has waited, or is predicted to
+      wait, past its class's wait target (``JobClass.max_wait_s``), the start-up is cheap next
+      to the wait and it may go (a six-minute whole-node job behind week-long services would
+      otherwise wait for days).
     - ``max_data_gb`` (0 = no limit): jobs reading more than this stay home.
     """
 
@@ -79,9 +83,10 @@ def eligibility(c: Candidate, cfg: SelectionConfig = SelectionConfig()) -> str |
             return None
         return f"job {j.job_id} has no runtime estimate"
     startup = cfg.startup_s if c.startup_s is None else c.startup_s
-    if runtime < cfg.min_runtime_startups * startup:
+    if runtime < cfg.min_runtime_startups * startup and c.wait_s < target:
         return (f"job {j.job_id} runs {runtime:.0f} s, under {cfg.min_runtime_startups:g} cloud "
-                f"start-up(s) of {startup:.0f} s")
+                f"start-up(s) of {startup:.0f} s" + (f", and waits {c.wait_s:.0f} s, under its class's "
+                                                     f"{target:.0f} s target" if math.isfinite(target) else ""))
     if cfg.max_data_gb and j.data_gb > cfg.max_data_gb:
         return f"job {j.job_id} reads {j.data_gb:g} GB, over the {cfg.max_data_gb:g} GB limit"
     share = cfg.min_wait_share * min(1.0, max(0.0, c.price_ratio))

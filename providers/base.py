@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 MICROS = 1_000_000
 
@@ -154,6 +154,84 @@ class LaunchSpec:
     max_run_h: float = 0.0  # queued capacity: the longest the nodes may run (GCP maxRunDuration)
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One candidate of a launch that several offers satisfy: an instance type in a zone and market
+    of the spec's cloud and region, at its per-node price. A launch of several shapes takes the
+    first it can get, in the order given (the quote's ranking)."""
+
+    instance: InstanceType
+    zone: str
+    market: Market
+    hourly_micros: int = 0
+
+    def matches(self, i: "Instance") -> bool:
+        """Is ``i`` of this shape (type, market, and zone when the shape names one)?"""
+        return (i.instance_type in (self.instance.name, self.instance.sdk_machine_type) and i.market is self.market
+                and (not self.zone or i.zone == self.zone))
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOrder:
+    """A Capacity Block to buy for one lease: the offering quoted (``offering_id``, sold for one
+    node), its zone, start and length, the nodes the lease needs, and the most the whole block
+    may cost (the quoted up-front fee x nodes: a dearer one is not bought)."""
+
+    offering_id: str
+    region: str
+    zone: str
+    instance_type: str
+    count: int
+    starts_at: float  # epoch seconds
+    duration_h: float
+    max_fee_micros: int
+
+
+class BlockState(str, enum.Enum):
+    """A bought Capacity Block's reservation state, as EC2 names it."""
+
+    PAYMENT_PENDING = "payment-pending"  # the up-front payment is being processed
+    SCHEDULED = "scheduled"  # paid; its start date is ahead
+    ACTIVE = "active"  # instances may be launched into it
+    EXPIRED = "expired"
+    PAYMENT_FAILED = "payment-failed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    OTHER = "other"  # a state this broker does not know: waited on like a scheduled one
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def over(self) -> bool:
+        """The block can no longer be launched into."""
+        return self in (BlockState.EXPIRED, BlockState.PAYMENT_FAILED, BlockState.CANCELLED, BlockState.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class BoughtBlock:
+    """A Capacity Block bought for a lease: its capacity reservation, where and when it runs."""
+
+    reservation_id: str
+    zone: str
+    state: BlockState
+    starts_at: float  # epoch seconds
+    ends_at: float
+    fee_micros: int = 0  # what was paid up front (0 when the cloud's answer does not say)
+
+
+@runtime_checkable
+class BlockBuyer(Protocol):
+    """A provider that sells queued capacity paid up front (AWS Capacity Blocks for ML).
+
+    ``buy_capacity_block`` is idempotent on ``lease_id`` (the block is tagged with it: a repeat
+    returns the block bought before); the purchase is final — a block is not refundable."""
+
+    def buy_capacity_block(self, order: BlockOrder, lease_id: str) -> BoughtBlock: ...
+
+    def capacity_block(self, region: str, reservation_id: str) -> BoughtBlock: ...
+
+
 class InstanceState(str, enum.Enum):
     PENDING = "pending"
     RUNNING = "running"
@@ -281,6 +359,26 @@ class CapacityError(ProviderError):
     default_scope = Scope.ZONE
 
 
+class PartialFulfilment(CapacityError):
+    """A several-shape launch got fewer nodes than the gang needs (``got`` of ``wanted``): what it
+    got has been terminated. Scoped to the zone it got them in."""
+
+    def __init__(self, message: str, *, got: int, wanted: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.got = got
+        self.wanted = wanted
+
+
+class NoShapeAvailable(CapacityError):
+    """No shape of a several-shape launch could be had: ``failures`` holds each shape the cloud
+    refused with the cloud's own error for it, in the order tried (its first error is this one's
+    code). Shapes the cloud never got to are not in it."""
+
+    def __init__(self, message: str, *, failures: Sequence[tuple[Shape, ProviderError]], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.failures = tuple(failures)
+
+
 class QuotaError(ProviderError):
     """The account's quota/limit forbids it (region scoped)."""
 
@@ -331,6 +429,20 @@ class Provider(Protocol):
     def list_managed(self, regions: Sequence[str] | None = None) -> list[Instance]: ...
 
     def terminate(self, instances: Sequence[Instance]) -> None: ...
+
+
+@runtime_checkable
+class ShapesProvider(Protocol):
+    """A provider that launches one lease on the first of several shapes in one request (EC2 Fleet
+    ``instant``, Compute ``bulkInsert``), all or nothing like :meth:`Provider.launch`.
+
+    ``spec`` names the lease, count, node names and boot script; its instance, zone and market are
+    the first shape's. Returns the shape it got and the nodes, all of that shape. Raises
+    :class:`NoShapeAvailable` when the cloud refused every shape, :class:`PartialFulfilment` when
+    it gave fewer than ``spec.count`` nodes (terminated before raising), or any provider error the
+    request itself met. One shape behaves exactly as :meth:`Provider.launch`."""
+
+    def launch_shapes(self, spec: LaunchSpec, shapes: Sequence[Shape]) -> tuple[Shape, list[Instance]]: ...
 
 
 # Tag / label keys on every resource the broker creates (GCP labels allow only [a-z0-9_-]).

@@ -15,7 +15,6 @@ No cloud SDK is imported here: the schema is checked before any provider is buil
 """
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import re
@@ -163,6 +162,8 @@ def _sentence(text: str, raw: Any, typ: Any, where: str, sources: Mapping[str, s
     if unknown:
         key = f"{prefix}.{unknown[1]}" if prefix else unknown[1]
         known = sorted(_field_types(here)) if _is_table(here) else []
+        import difflib  # a typo's suggestion: off the path of every good configuration
+
         close = difflib.get_close_matches(unknown[1], known, n=1, cutoff=0.6)
         env = env_of(key)
         if env:

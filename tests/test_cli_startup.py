@@ -1,5 +1,6 @@
-"""What a command imports as it starts: `broker quote` imports its own command module, not the
-other fifteen; `import broker.cli` anywhere else still gets every command."""
+"""What a command imports as it starts: a well-formed `broker quote` no command module at all
+(broker.command answers it), any other command its own module, not the other fifteen;
+`import broker.cli` anywhere else still gets every command."""
 from __future__ import annotations
 
 import json
@@ -49,11 +50,14 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=120)
 
 
-def test_a_quote_imports_its_command_alone_and_help_still_lists_every_command():
+def test_a_quote_imports_no_command_module_and_help_still_lists_every_command():
     r = _run("quote", "--gpu", "H100:8", "--hours", "1", "-o", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stderr[r.stderr.rindex("["):]) == ["broker.cli.app", "broker.cli.quote"]
+    assert json.loads(r.stderr[r.stderr.rindex("["):]) == []  # broker.quote_command answers it, without typer
     assert json.loads(r.stdout)["offers"]
+    r = _run("quote", "--help")  # typer's to answer: the command's module alone
+    assert r.returncode == 0 and "--gpu" in r.stdout, r.stderr
+    assert json.loads(r.stderr[r.stderr.rindex("["):]) == ["broker.cli.app", "broker.cli.quote"]
     r = _run("--help")
     assert r.returncode == 0, r.stderr
     assert all(f" {name} " in r.stdout for name in COMMANDS), r.stdout

@@ -26,3 +26,31 @@ def test_metrics_endpoint(tmp_path, mini_catalog_dir):
     assert 'broker_spend_rate_usd_per_hour{market="spot",provider="aws"} 80.0' in body
     assert 'broker_cloud_gpus{market="spot",provider="aws"} 16.0' in body
     assert 'broker_spend_usd_total{provider="aws"} 5.0' in body
+
+
+def test_provider_errors_are_counted_by_live_metrics_only(tmp_path):
+    """A cloud API error is counted by every live Metrics; one stopped, or dropped without being
+    stopped (a test, a restarted service), is no longer counted into, nor kept alive for it."""
+    import gc
+    import weakref
+
+    from broker.store import Store
+    from broker.telemetry import Metrics, count_provider_error
+
+    store = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    try:
+        kept, stopped, dropped = Metrics(store, None), Metrics(store, None), Metrics(store, None)
+        gone = weakref.ref(dropped)
+        stopped.stop()
+        del dropped
+        gc.collect()
+        assert gone() is None
+        count_provider_error("aws", "RequestLimitExceeded")
+        sample = ("broker_provider_errors_total", {"provider": "aws", "code": "RequestLimitExceeded"})
+        assert kept.registry.get_sample_value(*sample) == 1
+        assert stopped.registry.get_sample_value(*sample) is None
+        kept.stop()
+        count_provider_error("aws", "RequestLimitExceeded")
+        assert kept.registry.get_sample_value(*sample) == 1
+    finally:
+        store.close()

@@ -129,8 +129,9 @@ def test_a_database_at_a_revision_newer_than_the_code_is_refused(db_url, tmp_pat
     assert revision_of(db_url) == "0999"  # left as it was
 
 
-#: Columns of the store's tables that revisions after the baseline added (0003: leases.job_state).
-LATER_COLUMNS = {"leases": ("job_state",)}
+#: Columns of the store's tables that revisions after the baseline added (0003: leases.job_state,
+#: 0004: leases.starts_at).
+LATER_COLUMNS = {"leases": ("job_state", "starts_at")}
 
 
 def _old_schema(url: str, *, market_refreshed: bool) -> None:

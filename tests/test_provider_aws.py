@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -483,6 +484,81 @@ def test_terminate_removes_the_whole_lease_and_is_idempotent(aws_cloud):
     assert aws_cloud.count("TerminateInstances") == calls
     ghost = out[0].__class__(**{**_fields(out[0]), "instance_id": "i-0123456789abcdef0"})
     p.terminate([ghost])  # never existed: fine
+
+
+def test_ec2_forgets_a_terminated_instance_after_the_retention(aws_cloud):
+    """EC2 lists a terminated instance for a while (about an hour), then forgets it; the mocked EC2
+    does too, so a long run's DescribeInstances does not scan every instance it ever launched."""
+    from botocore.exceptions import ClientError
+
+    p = make_provider(aws_cloud)
+    gone, kept = p.launch(spec("lease-50", count=2))
+    ec2 = aws_cloud.client()
+    ec2.terminate_instances(InstanceIds=[gone.instance_id])
+    assert {i.instance_id: i.state for i in p.describe("lease-50", "us-east-1")} == {
+        gone.instance_id: InstanceState.TERMINATED, kept.instance_id: InstanceState.RUNNING}  # within it
+
+    aws_cloud.terminated_retention_s = 0.2
+    deadline = time.monotonic() + 30
+    while gone.instance_id in {i.instance_id for i in p.describe("lease-50", "us-east-1")}:
+        assert time.monotonic() < deadline, "a terminated instance is still listed long after its retention"
+        time.sleep(0.05)
+
+    assert [i.instance_id for i in p.describe("lease-50", "us-east-1")] == [kept.instance_id]
+    assert gone.instance_id not in {i["id"] for i in aws_cloud.instances()}
+    with pytest.raises(ClientError) as e:
+        ec2.terminate_instances(InstanceIds=[gone.instance_id])
+    assert e.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    p.terminate([gone, kept])  # a forgotten instance is no error; the other one is terminated
+    assert [c.params["InstanceId.1"] for c in aws_cloud.calls
+            if c.action == "TerminateInstances" and c.status == 200][-1] == kept.instance_id
+
+
+def test_a_release_describes_only_its_lease_and_its_instance_ids(aws_cloud):
+    """What a release asks EC2 (describe the lease, terminate what it found) is scoped to the lease's
+    tag or to the instance ids: never every instance of a region, whatever the region holds."""
+    p = make_provider(aws_cloud)
+    other = p.launch(spec("lease-51"))
+    out = p.launch(spec("lease-52", count=2))
+    before = len(aws_cloud.calls)
+    p.terminate(p.describe("lease-52", "us-east-1"))
+    describes = [c.params for c in aws_cloud.calls[before:] if c.action == "DescribeInstances"]
+    assert describes
+    for params in describes:
+        filters = {params[k]: sorted(v for kk, v in params.items() if kk.startswith(k.rsplit(".", 1)[0] + ".Value."))
+                   for k in params if k.startswith("Filter.") and k.endswith(".Name")}
+        assert (filters.get(f"tag:{TAG_LEASE}") == ["lease-52"]
+                or filters.get("instance-id") == sorted(i.instance_id for i in out)), params
+    assert [c.params["InstanceId.1"] for c in aws_cloud.calls[before:] if c.action == "TerminateInstances"]
+    assert p.describe("lease-51", "us-east-1")[0].state is InstanceState.RUNNING
+    assert other[0].instance_id not in {v for c in aws_cloud.calls[before:] for v in c.params.values()}
+
+
+def test_the_network_interface_ec2_made_for_an_instance_ends_with_it(aws_cloud):
+    """EC2 deletes the primary interface it created at launch when the instance terminates, and
+    frees its address: launches never run a subnet out of addresses however many came before."""
+    p = make_provider(aws_cloud)
+    ec2 = aws_cloud.client()
+    before = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    out = p.launch(spec("lease-53", count=2))
+    during = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    assert len(during - before) == 2
+    p.terminate(out)
+    after = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    assert after == before
+
+
+def test_ec2_retention_is_configured_by_the_environment(monkeypatch):
+    from broker_sandbox.aws import RETENTION_ENV, TERMINATED_RETENTION_S
+
+    monkeypatch.delenv(RETENTION_ENV, raising=False)
+    assert AwsCloud().terminated_retention_s == TERMINATED_RETENTION_S == 3600
+    monkeypatch.setenv(RETENTION_ENV, "90")
+    assert AwsCloud().terminated_retention_s == 90
+    assert AwsCloud(terminated_retention_s=5).terminated_retention_s == 5
+    monkeypatch.setenv(RETENTION_ENV, "-1")
+    with pytest.raises(ValueError, match="terminated_retention_s"):
+        AwsCloud()
 
 
 def test_terminate_waits_bounded(aws_cloud):

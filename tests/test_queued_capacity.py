@@ -97,7 +97,7 @@ def _engine(cat, buy: bool):
 
 
 @pytest.mark.parametrize("bulk", [True, False])
-def test_a_block_is_quoted_with_start_and_fee_but_never_launched_unbought(aws_cloud, mini_catalog, bulk):
+def test_a_block_is_quoted_with_start_and_fee_and_launchable_only_when_buying_is_on(aws_cloud, mini_catalog, bulk):
     from broker.views import quote_to_dict
 
     aws_cloud.market.add_capacity_block("us-east-1a", "p5.48xlarge", NOW + 30 * H, "10")
@@ -112,12 +112,14 @@ def test_a_block_is_quoted_with_start_and_fee_but_never_launched_unbought(aws_cl
     assert ex["kind"] == "not_launchable" and "[market] buy_capacity_blocks is off" in ex["reason"]
     assert (ex["starts_at"], ex["upfront_usd"], ex["max_run_hours"]) == ("2026-12-01T06:53:20Z", 240.0, 24.0)
 
-    # buying on: still out of launch, since a launch cannot yet buy a block and wait for it
+    assert "(not refundable)" in ex["reason"]
+    # buying on: launchable (a launch buys it within the budget and waits for its start)
     on = _engine(cat, buy=True)
     on.bulk = bulk
     doc = quote_to_dict(on.quote(d, now=NOW))
-    (ex,) = [e for e in doc["excluded"] if e["market"] == "queued"]
-    assert ex["kind"] == "not_launchable" and ex["reason"].endswith("and buying one at launch is not built yet")
+    (q,) = [o for o in doc["offers"] if o["market"] == "queued"]
+    assert (q["starts_at"], q["upfront_usd"]) == ("2026-12-01T06:53:20Z", 240.0)
+    assert not [e for e in doc["excluded"] if e["market"] == "queued"]
     # prices only (no cloud enabled): the block is ranked by its whole fee
     from broker.quote import QuoteEngine
 

@@ -33,6 +33,24 @@ def test_too_short_for_a_start_up_and_too_much_data_stay_home():
     assert "no runtime" in eligibility(Candidate(job("z", runtime=0), predicted_wait_s=1e6), cfg)
 
 
+def test_a_job_too_short_for_a_start_up_goes_once_its_wait_passes_its_class_target():
+    from policies.classes import JobClass
+
+    cfg = SelectionConfig(startup_s=180, min_runtime_startups=1)
+    prod = JobClass("production", 1800.0)
+    short = job("s", gpus=8, runtime=120)
+    why = eligibility(Candidate(short, predicted_wait_s=1799, job_class=prod), cfg)
+    assert why and "under 1 cloud start-up(s) of 180 s" in why and "class's 1800 s target" in why
+    assert eligibility(Candidate(short, predicted_wait_s=1800, job_class=prod), cfg) is None
+    # what it already waited counts as well as the prediction
+    assert eligibility(Candidate(job("s", runtime=120, waited=2000), predicted_wait_s=0, job_class=prod), cfg) is None
+    # no class target (or none known): the start-up bar holds whatever the wait
+    assert eligibility(Candidate(short, predicted_wait_s=1e9, job_class=JobClass("batch")), cfg) is not None
+    assert eligibility(Candidate(short, predicted_wait_s=1e9), cfg) is not None
+    # a class that never bursts stays home
+    assert eligibility(Candidate(short, predicted_wait_s=1e9, job_class=JobClass("p", 60.0, burst=False)), cfg)
+
+
 def test_rank_interruptible_then_kind_then_short_then_data_light():
     jobs = [
         job("train-long", runtime=90000),

@@ -21,7 +21,8 @@ from broker.slurm.commands import SlurmCommandError
 from broker.slurm.parse import (node_state, parse_scontrol_fields, parse_scontrol_job, parse_sinfo,
                                 parse_sinfo_json, parse_sinfo_text, parse_squeue, parse_squeue_json,
                                 parse_squeue_text)
-from broker.slurm.records import parse_duration, parse_gpu_tres, parse_job_hints, parse_node_gres
+from broker.slurm.records import parse_duration, parse_gpu_tres, parse_node_gres
+from broker.watchers.hints import parse_job_hints
 from broker.slurm.watcher import SlurmWatcher
 from broker.watchers.snapshot_json import dumps, load_snapshot, loads, snapshot_from_dict
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot, RunningJob

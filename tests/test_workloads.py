@@ -3,6 +3,8 @@ unknown runtimes) and on jobs derived from a queue-depth series: the broker keep
 burst's waits and never pays more than it, nor much more than its own hindsight."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -53,6 +55,25 @@ def test_bursts_after_idle_spells_are_predicted_from_the_running_jobs_ends():
     target holds, 0.45x included."""
     r = replay(generate("bursty", 0, 600))
     assert targets_missed(r) == []
+    assert r["broker"]["cloud_cost_usd"] <= 0.45 * r["ondemand-cheapest"]["cloud_cost_usd"]
+
+
+@functools.lru_cache(maxsize=None)
+def bursty(seed: int) -> dict:
+    return replay(generate("bursty", seed, 600))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bursty_workloads_of_other_seeds_keep_the_waits_and_the_price_only_cost(seed):
+    assert targets_missed(bursty(seed)) == []
+
+
+@pytest.mark.xfail(strict=True, reason="a known miss (README, 'Workloads'): on seeds 1 and 2 the 'bursty' workload "
+                                       "costs 0.55x and 0.61x the price-only burst (catalog interruption rates); "
+                                       "strict, so it goes when the policy holds 0.45x")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_known_miss_on_bursty_workloads_of_other_seeds(seed):
+    r = bursty(seed)
     assert r["broker"]["cloud_cost_usd"] <= 0.45 * r["ondemand-cheapest"]["cloud_cost_usd"]
 
 
@@ -254,3 +275,70 @@ def test_on_generated_workloads_the_service_path_and_the_simulator_burst_alike(p
     pool = max(8, w.onprem_gpus // 4 // 8 * 8)
     seen = decisions_both_ways(w.jobs, SimConfig(onprem_gpus=pool, gpus_per_node=8, default_gpu_model="A100"))
     assert_alike(seen)
+
+
+def test_a_production_job_shorter_than_a_start_up_goes_out_when_predicted_past_its_class_target():
+    """Two nodes held for a week by services; a 2-minute production job needing a whole node
+    then waits behind them (the services-overloaded workload's longest production wait: a
+    6-minute whole-node eval job queued for 166 h). It runs shorter than any cloud start-up, so
+    a wait of its runtime share (0.5 x 2 min) is not worth a start-up, but its predicted wait
+    (the services' ends, a week) is far past its class's 30-minute target: at the first tick
+    both paths send it, and a default job of the same shape (4-hour target) with it."""
+    from broker.simulate.trace import TraceJob
+
+    week = 7 * 86400.0
+    jobs = [TraceJob("svc1", 0, 8, week, gpu_model="A100", job_class="LS"),
+            TraceJob("svc2", 0, 8, week, gpu_model="A100", job_class="LS"),
+            TraceJob("prod", 100, 8, 120.0, gpu_model="A100", job_class="production", kind="eval"),
+            TraceJob("dflt", 200, 8, 120.0, gpu_model="A100", kind="eval")]
+    cfg = SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="A100")
+    seen = decisions_both_ways(jobs, cfg)
+    sent = {k: min((s[0] for s in seen if k in s[3]), default=None) for k in ("prod", "dflt")}
+    assert sent == {"prod": 120.0, "dflt": 240.0}, sent  # the first tick after each arrives
+    assert_alike(seen)
+    r = simulate(jobs, CAT, builtin_policies()["broker"], cfg).to_dict()
+    assert r["jobs_burst"] == 2
+    assert r["classes"]["production"]["wait_p99_s"] <= 1800
+    assert r["classes"]["default"]["wait_p99_s"] <= 1800
+
+
+def test_a_short_job_predicted_under_its_class_target_stays_home():
+    """The same 2-minute whole-node job behind services ending in 20 minutes: predicted under
+    its 30-minute target, a start-up is not worth it (it runs shorter than one), so it waits."""
+    from broker.simulate.trace import TraceJob
+
+    jobs = [TraceJob("svc1", 0, 8, 1200.0, gpu_model="A100", job_class="LS"),
+            TraceJob("svc2", 0, 8, 1200.0, gpu_model="A100", job_class="LS"),
+            TraceJob("prod", 100, 8, 120.0, gpu_model="A100", job_class="production", kind="eval")]
+    cfg = SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="A100")
+    seen = decisions_both_ways(jobs, cfg)
+    assert seen and not any("prod" in s[3] for s in seen), seen
+    assert_alike(seen)
+    r = simulate(jobs, CAT, builtin_policies()["broker"], cfg).to_dict()
+    assert r["jobs_burst"] == 0 and r["classes"]["production"]["wait_p99_s"] == 1100
+
+
+def test_a_class_waiting_past_its_target_says_schedule_first_held_it():
+    """Two nodes with 6 of 8 GPUs taken each for a week; a 4-GPU production job then finds 4
+    GPUs free, 2 on each node: scheduling-bound, so schedule first holds it past its 30-minute
+    target for the week, and the class's report says so. With
+    ``burst_overdue_when_scheduling_bound`` it goes once its wait passes the target and the
+    report names no hold."""
+    from dataclasses import replace as dc_replace
+
+    from broker.simulate.trace import TraceJob
+
+    week = 7 * 86400.0
+    jobs = [TraceJob("svc1", 0, 6, week, gpu_model="A100"), TraceJob("svc2", 0, 6, week, gpu_model="A100"),
+            TraceJob("prod", 100, 4, 3600.0, gpu_model="A100", job_class="production")]
+    cfg = SimConfig(onprem_gpus=16, gpus_per_node=8, default_gpu_model="A100")
+    pol = builtin_policies()["broker"]
+    held = simulate(jobs, CAT, pol, cfg).to_dict()["classes"]["production"]
+    assert held["wait_p99_s"] > week - 200 and held["target_s"] == 1800
+    assert (held["past_target"], held["past_target_held_by_schedule_first"], held["past_target_no_cloud_offer"]) \
+        == (1, 1, 0)
+    opt_in = dc_replace(pol, trigger=dc_replace(pol.trigger, burst_overdue_when_scheduling_bound=True))
+    sent = simulate(jobs, CAT, opt_in, cfg).to_dict()
+    assert sent["jobs_burst"] == 1
+    prod = sent["classes"]["production"]
+    assert 1800 < prod["wait_p99_s"] <= 1800 + 60 + 300 and prod["past_target_held_by_schedule_first"] == 0

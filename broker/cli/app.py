@@ -7,6 +7,9 @@ from typing import NoReturn
 
 import typer
 
+from broker.terminal import FORMATS
+from broker.terminal import console as console, fitted_table as fitted_table, print_json as print_json
+
 app = typer.Typer(
     name="broker",
     help=(
@@ -75,59 +78,8 @@ def exit_refused(e) -> NoReturn:
     raise typer.Exit(e.exit_code)
 
 
-def console():
-    """A rich console: the terminal's width (or $COLUMNS); wide when the output is piped, so piped
-    tables stay readable."""
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
-
-
-FORMATS = ("table", "json")
-
-
 def check_format(fmt: str) -> str:
     """``--format`` is table or json; anything else is bad input."""
     if fmt not in FORMATS:
         exit_usage(f"--format must be table or json, got {fmt!r}.")
     return fmt
-
-
-def print_json(obj) -> None:
-    """A command's --format json output: indented JSON and a newline on stdout."""
-    import json
-
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def fitted_table(console, columns: list[tuple[str, str]], rows: list[tuple[str, ...]],
-                 drop_first: tuple[str, ...] = (), fold: tuple[str, ...] = (), **table_kw):
-    """A table that fits ``console`` without cutting a cell: ``columns`` are (name, "left" or
-    "right"); while the table is too wide, the columns in ``drop_first`` are left out, in that
-    order. Ids and totals belong in no ``drop_first``: they are never cut or wrapped. Should the
-    rest still not fit, the gaps close to one space and the columns in ``fold`` wrap onto a
-    second line inside their cell (every character still shown)."""
-    from rich import box
-    from rich.measure import Measurement
-    from rich.table import Table
-
-    def build(keep: list[str], last_resort: bool) -> Table:
-        kw = {"padding": 0, **table_kw} if last_resort else table_kw
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False, **kw)
-        idx = [i for i, (name, _) in enumerate(columns) if name in keep]
-        for i in idx:
-            name = columns[i][0]
-            folds = last_resort and name in fold
-            t.add_column(name, justify=columns[i][1], no_wrap=not folds, overflow="fold" if folds else "ellipsis")
-        for r in rows:
-            t.add_row(*(r[i] for i in idx))
-        return t
-
-    keep = [name for name, _ in columns]
-    for drop in (None, *drop_first):
-        if drop is not None:
-            keep.remove(drop)
-        t = build(keep, False)
-        if Measurement.get(console, console.options.update_width(1 << 16), t).maximum <= console.width:
-            return t  # its natural width (measured unbounded) fits
-    return build(keep, True)

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from broker.slurm.records import parse_job_hints
+from broker.watchers.hints import parse_job_hints
 from policies.queue import ClusterNode, PendingJob, RunningJob
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -9,8 +9,9 @@ where it goes on.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, MutableSequence, Sequence
 
 from policies import spot as spot_rule
 from providers.base import Market
@@ -40,7 +41,7 @@ class Cloud:
     per-job lists, shared; ``push(t, kind, payload)`` schedules the replay's events."""
 
     def __init__(self, jobs: Sequence[TraceJob], catalog: Catalog, policy: Policy, cfg: SimConfig,
-                 lifetimes: Lifetimes | None, state: list[int], wait: list[float],
+                 lifetimes: Lifetimes | None, state: MutableSequence[int], wait: list[float],
                  push: Callable[[float, int, object], None]):
         self.jobs = jobs
         self.catalog = catalog
@@ -53,7 +54,7 @@ class Cloud:
         self.chooser = Chooser(catalog, policy, cfg, lifetimes, jobs)
         n = len(jobs)
         self.done_work = [0.0] * n  # checkpointed cloud progress (trace seconds)
-        self.burst_at = [0.0] * n
+        self.burst_at = array("d", bytes(8 * n))
         self.interrupts = [0] * n
         self.gpus = 0  # GPUs held now
         self.gpus_by_market = {"spot": 0, "on_demand": 0, "reserved": 0}

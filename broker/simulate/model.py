@@ -1,6 +1,8 @@
 """What a replay is asked and what it answers: policies, the configuration, the result."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from policies.triggers import TriggerConfig
@@ -102,6 +104,9 @@ class PolicyResult:
     onprem_utilization: float
     waits: list[float]
     class_waits: dict[str, list[float]] = field(default_factory=dict)  # class name -> waits
+    # class name -> (its target, jobs that waited past it, of which schedule first held while
+    # overdue, of which no cloud offer could hold): why a class's waits pass its target
+    class_past_target: dict[str, tuple[float, int, int, int]] = field(default_factory=dict)
     wall_s: float = 0.0
     cpu_s: float = 0.0  # the replay's own CPU time (wall_s less what other processes took)
     series: dict[str, list[float]] = field(default_factory=dict)
@@ -119,6 +124,11 @@ class PolicyResult:
         lo = int(k)
         hi = min(lo + 1, len(w) - 1)
         return w[lo] + (w[hi] - w[lo]) * (k - lo)
+
+    def _past_target(self, c: str) -> dict:
+        target, past, held, no_offer = self.class_past_target.get(c, (math.inf, 0, 0, 0))
+        return {"target_s": target if math.isfinite(target) else None, "past_target": past,
+                "past_target_held_by_schedule_first": held, "past_target_no_cloud_offer": no_offer}
 
     def to_dict(self) -> dict:
         n = len(self.waits)
@@ -145,7 +155,8 @@ class PolicyResult:
             "never_runnable_jobs": self.never_runnable,
             "classes": {c: {"jobs": len(w), "wait_p50_s": round(self.percentile(0.50, w), 1),
                             "wait_p95_s": round(self.percentile(0.95, w), 1),
-                            "wait_p99_s": round(self.percentile(0.99, w), 1)}
+                            "wait_p99_s": round(self.percentile(0.99, w), 1),
+                            **self._past_target(c)}
                         for c, w in sorted(self.class_waits.items())},
             "replay_jobs_per_s": round(self.jobs / self.wall_s, 1) if self.wall_s > 0 else None,
             "replay_jobs_per_cpu_s": round(self.jobs / self.cpu_s, 1) if self.cpu_s > 0 else None,

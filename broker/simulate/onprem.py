@@ -12,8 +12,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from array import array
 from collections import deque
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, MutableSequence, Sequence
 
 from policies.waits import forecast
 
@@ -27,7 +28,7 @@ class Cluster:
     """The on-prem queue and nodes. ``state`` and ``wait`` are the replay's per-job lists,
     shared; ``push(t, kind, payload)`` schedules the replay's events."""
 
-    def __init__(self, jobs: Sequence[TraceJob], cfg: SimConfig, state: list[int], wait: list[float],
+    def __init__(self, jobs: Sequence[TraceJob], cfg: SimConfig, state: MutableSequence[int], wait: list[float],
                  push: Callable[[float, int, object], None]):
         self.jobs = jobs
         self.state = state
@@ -37,7 +38,7 @@ class Cluster:
         self.N = cfg.onprem_gpus
         self.nodes = cfg.onprem_gpus // G
         n = len(jobs)
-        self.start = [0.0] * n
+        self.start = array("d", bytes(8 * n))  # doubles, not a float object per job
         self.place: list = [None] * n
         self.free = [G] * self.nodes
         self.buckets: list[set] = [set() for _ in range(G + 1)]  # nodes by free GPUs
@@ -184,7 +185,8 @@ class Cluster:
         """Job i finished on-prem: free its GPUs and start what can start."""
         j = self.jobs[i]
         free, b = self.free, self.buckets
-        for nd, take in self.place[i]:
+        place, self.place[i] = self.place[i], None  # a finished job holds no nodes
+        for nd, take in place:
             f = free[nd]
             b[f].discard(nd)
             free[nd] = f + take

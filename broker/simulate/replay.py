@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from array import array
 from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
@@ -98,7 +99,7 @@ class Replay:
         self.progress = progress
         self.events: list = []
         self.seq = 0
-        self.state = [NEW] * n
+        self.state = array("b", [NEW]) * n  # one byte per job
         self.wait = [0.0] * n
         self.pred = [0.0] * n
         self.onprem = Cluster(self.jobs, cfg, self.state, self.wait, self.push)
@@ -111,8 +112,9 @@ class Replay:
         self.next_tick: float | None = None
         self.overdue: list[int] = []
         self.no_offer: set[int] = set()
+        self.held = [False] * n  # overdue and held by schedule first at some tick
         self.pool: list = []  # ranked heap of eligible pending jobs
-        self.in_pool = [False] * n
+        self.in_pool = array("b", bytes(n))
         self.ratio = policy.trigger.wait_runtime_ratio
         self.watch: dict[int, tuple[float, float]] = {}  # pending job: (wait target, pool bar)
         # series
@@ -189,6 +191,14 @@ class Replay:
         for i in range(n):
             if st[i] == DONE and self.wait[i] >= 0:
                 by_class.setdefault(self.cls[i].name, []).append(self.wait[i])
+        past: dict[str, tuple[float, int, int, int]] = {}
+        for i in range(n):
+            if st[i] == DONE and self.wait[i] >= 0:
+                jc = self.cls[i]
+                t, k, h, o = past.get(jc.name, (jc.max_wait_s, 0, 0, 0))
+                if self.wait[i] > jc.max_wait_s:
+                    k, h, o = k + 1, h + self.held[i], o + (i in self.no_offer)
+                past[jc.name] = (t, k, h, o)
         unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW, NEVER))
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
@@ -197,7 +207,7 @@ class Replay:
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, class_waits=by_class, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
+            waits=waits, class_waits=by_class, class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:
@@ -240,16 +250,19 @@ class Replay:
             run = j.duration_s if j.runtime_known else 0.0
             ch = self.cloud.chooser.for_job(i)
             min_run = tc.selection.min_runtime_startups * ch.startup_s
-            if (run >= min_run or run <= 0) and j.gpus <= tc.max_gpus_in_flight:
+            # A job shorter than a start-up may go only past its class's target
+            # (policies.selection.eligibility): no runtime to go by, as a job with none.
+            short = 0 < run < min_run
+            if (not short or math.isfinite(cls.max_wait_s)) and j.gpus <= tc.max_gpus_in_flight:
                 # The wait so far reaching either; the predicted wait is checked on every tick
                 # (predict_all).
-                target = wait_target_s(run, 0.0, cls, self.ratio)
+                target = wait_target_s(0.0 if short else run, 0.0, cls, self.ratio)
                 if math.isfinite(target):
                     self.push(t + target + 1e-6, E_CHECK, i)
                 bar = math.inf
                 if tc.threshold_trigger:
                     share = tc.selection.min_wait_share * ch.price_ratio
-                    bar = min(share * run, cls.max_wait_s) if run > 0 else cls.max_wait_s
+                    bar = min(share * run, cls.max_wait_s) if run > 0 and not short else cls.max_wait_s
                     if math.isfinite(bar):
                         self.push(t + bar, E_CHECK, -1 - i)
                 if self.policy.predict:
@@ -347,6 +360,10 @@ class Replay:
         # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
         od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
         self.overdue = []
+        held_all = verdict == Verdict.SCHEDULING_BOUND and not tc.burst_overdue_when_scheduling_bound
+        for i in od:
+            if held_all or i in sched:
+                self.held[i] = True
         chosen = [i for i in od if i not in sched]
         popped: list = []
         excess = sig.pending_gpus - tc.pending_gpus_threshold

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import hostlist
 
 from broker.slurm.commands import SlurmHandoffError
-from broker.slurm.records import SlurmJob, parse_job_hints
+from broker.slurm.records import SlurmJob
+from broker.watchers.hints import parse_job_hints
 from broker.slurm.settings import Shape, SlurmSettings
 from policies.demand import Demand
 

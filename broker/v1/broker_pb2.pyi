@@ -72,6 +72,7 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_LIFETIME_EXTENDED: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_BUDGET_WARNING: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_INTERRUPTION_NOTICE: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_CAPACITY_BLOCK: _ClassVar[LeaseEventKind]
 
 class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -125,6 +126,7 @@ LEASE_EVENT_KIND_LIFETIME_WARNING: LeaseEventKind
 LEASE_EVENT_KIND_LIFETIME_EXTENDED: LeaseEventKind
 LEASE_EVENT_KIND_BUDGET_WARNING: LeaseEventKind
 LEASE_EVENT_KIND_INTERRUPTION_NOTICE: LeaseEventKind
+LEASE_EVENT_KIND_CAPACITY_BLOCK: LeaseEventKind
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_HEALTHY: Verdict
 VERDICT_RESOURCE_BOUND: Verdict

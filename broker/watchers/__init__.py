@@ -6,6 +6,8 @@
   table, and the watchers of the enabled ones;
 - Slurm is one kind: its ``squeue``/``sinfo``/``scontrol`` parsers and watcher live in
   :mod:`broker.slurm` (:mod:`broker.slurm.parse`, :mod:`broker.slurm.watcher`).
+- :mod:`broker.watchers.hints` — a job's ``broker:k=v,...`` hints (kind, checkpointing, gang…),
+  read the same from a Slurm comment or a Kubernetes annotation.
 - :mod:`broker.watchers.nvidia_smi` — ``nvidia-smi --query-gpu`` CSV → GPU utilisation samples.
 - :mod:`broker.watchers.snapshot_json` — a QueueSnapshot as a JSON document and back.
 

@@ -138,18 +138,29 @@ def map_error(exc: BaseException, *, region: str = "", zone: str = "") -> Provid
         status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
         if code.isdigit():  # botocore's generic error: a page, not an AWS error document
             return _unreadable(int(code), **where)
-        if code in _CAPACITY:
-            return CapacityError(message, code=code, scope=_CAPACITY[code], **where)
-        if code in _QUOTA:
-            return QuotaError(message, code=code, **where)
-        if code in _THROTTLE or status == 429:
-            return ThrottledError(message, code=code, **where)
-        if code in _AUTH or status in (401, 403):
-            return AuthError(message, code=code, scope=_AUTH.get(code, Scope.CLOUD), **where)
-        if code in _TRANSIENT or status >= 500:
-            return TransientError(message, code=code, **where)
-        scope = Scope.REGION if code.startswith(_INVALID_REGION_PREFIXES) else Scope.OFFER
-        return InvalidRequestError(message, code=code, scope=scope, **where)
+        return code_error(code, message, status, region=region, zone=zone)
+    return _other_error(exc, where)
+
+
+def code_error(code: str, message: str, status: int = 0, *, region: str = "", zone: str = "") -> ProviderError:
+    """The one ``providers.base`` error for EC2's error ``code`` (also where EC2 reports an error
+    inside an answer, as CreateFleet does for each override it could not launch)."""
+    where = {"provider": PROVIDER, "region": region, "zone": zone}
+    if code in _CAPACITY:
+        return CapacityError(message, code=code, scope=_CAPACITY[code], **where)
+    if code in _QUOTA:
+        return QuotaError(message, code=code, **where)
+    if code in _THROTTLE or status == 429:
+        return ThrottledError(message, code=code, **where)
+    if code in _AUTH or status in (401, 403):
+        return AuthError(message, code=code, scope=_AUTH.get(code, Scope.CLOUD), **where)
+    if code in _TRANSIENT or status >= 500:
+        return TransientError(message, code=code, **where)
+    scope = Scope.REGION if code.startswith(_INVALID_REGION_PREFIXES) else Scope.OFFER
+    return InvalidRequestError(message, code=code, scope=scope, **where)
+
+
+def _other_error(exc: BaseException, where: dict) -> ProviderError:
     code = type(exc).__name__
     if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError,
                         bce.CredentialRetrievalError, bce.TokenRetrievalError,

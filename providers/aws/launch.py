@@ -6,12 +6,13 @@ import dataclasses
 import hashlib
 import re
 from decimal import Decimal
-from typing import Any, Mapping, Self
+from typing import Any, Mapping, Self, Sequence
 
 
 from providers.aws.client import _log
 from providers.aws.errors import PROVIDER, map_error
 from providers.aws.errors import AWS_ERRORS
+from providers.aws.blocks import CapacityBlocks
 from providers.aws.fabric import efa_interfaces, ensure_fabric_group, vpc_of
 from providers.aws.inventory import Ec2Inventory, _launch_order, placement_group_name
 from providers.base import (
@@ -25,6 +26,7 @@ from providers.base import (
     Market,
     ProviderError,
     Scope,
+    Shape,
     TransientError,
 )
 from providers.aws.settings import AwsSettings
@@ -48,7 +50,7 @@ def _price(micros: int) -> str:
     return format(Decimal(micros).scaleb(-6).normalize(), "f")
 
 
-class AwsProvider(Ec2Inventory):
+class AwsProvider(Ec2Inventory, CapacityBlocks):
     """:class:`providers.base.Provider` for AWS EC2."""
 
     @classmethod
@@ -117,6 +119,13 @@ class AwsProvider(Ec2Inventory):
         instances = self._name_nodes(spec, made, zone)
         log.info("aws.launched", zone=zone, instance_ids=[i.instance_id for i in instances])
         return instances
+
+    def launch_shapes(self, spec: LaunchSpec, shapes: Sequence[Shape]) -> tuple[Shape, list[Instance]]:
+        """The first of ``shapes`` EC2 has capacity for, in one Fleet ``instant`` request per market
+        (see :mod:`providers.aws.fleet`); one shape is :meth:`launch`."""
+        from providers.aws.fleet import launch_shapes
+
+        return launch_shapes(self, spec, shapes)
 
     def _check(self, spec: LaunchSpec) -> None:
         def bad(msg: str, code: str, scope: Scope = Scope.OFFER) -> InvalidRequestError:

@@ -61,14 +61,18 @@ class ComputeClient:
                                                                     client_options=options)
         self._policies = compute_v1.ResourcePoliciesClient(credentials=credentials, transport="rest",
                                                            client_options=options)
+        self._region_instances = compute_v1.RegionInstancesClient(credentials=credentials, transport="rest",
+                                                                  client_options=options)
         # operation.result() polls an operations client the SDK builds without client_options; make
         # it ours so nothing ever polls another endpoint (we poll with our own clients anyway).
         for client, key, ops in ((self._instances, "zone_operations", self._operations),
-                                 (self._policies, "region_operations", self._region_operations)):
+                                 (self._policies, "region_operations", self._region_operations),
+                                 (self._region_instances, "region_operations", self._region_operations)):
             services = getattr(client._transport, "_extended_operations_services", None)
             if isinstance(services, dict):
                 services[key] = ops
-        for client in (self._instances, self._operations, self._region_operations, self._policies):
+        for client in (self._instances, self._operations, self._region_operations, self._policies,
+                       self._region_instances):
             session = getattr(client._transport, "_session", None)
             if session is not None and note_status not in session.hooks.setdefault("response", []):
                 session.hooks["response"].append(note_status)  # the status of an unreadable answer

@@ -16,6 +16,7 @@ from providers.base import (
     LaunchSpec,
     Market,
     ProviderError,
+    Shape,
     TransientError,
 )
 from providers.gcp.client import _region_of, log
@@ -99,6 +100,13 @@ class GcpProvider(ComputeInventory):
         self._remember(ordered)
         lg.info("gcp.launch.ok", nodes=names)
         return [self._to_instance(z, i) for z, i in ordered]
+
+    def launch_shapes(self, spec: LaunchSpec, shapes: Sequence[Shape]) -> tuple[Shape, list[Instance]]:
+        """The first of ``shapes`` Compute has capacity for, one regional ``bulkInsert`` per machine
+        type across the shapes' zones (see :mod:`providers.gcp.bulk`); one shape is :meth:`launch`."""
+        from providers.gcp.bulk import launch_shapes
+
+        return launch_shapes(self, spec, shapes)
 
     def _check_spec(self, spec: LaunchSpec, zone: str) -> None:
         def bad(why: str, code: str = "INVALID_SPEC") -> InvalidRequestError:
