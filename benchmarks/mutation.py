@@ -39,6 +39,23 @@ WORK = ROOT / ".mutation"
 EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.md"
 COPIED = ("broker", "broker_sandbox", "policies", "providers", "proto", "deploy")
 
+# A pytest plugin loaded in every mutant's run: structlog's default console renderer prints an
+# exception logged with ``log.exception`` as a rich traceback with every frame's locals when rich
+# is installed (mutmut brings it in), which costs seconds of CPU per logged error, enough to
+# turn a killed mutant into a timeout. Plain tracebacks carry the same text for a failing test.
+PLUGIN = "mutation_logging"
+PLUGIN_SOURCE = '''"""Plain tracebacks in structlog's console output (written by benchmarks/mutation.py)."""
+import structlog
+
+
+def pytest_configure(config):
+    processors = list(structlog.get_config()["processors"])
+    if processors and isinstance(processors[-1], structlog.dev.ConsoleRenderer):
+        processors[-1] = structlog.dev.ConsoleRenderer(colors=False,
+                                                       exception_formatter=structlog.dev.plain_traceback)
+        structlog.configure(processors=processors)
+'''
+
 # Each module with the test files that exercise it (fast ones: in-memory clouds, no gRPC server
 # where a faster test covers the same code). Keep them small: every mutant reruns the covering tests.
 MODULES: dict[str, list[str]] = {
@@ -62,8 +79,10 @@ MODULES: dict[str, list[str]] = {
     # tests/test_reconciler_isolation.py is left out: one of its tests takes minutes (a launch resumed
     # again and again), which every mutant of the pass would rerun.
     "broker/reconciler.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
-                             "tests/test_reconciler_losses.py"],
-    "broker/autoscaler.py": ["tests/test_autoscaler.py"],
+                             "tests/test_reconciler_losses.py", "tests/test_reconciler_rules.py"],
+    # tests/test_autoscaler.py walks the same code through gRPC on the mocked clouds, several seconds a
+    # test; tests/test_autoscaler_fake.py reaches every branch in process, on clouds in memory.
+    "broker/autoscaler.py": ["tests/test_autoscaler_fake.py"],
 }
 
 # mutmut's exit codes for a mutant (mutmut/stats.py): what each counts as here.
@@ -111,14 +130,17 @@ def prepare(module: str) -> Path:
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True, copy_function=shutil.copy2,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    plugin = work / f"{PLUGIN}.py"
+    if not plugin.exists() or plugin.read_text() != PLUGIN_SOURCE:
+        plugin.write_text(PLUGIN_SOURCE)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     tool = project.setdefault("tool", {})
     tool["mutmut"] = {
         "source_paths": ["broker", "broker_sandbox", "policies", "providers"],
         "only_mutate": [module],
         "pytest_add_cli_args_test_selection": MODULES[module],
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-o", "addopts=", "--timeout=300"],
-        "also_copy": ["proto", "deploy"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", PLUGIN, "-o", "addopts=", "--timeout=300"],
+        "also_copy": ["proto", "deploy", f"{PLUGIN}.py"],
         "timeout_multiplier": 10.0,
         "use_git_change_detection": False,
     }

@@ -4,7 +4,14 @@ fail a test. Each test puts the value exactly on the limit and just beside it.
 Run against the in-memory clouds (tests/fake_provider.py), so each takes milliseconds."""
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import pytest
+from structlog.testing import capture_logs
+
+from broker import records
+from broker.errors import NotFound
 
 from broker.lease import LeaseState
 from broker.lifecycle import LeaseError, Lifecycle, Settings
@@ -12,11 +19,13 @@ from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
 from broker.store import Store
 from policies.demand import Demand
-from providers.base import Market
+from providers.base import Market, TransientError
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock
 
 GRACE_S = 60.0
+ZONED_AWS = ("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 1)
+SHAPE_SCOPE = "aws/us-east-1"  # a shape mismatch is retried, then fails the region
 H100x8 = Demand(gpus=8, hours=1, gpu_model="H100")
 
 # Four offers, each in its own region (no zone: the cloud picks one), all out of capacity.
@@ -148,3 +157,159 @@ def test_a_boot_script_that_cannot_be_rendered_fails_the_lease_at_once(tmp_path,
         assert _launched(clouds) == []  # no cloud was asked
     finally:
         store.close()
+
+
+# -- what a launch records, and a launch of the same key by two callers -----------------------------------
+def test_a_running_lease_records_each_node_as_the_cloud_made_it(kit):
+    lc, _, clouds, clock = kit
+    t = dataclasses.replace(lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 2), zone="")
+    lease = lc.launch(idempotency_key="k", target=t)  # no zone: the cloud picks one
+    made = sorted(clouds["aws"].alive(), key=lambda i: i.instance_id)
+    assert lease.zone == "us-east-1-a" and lease.state_reason == "2 nodes running in aws/us-east-1-a"
+    assert sorted(lease.instances, key=lambda i: i.instance_id) == [
+        records.Instance(instance_id=i.instance_id, node_name=i.node_name, zone=i.zone, private_ip=i.private_ip,
+                         state=i.state, region=i.region) for i in made]
+    assert (lease.started_at, lease.accrued_at, lease.idle_since) == (clock(), clock(), clock())
+
+
+class WrongShape(FakeProvider):
+    """A cloud that answers a launch with nodes of another type than asked."""
+
+    def launch(self, spec):
+        return [dataclasses.replace(i, instance_type="p4d.24xlarge") for i in super().launch(spec)]
+
+
+class Partial(FakeProvider):
+    """A cloud that brings up one node fewer than asked, and whose terminate fails once."""
+
+    def launch(self, spec):
+        return super().launch(spec)[1:]
+
+
+def test_nodes_of_another_shape_are_given_back_and_the_offer_fails(tmp_path, mini_catalog):
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, retries=1)
+    try:
+        wrong = clouds["aws"] = lc.providers["aws"] = WrongShape("aws")
+        gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+        lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS), demand=H100x8,
+                          alternatives=[gcp])
+        assert lease.provider == "gcp" and wrong.alive() == []
+        shape = [a for a in lease.attempts if a.code == "ShapeMismatch"]
+        assert shape and shape[0].message.startswith("the launch returned 1 node(s) of another shape (p4d.24xlarge")
+        assert (shape[0].kind, shape[0].scope) == ("transient", SHAPE_SCOPE)
+    finally:
+        store.close()
+
+
+def test_a_partial_gang_is_given_back_and_a_failed_give_back_logged(tmp_path, mini_catalog):
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, retries=1)
+    try:
+        part = clouds["aws"] = lc.providers["aws"] = Partial("aws")
+        part.fail("terminate", TransientError("503", provider="aws", code="ServiceUnavailable"))
+        t = lc.target_explicit("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 2)
+        gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 2)
+        with capture_logs() as logs:
+            lease = lc.launch(idempotency_key="k", target=t, demand=H100x8, alternatives=[gcp])
+        assert lease.provider == "gcp" and part.alive() == []  # the second give-back (cleanup) went through
+        partial = [a for a in lease.attempts if a.code == "PartialLaunch"]
+        assert partial and partial[0].message == "only 1 of 2 nodes came up"
+        assert (partial[0].kind, partial[0].scope) == ("capacity", "aws/us-east-1/us-east-1a")
+        (e, *_) = [e for e in logs if e["event"] == "terminate_failed"]
+        assert (e["lease"], e["provider"]) == (lease.lease_id, "aws") and "ServiceUnavailable" in e["error"]
+    finally:
+        store.close()
+
+
+def test_a_second_caller_of_the_same_key_waits_for_the_launch_in_progress(kit):
+    lc, _, clouds, _ = kit
+    gate, entered = threading.Event(), threading.Event()
+
+    def held(spec):
+        entered.set()
+        assert gate.wait(30)
+
+    clouds["aws"]._failures["launch"].append(held)
+    t = lc.target_explicit(*ZONED_AWS)
+    first: list = []
+    a = threading.Thread(target=lambda: first.append(lc.launch(idempotency_key="k", target=t)))
+    a.start()
+    assert entered.wait(30)
+    second: list = []
+    b = threading.Thread(target=lambda: second.append(lc.launch(idempotency_key="k", target=t)))
+    b.start()
+    b.join(0.5)
+    assert b.is_alive() and not second  # still launching: it waits
+    gate.set()
+    a.join(30)
+    b.join(30)
+    assert first[0].state is LeaseState.RUNNING
+    assert second[0].lease_id == first[0].lease_id and second[0].state is LeaseState.RUNNING
+    assert second[0].instance_ids == first[0].instance_ids
+
+
+def test_a_retry_of_a_launch_that_failed_for_good_gets_the_same_answer(kit):
+    lc, _, clouds, _ = kit
+    clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+    t = lc.target_explicit(*ZONED_AWS)
+    with pytest.raises(LeaseError) as first:
+        lc.launch(idempotency_key="k", target=t)
+    with pytest.raises(LeaseError) as again:
+        lc.launch(idempotency_key="k", target=t)
+    assert str(again.value) == str(first.value) and list(again.value.attempts) == list(first.value.attempts)
+
+
+def test_an_unknown_lease_is_not_found(kit):
+    lc, _, _, _ = kit
+    with pytest.raises(NotFound, match="lease l-nope does not exist."):
+        lc.get("l-nope")
+
+
+def test_a_drain_from_a_row_that_moved_on_applies_its_bookkeeping_to_the_fresh_row(kit):
+    lc, _, _, clock = kit
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+    lc.store.update_lease(lease, now=clock(), job_state=lease.job_state)  # someone's bookkeeping meanwhile
+    clock.advance(3600)
+    out = lc.drain(lease, "going")  # from the older row
+    assert out.state is LeaseState.DRAINING and out.accrued_micros == lease.hourly_micros
+
+
+def test_a_caller_stops_waiting_for_a_launch_in_progress_at_provision_timeout_s(tmp_path, mini_catalog):
+    """The launch holding the lease hangs in the cloud call: a second caller of the key gets the lease
+    as it stands once provision_timeout_s has passed, instead of waiting for it for ever."""
+    lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, provision_timeout_s=1.0)
+    gate, entered = threading.Event(), threading.Event()
+
+    def hung(spec):
+        entered.set()
+        assert gate.wait(60)
+
+    clouds["aws"]._failures["launch"].append(hung)
+    t = lc.target_explicit(*ZONED_AWS)
+    a = threading.Thread(target=lambda: lc.launch(idempotency_key="k", target=t))
+    a.start()
+    try:
+        assert entered.wait(30)
+        second: list = []
+        b = threading.Thread(target=lambda: second.append(lc.launch(idempotency_key="k", target=t)))
+        b.start()
+        b.join(30)
+        assert not b.is_alive() and second[0].state is LeaseState.PROVISIONING
+    finally:
+        gate.set()
+        a.join(30)
+        store.close()
+
+
+def test_a_launch_repeated_after_a_crash_returns_the_lease_as_it_stands(kit):
+    """Nobody in this process is launching it: the caller gets the provisioning lease at once, and the
+    reconciler resumes it."""
+    lc, _, clouds, _ = kit
+    t = lc.target_explicit(*ZONED_AWS)
+    lease, _ = lc.create(idempotency_key="k", target=t)
+    lc._begin_attempt(lease, t, [])  # the process died in the cloud call
+    out: list = []
+    b = threading.Thread(target=lambda: out.append(lc.launch(idempotency_key="k", target=t)))
+    b.start()
+    b.join(30)
+    assert not b.is_alive() and out[0].state is LeaseState.PROVISIONING and out[0].lease_id == lease.lease_id
+    assert [m for m, _ in clouds["aws"].calls if m == "launch"] == []

@@ -2,16 +2,22 @@
 the same code paths as the SDK-level tests, in milliseconds, so every branch can be walked."""
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import json
 
-from broker.lease import LeaseState
+import pytest
+from structlog.testing import capture_logs
+
+from broker.errors import FailedPrecondition, InvalidArgument, Unavailable
+from broker.lease import EventKind, LeaseState
 from broker.lifecycle import LeaseError, Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.records import Job
 from policies.demand import Demand
-from providers.base import AuthError, InstanceState, Market, ThrottledError, TransientError
+from providers.base import (AuthError, CapacityError, InstanceState, Market, QuotaError, Scope, ThrottledError,
+                            TransientError)
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock, states
 from tests.stores import db_url  # noqa: F401  (fixture)
@@ -198,3 +204,295 @@ def test_named_capacity_keeps_its_failover_alternatives(kit):
     lease = lc.provision(created)
     assert lease.state is S.RUNNING and (lease.provider, lease.instance_type) == ("gcp", "a3-highgpu-8g")
     assert lease.attempts[0].provider == "aws" and lease.attempts[0].kind == "capacity"
+
+
+# -- what a failed offer blocks ----------------------------------------------------------------------
+ZONED = ("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 1)
+
+
+@pytest.mark.parametrize("error, key", [
+    # a capacity error naming its region blocks its own scope
+    (CapacityError("x", provider="aws", code="InsufficientCapacity", region="us-east-1", zone="us-east-1a"),
+     "aws/us-east-1/us-east-1a"),
+    (CapacityError("x", provider="aws", code="InsufficientCapacity", region="us-east-1", scope=Scope.REGION),
+     "aws/us-east-1"),
+    # one that names no region: the target's zone, else its region
+    (CapacityError("x", provider="aws", code="InsufficientCapacity"), "aws/us-east-1/us-east-1a"),
+    (CapacityError("x", provider="aws", code="InsufficientCapacity", scope=Scope.REGION), "aws/us-east-1"),
+    (QuotaError("x", provider="aws", code="", region="us-east-1"), "aws/us-east-1"),
+    # an offer's scope: that instance type and market in that region only
+    (CapacityError("x", provider="aws", code="Unsupported", region="us-east-1", scope=Scope.OFFER),
+     "aws/us-east-1/p5.48xlarge/on_demand"),
+])
+def test_a_capacity_or_quota_error_blocks_its_scope_for_block_s(kit, error, key):
+    lc, _, _, clock = kit
+    t = lc.target_explicit(*ZONED)
+    assert lc._block_for(error, t) == key
+    why = f"{error.code or type(error).__name__} on {key}"
+    assert lc.store.active_blocks(clock() + lc.settings.block_s - 1) == {key: why}
+    assert lc.store.active_blocks(clock() + lc.settings.block_s) == {}
+    assert lc._blocked_reason(t) == (key, f"blocked: {why}")
+
+
+def test_a_zone_scoped_error_without_a_zone_blocks_the_region(kit):
+    lc, _, _, _ = kit
+    t = dataclasses.replace(lc.target_explicit(*ZONED), zone="")  # the cloud picks the zone
+    assert lc._block_for(CapacityError("x", provider="aws", code="C"), t) == "aws/us-east-1"
+
+
+def test_throttling_and_faults_block_nothing(kit):
+    lc, _, _, clock = kit
+    t = lc.target_explicit(*ZONED)
+    assert lc._block_for(ThrottledError("x", provider="aws", code="Throttling", region="us-east-1"), t) == ""
+    assert lc._block_for(AuthError("x", provider="aws", code="AuthFailure", region="us-east-1"), t) == ""
+    assert lc.store.active_blocks(clock()) == {}
+
+
+def test_a_quota_error_refreshes_the_quota_and_blocks_only_the_offering(kit):
+    lc, _, _, clock = kit
+    seen = []
+    lc.on_quota_error = lambda provider, region: seen.append((provider, region))
+    t = lc.target_explicit(*ZONED)
+    key = lc._block_for(QuotaError("x", provider="aws", code="VcpuLimitExceeded", region="us-east-1"), t)
+    assert key == "aws/us-east-1/p5.48xlarge/on_demand" and seen == [("aws", "us-east-1")]
+    assert lc.store.active_blocks(clock()) == {key: f"VcpuLimitExceeded on {key}"}
+    # a capacity error is not a quota error: no refresh
+    lc._block_for(CapacityError("x", provider="aws", code="C", region="us-east-1"), t)
+    assert seen == [("aws", "us-east-1")]
+
+
+def test_the_failed_attempt_names_what_it_blocked(kit):
+    lc, _, clouds, _ = kit
+    clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+    with pytest.raises(LeaseError):
+        lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED))
+    lease = lc.store.lease_by_key("default", "k")
+    (a,) = [a for a in lease.attempts if a.zone == "us-east-1a" and a.kind != "blocked"]
+    assert a.scope == "aws/us-east-1/us-east-1a"
+
+
+# -- what a failed or retried attempt leaves behind -----------------------------------------------------
+def test_a_failed_attempts_leftovers_are_terminated_and_logged(kit):
+    lc, _, clouds, _ = kit
+    aws = clouds["aws"]
+    made = []
+
+    def made_then_refused(spec):
+        made.extend(FakeProvider.launch(aws, spec))
+        raise CapacityError("rolled back late", provider="aws", code="InsufficientCapacity", region=spec.region,
+                            zone=spec.zone)
+
+    aws._failures["launch"].append(made_then_refused)
+    with capture_logs() as logs:
+        lease = lc.launch(idempotency_key="k", target=h100(lc))
+    assert lease.state is S.RUNNING and lease.instance_ids == {i.instance_id for i in aws.alive()}
+    assert made and not {i.instance_id for i in made} & set(aws.instances)
+    (left,) = [e for e in logs if e["event"] == "attempt_leftovers"]
+    assert left == {"event": "attempt_leftovers", "log_level": "warning", "lease": lease.lease_id,
+                    "provider": "aws", "region": "us-east-1", "instances": [i.instance_id for i in made]}
+
+
+def test_a_retry_keeps_its_own_nodes_and_gives_back_what_a_timed_out_call_made(kit):
+    lc, _, clouds, _ = kit
+    aws = clouds["aws"]
+    first = []
+
+    def made_then_timed_out(spec):
+        first.extend(FakeProvider.launch(aws, spec))
+        raise TransientError("read timeout", provider="aws", code="RequestTimeout", region=spec.region)
+
+    aws._failures["launch"].append(made_then_timed_out)
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    assert lease.state is S.RUNNING and lease.attempt == 2
+    assert lease.instance_ids == {i.instance_id for i in aws.alive()}
+    assert first and not {i.instance_id for i in first} & set(aws.instances)
+
+
+def test_a_cleanup_that_fails_is_logged_and_the_launch_goes_on(kit):
+    lc, _, clouds, _ = kit
+    aws = clouds["aws"]
+    aws.capacity[("us-east-1", "p5.48xlarge")] = 0
+    err = TransientError("503 " * 200, provider="aws", code="ServiceUnavailable")
+    aws.fail("describe", err)
+    with capture_logs() as logs:
+        lease = lc.launch(idempotency_key="k", target=h100(lc),
+                          alternatives=[h100(lc, "gcp", "us-central1", "a3-highgpu-8g")],
+                          demand=Demand(gpus=8, hours=1, gpu_model="H100"))
+    assert lease.state is S.RUNNING and lease.provider == "gcp"
+    (e,) = [e for e in logs if e["event"] == "attempt_cleanup_failed"]
+    assert e == {"event": "attempt_cleanup_failed", "log_level": "warning", "lease": lease.lease_id,
+                 "provider": "aws", "code": "ServiceUnavailable", "error": str(err)[:500]}
+
+
+def test_a_lease_that_fails_everywhere_says_so_in_at_most_2000_characters(tmp_path, mini_catalog):
+    clock = Clock(1_800_000_000.0)
+    aws = FakeProvider("aws", clock=clock)
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    try:
+        lc = Lifecycle(store, {"aws": aws}, QuoteEngine(mini_catalog), owner="test", clock=clock,
+                       settings=Settings(backoff_s=0.0, retries=20), sleep=lambda s: None)
+        calls = iter(range(1000))
+
+        def throttled(spec):  # each refusal says something else: the summary cannot fold them
+            raise ThrottledError(f"slow down, call {next(calls)} " * 5, provider="aws", code="Throttling")
+
+        aws.fail("launch", throttled, times=1000)
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=h100(lc))
+        lease = store.lease_by_key("default", "k")
+        assert lease.state is S.FAILED and len(lease.attempts) >= 20
+        assert lease.state_reason.startswith("every offer failed: Throttling") and len(lease.state_reason) == 2000
+    finally:
+        store.close()
+
+
+# -- named transitions -----------------------------------------------------------------------------------
+def test_resume_steps_a_launch_back_to_requested_to_repeat_its_attempt(kit):
+    lc, _, _, _ = kit
+    lease, _ = lc.create(idempotency_key="k", target=h100(lc))
+    lease = lc._begin_attempt(lease, h100(lc), [])
+    assert (lease.state, lease.attempt, lease.client_token) == (S.PROVISIONING, 1, f"{lease.lease_id}-1")
+    back = lc.resume(lease)
+    assert (back.state, back.attempt, back.state_reason) == (S.REQUESTED, 0, "resuming launch after restart")
+    again = lc._begin_attempt(back, h100(lc), [])
+    assert again.client_token == lease.client_token
+    assert lc.resume(again, "why").state_reason == "why"
+
+
+def test_drain_writes_its_events_and_fields_with_the_state(kit):
+    lc, _, _, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc), job=Job(job_id="j"))
+    clock.advance(3600)
+    out = lc.drain(lease, "taken back", event_kind=EventKind.INTERRUPTED, event_data={"why": "spot"},
+                   events=[(EventKind.REQUEUE, "job j requeued", {"job_id": "j"})], replaces="l-x")
+    assert out.state is S.DRAINING and out.state_reason == "taken back" and out.replaces == "l-x"
+    assert out.accrued_micros == lease.hourly_micros and out.accrued_at == clock()
+    evs = [(e.kind, e.message, json.loads(e.data)) for e in lc.store.events_of(lease.lease_id)][-3:]
+    assert evs == [("state_changed", "taken back", {"why": "spot"}), ("interrupted", "taken back", {"why": "spot"}),
+                   ("requeue", "job j requeued", {"job_id": "j"})]
+
+
+def test_a_released_lease_keeps_why_it_drained_and_its_nodes_are_terminated(kit):
+    lc, _, clouds, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc, count=2))
+    clock.advance(60)
+    done = lc.release(lease.lease_id, "budget", event_kind=EventKind.BUDGET)
+    assert done.state is S.RELEASED and done.state_reason == "budget" and done.ended_at == clock()
+    assert {i.state for i in done.instances} == {InstanceState.TERMINATED} and len(done.instances) == 2
+    kinds = [e.kind for e in lc.store.events_of(lease.lease_id)]
+    assert kinds.count("budget") == 1
+    assert lc.release(lease.lease_id).state_reason == "budget"  # repeating changes nothing
+
+
+def test_a_lease_that_never_ran_is_released_at_no_cost(kit):
+    lc, _, _, clock = kit
+    lease, _ = lc.create(idempotency_key="k", target=h100(lc))
+    lease = lc._begin_attempt(lease, h100(lc), [])
+    clock.advance(3600)
+    done = lc.release(lease.lease_id)
+    assert done.state is S.RELEASED and done.state_reason == "released by request"
+    assert (done.accrued_micros, done.accrued_at) == (0, 0.0)
+
+
+def test_a_release_whose_terminate_fails_stays_draining_and_says_so(kit):
+    lc, _, clouds, _ = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    clouds["aws"].fail("terminate", TransientError("503", provider="aws", code="ServiceUnavailable"))
+    with pytest.raises(Unavailable) as e:
+        lc.release(lease.lease_id)
+    assert str(e.value).startswith(f"lease {lease.lease_id} is draining but ")
+    assert str(e.value) == (f"lease {lease.lease_id} is draining but aws ServiceUnavailable (region aws): 503; "
+                            "the reconciler keeps terminating it, or retry the release.")
+    assert lc.get(lease.lease_id).state is S.DRAINING
+    assert lc.release(lease.lease_id).state is S.RELEASED
+
+
+def test_a_release_that_keeps_losing_the_race_gives_up_after_three_tries(kit):
+    lc, _, clouds, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    tries = []
+    accrue = lc._accrue
+
+    def racing(lease):  # someone else writes the lease between our read and our write, every time
+        out = accrue(lease)
+        tries.append(out.version)
+        lc.store.update_lease(out, now=clock(), job_state=out.job_state)
+        return out
+
+    lc._accrue = racing
+    with pytest.raises(Unavailable, match=f"lease {lease.lease_id} keeps changing; retry the release."):
+        lc.release(lease.lease_id)
+    assert len(tries) == 3
+
+
+def test_a_release_that_loses_the_race_once_looks_again(kit):
+    lc, _, clouds, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    accrue, raced = lc._accrue, []
+
+    def racing_once(lease):
+        out = accrue(lease)
+        if not raced:
+            raced.append(out.version)
+            lc.store.update_lease(out, now=clock(), job_state=out.job_state)
+        return out
+
+    lc._accrue = racing_once
+    assert lc.release(lease.lease_id).state is S.RELEASED and raced
+
+
+def test_a_hand_off_names_the_job_and_a_new_job_starts_its_own_record(kit):
+    lc, _, _, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc), job=Job(job_id="j1", owner="ana", queue="gpu"))
+    assert lease.idle_since == 0.0
+    clock.advance(10)
+    same = lc.handoff(lease.lease_id, Job(job_id="j1", checkpoint_uri="s3://ck"))
+    assert (same.job.owner, same.job.queue, same.job.checkpoint_uri) == ("ana", "gpu", "s3://ck")
+    assert same.job.attached_at == lease.job.attached_at
+    clock.advance(10)
+    new = lc.handoff(lease.lease_id, Job(job_id="j2"))
+    assert new.job.job_id == "j2" and new.job.attached_at == clock() and new.job.state == "running"
+    assert new.job_state == "running" and new.idle_since == 0.0 and new.job.owner == "ana"
+    (ev, *_) = [e for e in reversed(lc.store.events_of(lease.lease_id)) if e.kind == "handoff"]
+    assert ev.message == "job j2 handed off" and ev.to_state == "running"
+
+
+def test_a_hand_off_to_an_idle_lease_makes_it_busy(kit):
+    lc, _, _, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    assert lease.idle_since == clock() and lease.job_state == ""
+    busy = lc.handoff(lease.lease_id, Job(job_id="j"))
+    assert busy.idle_since == 0.0 and busy.job_state == "running"
+
+
+def test_a_hand_off_needs_a_running_lease_and_a_job_id(kit):
+    lc, _, _, _ = kit
+    lease, _ = lc.create(idempotency_key="k", target=h100(lc))
+    with pytest.raises(FailedPrecondition, match=f"lease {lease.lease_id} is requested, not running"):
+        lc.handoff(lease.lease_id, Job(job_id="j"))
+    running = lc.provision(lease)
+    with pytest.raises(InvalidArgument) as e:
+        lc.handoff(running.lease_id, Job())
+    assert str(e.value) == "job.job_id is required."
+
+
+def test_a_hand_off_racing_another_write_is_applied_on_the_fresh_row(kit):
+    lc, _, clouds, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc))
+    stale = lc.get(lease.lease_id)
+    lc.store.update_lease(stale, now=clock(), job_state=stale.job_state)  # bookkeeping meanwhile
+    lc.get = lambda lease_id: stale  # the hand-off read the older row
+    out = lc.handoff(lease.lease_id, Job(job_id="j"))
+    assert out.job.job_id == "j" and out.version == stale.version + 2
+
+
+def test_a_cleanup_that_raises_no_provider_error_is_logged_by_its_class(kit):
+    lc, _, clouds, _ = kit
+    aws = clouds["aws"]
+    aws.capacity[("us-east-1", "p5.48xlarge")] = 0
+    aws.fail("describe", RuntimeError("boom"))
+    with capture_logs() as logs:
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=h100(lc))
+    (e,) = [e for e in logs if e["event"] == "attempt_cleanup_failed"]
+    assert (e["code"], e["error"]) == ("RuntimeError", "boom")
