@@ -442,9 +442,18 @@ class AwsCloud:
     def _terminated(self, instance_ids: Iterable[str]) -> None:
         """``instance_ids`` were terminated now: their retention starts."""
         now = time.monotonic()
+        ids = set(instance_ids)
         with self._lock:
-            for iid in instance_ids:
+            for iid in ids:
                 self._terminated_at.setdefault(iid, now)
+            # Its interfaces went with it: terminating it again (EC2 answers that as a success)
+            # must not ask moto to delete them a second time (moto would answer NotFound).
+            for _, backend in self._backends():
+                for reservation in backend.reservations.values():
+                    for inst in reservation.instances:
+                        if inst.id in ids and inst.state == "terminated":
+                            for nic in inst.nics.values():
+                                nic.delete_on_termination = False
 
     def forget_terminated(self) -> int:
         """Forget the instances terminated longer than the retention ago, as EC2 does; returns how

@@ -546,6 +546,11 @@ def test_the_network_interface_ec2_made_for_an_instance_ends_with_it(aws_cloud):
     p.terminate(out)
     after = {n["NetworkInterfaceId"] for n in ec2.describe_network_interfaces()["NetworkInterfaces"]}
     assert after == before
+    # Terminating a terminated instance again is a success in EC2 (a release retried), its
+    # interfaces long gone.
+    again = ec2.terminate_instances(InstanceIds=[i.instance_id for i in out])["TerminatingInstances"]
+    assert {t["CurrentState"]["Name"] for t in again} <= {"shutting-down", "terminated"}
+    p.terminate(out)
 
 
 def test_ec2_retention_is_configured_by_the_environment(monkeypatch):
