@@ -7,7 +7,7 @@ from typing import Sequence
 from broker.errors import FailedPrecondition
 from broker.lease import Lease
 from broker.records import Attempt, Target
-from providers.base import ProviderError
+from providers.base import Instance, InstanceState, Market, ProviderError, Scope
 
 
 def attempts_summary(attempts: Sequence[Attempt], shown: int = 2) -> str:
@@ -43,3 +43,19 @@ def attempt_record(t: Target, e: ProviderError) -> Attempt:
     """The attempt on ``t`` that the cloud refused with ``e``."""
     return attempt_at(t, e.code or type(e).__name__, e.scope_key, type(e).__name__.removesuffix("Error").lower(),
                       e.message[:300])
+
+
+#: The markets one request may launch several shapes of (an EC2 Fleet, a GCP bulkInsert).
+FLEET_MARKETS = (Market.ON_DEMAND, Market.SPOT)
+
+
+class ProviderFault(ProviderError):
+    """A provider raised what no provider error covers (a bug, an SDK's surprise) during a launch:
+    the offer fails at once, naming the provider and the exception's class (the traceback goes to
+    the log only), and the launch fails over to the next cloud instead of staying provisioning."""
+
+    default_scope = Scope.CLOUD
+
+
+def alive(i: Instance) -> bool:
+    return i.state in (InstanceState.PENDING, InstanceState.RUNNING)

@@ -15,7 +15,6 @@ scope and fail over to the next offer, across clouds.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import traceback
@@ -24,7 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 import structlog
 
 from broker import blocks
-from broker.attempts import attempt_at, attempt_record, attempts_summary, launch_failure  # noqa: F401  (re-exported)
+from broker.attempts import (  # noqa: F401  (re-exported)
+    FLEET_MARKETS, ProviderFault, alive, attempt_at, attempt_record, attempts_summary, launch_failure)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.jobs import JobState, job_state_of
@@ -36,16 +36,15 @@ from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import (
     TAG_LEASE, TAG_OWNER, AuthError, CapacityError, Instance, InstanceState, InvalidRequestError,
-    LaunchSpec, Market, NoShapeAvailable, Provider, ProviderError, QuotaError, Scope, Shape, ShapesProvider,
-    TransientError, offering_key, scope_keys,
+    LaunchSpec, Market, Provider, ProviderError, QuotaError, Scope, TransientError, offering_key, scope_keys,
 )
 from broker.market import zone_targets
+from broker.shapes import ShapeAttempts
 
 log = structlog.get_logger("broker.lifecycle")
 
 
 #: The markets a several-shape request mixes offers of (reserved and queued capacity is launched alone).
-FLEET_MARKETS = (Market.ON_DEMAND, Market.SPOT)
 
 #: What lease operations raise: the service's one error family (broker.errors).
 LeaseError = BrokerError
@@ -57,14 +56,6 @@ Settings = LifecycleSettings  # the typed [lifecycle] table, defined once in the
 class BootScriptError(FailedPrecondition):
     """The lease's boot script cannot be rendered: the lease fails at once (no offer would do
     better), instead of staying in provisioning to be resumed forever."""
-
-
-class ProviderFault(ProviderError):
-    """A provider raised what no provider error covers (a bug, an SDK's surprise) during a launch:
-    the offer fails at once, naming the provider and the exception's class (the traceback goes to
-    the log only), and the launch fails over to the next cloud instead of staying provisioning."""
-
-    default_scope = Scope.CLOUD
 
 
 def lease_view(lease: Lease, now: float) -> dict[str, Any]:
@@ -87,11 +78,7 @@ def instance_record(i: Instance) -> records.Instance:
                             private_ip=i.private_ip, state=i.state, region=i.region)
 
 
-def alive(i: Instance) -> bool:
-    return i.state in (InstanceState.PENDING, InstanceState.RUNNING)
-
-
-class Lifecycle:
+class Lifecycle(ShapeAttempts):
     """Creates, launches, hands off and releases leases against the configured providers."""
 
     def __init__(self, store: Store, providers: Mapping[str, Provider], engine: QuoteEngine, *,
@@ -255,25 +242,6 @@ class Lifecycle:
                 return self._launched_too_late(lease, instances)
         return self._fail(lease, attempts)
 
-    def _shapes(self, first: Target, rest: Sequence[Target], taken: set[Target]) -> list[Target]:
-        """The targets one several-shape request asks for, best first: ``first`` and every later
-        target of the same cloud and region (other types, zones, markets) that is not blocked,
-        when the cloud launches several shapes at once (:class:`ShapesProvider`) and they are
-        more than one offer (type and market). Reserved and queued capacity, tied to one
-        reservation or block, is launched on its own."""
-        if first.market not in FLEET_MARKETS or first.reservation or \
-                not isinstance(self.providers.get(first.provider), ShapesProvider):
-            return [first]
-        out = [first]
-        for t in rest:
-            if (t.provider, t.region, t.nodes) == (first.provider, first.region, first.nodes) and \
-                    t.market in FLEET_MARKETS and not t.reservation and t not in taken and t not in out \
-                    and self._blocked_reason(t) is None:
-                out.append(t)
-        if len({(t.instance_type, t.market) for t in out}) < 2:
-            return [first]  # one offer (in however many zones) is launched zone by zone, as ever
-        return out
-
     def _fail(self, lease: Lease, attempts: Sequence[Attempt]) -> Lease:
         """→ failed, with every attempt in the reason; raises FailedPrecondition (see launch_failure)."""
         lease = self._write(lease, state=LeaseState.FAILED,
@@ -313,99 +281,6 @@ class Lifecycle:
                 self._discard_attempt(lease, t, keep=instances)
             return lease, instances, None
         raise AssertionError("unreachable")
-
-    def _try_shapes(self, lease: Lease, shapes: list[Target],
-                    attempts: list) -> tuple[Lease, list[Instance] | None, ProviderError | None]:
-        """Launch on the first of ``shapes`` the cloud has capacity for, in one request (EC2 Fleet,
-        Compute bulkInsert): (lease at the shape it got, instances, None), or (lease, None, the
-        error). Every shape the cloud refused is an attempt of the lease and blocks its scope;
-        throttling and 5xx repeat the request with backoff, as for one offer."""
-        first = shapes[0]
-        delay, tries = self.settings.backoff_s, max(1, self.settings.retries)
-        for i in range(tries):
-            if i:
-                log.info("launch_retry", lease=lease.lease_id, provider=first.provider, delay_s=delay)
-                self.sleep(delay)
-                delay *= 2
-            lease = self._begin_attempt(lease, first, attempts, shapes=len(shapes))
-            try:
-                got, instances = self._launch_shapes(lease, shapes)
-            except NoShapeAvailable as e:
-                for shape, refused in e.failures:
-                    t = self._target_of(shapes, shape)
-                    attempts.append(attempt_record(t, refused))
-                    blocked = self._block_for(refused, t)
-                    if blocked:
-                        attempts[-1] = records.replace(attempts[-1], scope=blocked)
-                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
-                            code=e.code, scope=str(e.scope), shapes=len(shapes))
-                self._discard_attempt(lease, first)
-                return lease, None, e
-            except ProviderError as e:
-                attempts.append(attempt_record(first, e))
-                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
-                            code=e.code, scope=str(e.scope), shapes=len(shapes))
-                if e.retryable and i < tries - 1:
-                    continue
-                blocked = self._block_for(e, first)
-                if blocked:
-                    attempts[-1] = records.replace(attempts[-1], scope=blocked)
-                self._discard_attempt(lease, first)
-                return lease, None, e
-            if i:
-                self._discard_attempt(lease, first, keep=instances)
-            if got != first:  # the lease records the shape it got, at that shape's price
-                zone = instances[0].zone if instances else got.zone
-                lease = self._write(lease, message=f"launched {got.nodes} x {got.instance_type} "
-                                    f"({got.market.value}) in {got.provider}/{zone or got.region}",
-                                    zone=zone, instance_type=got.instance_type, market=got.market.value,
-                                    hourly_micros=got.hourly_micros, reservation=got.reservation)
-            return lease, instances, None
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _target_of(targets: Sequence[Target], shape: Shape) -> Target:
-        for t in targets:
-            if (t.instance_type, t.zone, t.market) == (shape.instance.name, shape.zone, shape.market):
-                return t
-        for t in targets:  # a zone the cloud chose among those the shapes allowed
-            if (t.instance_type, t.market) == (shape.instance.name, shape.market):
-                return dataclasses.replace(t, zone=shape.zone)
-        return targets[0]
-
-    def _launch_shapes(self, lease: Lease, targets: list[Target]) -> tuple[Target, list[Instance]]:
-        """``launch_shapes`` on the lease's cloud, held to its contract: ``spec.count`` live nodes
-        all of one of the shapes asked for, or nothing."""
-        first = targets[0]
-        provider = self.providers[first.provider]
-        assert isinstance(provider, ShapesProvider)
-        spec = self.spec_for(lease)
-        shapes = []
-        for t in targets:
-            it = self.engine.catalog.instance(t.provider, t.instance_type)
-            if it is not None:
-                shapes.append(Shape(it, t.zone, t.market, t.hourly_micros))
-        try:
-            shape, instances = provider.launch_shapes(spec, shapes)
-        except (ProviderError, BrokerError, StaleLease):
-            raise
-        except Exception as e:  # a provider's bug: this request failed, said in one line
-            said = (str(e).strip().splitlines() or [""])[0][:200]
-            frame = traceback.extract_tb(e.__traceback__)[-1]
-            log.error("launch_crashed", lease=lease.lease_id, provider=first.provider, region=first.region,
-                      error=f"{type(e).__name__}: {said}", at=f"{frame.filename}:{frame.lineno} in {frame.name}")
-            raise ProviderFault(f"{first.provider} raised {type(e).__name__}{': ' + said if said else ''}",
-                                provider=first.provider, code=type(e).__name__, region=first.region) from e
-        got = self._target_of(targets, shape)
-        up = [x for x in instances if alive(x)]
-        if len(up) == spec.count and all(shape.matches(x) for x in up) and shape in shapes:
-            return got, up
-        try:
-            provider.terminate(instances)
-        except ProviderError as e:  # _discard_attempt and the reconciler try again
-            log.warning("terminate_failed", lease=spec.lease_id, provider=first.provider, error=str(e))
-        raise CapacityError(f"only {len(up)} of {spec.count} nodes of one asked-for shape came up",
-                            provider=first.provider, code="PartialLaunch", region=first.region, zone=shape.zone)
 
     def failover_order(self, first: Target, alternatives: Sequence[Target]) -> list[Target]:
         """Where a launch tries, in order: the chosen offer in its zone, then in every other zone

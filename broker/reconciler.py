@@ -123,11 +123,7 @@ class Reconciler:
         by_state: dict[str, list[Any]] = {}
         for r in rows:
             by_state.setdefault(r.state, []).append(r)
-        steady_rows = by_state.get(LeaseState.RUNNING, [])
-        known = _Known(steady_rows)
-        for lease_id in sorted(known.unreadable):
-            with self._isolated(report, "sync", live[lease_id].provider, lease=lease_id):
-                raise LeaseError(f"lease {lease_id}: its stored instance list cannot be read")
+        known = self._known(steady_rows := by_state.get(LeaseState.RUNNING, []), live, report)
         extra: dict[str, list[Instance]] = {}  # instances a running lease lists whose tag is unreadable
         claimed = self._unreadable(listings, live, known, extra, report, now)
 
@@ -247,6 +243,14 @@ class Reconciler:
                                          {"instance_id": i.instance_id})
                 self._told_unreadable.add(i.instance_id)
         return claimed
+
+    def _known(self, rows: list[Any], live: Mapping[str, Any], report: PassReport) -> "_Known":
+        """What the running leases ``rows`` list; a lease whose list cannot be read is its own error."""
+        known = _Known(rows)
+        for lease_id in sorted(known.unreadable):
+            with self._isolated(report, "sync", live[lease_id].provider, lease=lease_id):
+                raise LeaseError(f"lease {lease_id}: its stored instance list cannot be read")
+        return known
 
     def _sync_due(self, row: Any, insts: list[Instance], known: "_Known") -> bool:
         """Whether :meth:`_sync` could change anything for this lease (a quick look at its row)."""

@@ -23,8 +23,10 @@ import dataclasses
 import hashlib
 from typing import TYPE_CHECKING, Any, Sequence
 
+from providers.aws.client import _log
 from providers.aws.errors import PROVIDER, code_error
 from providers.aws.inventory import _launch_order
+from providers.aws.names import _price, client_token
 from providers.base import (
     Fabric,
     Instance,
@@ -79,8 +81,6 @@ def launch_shapes(p: "AwsProvider", spec: LaunchSpec, shapes: Sequence[Shape]) -
                                   provider=PROVIDER, code="MarketNotInFleet", region=spec.region)
     spec = _for_shape(spec, shapes[0])
     p._check(spec)
-    from providers.aws.client import _log
-
     log = _log.bind(provider=PROVIDER, lease_id=spec.lease_id, region=spec.region)
     found = sorted(p._describe(spec.region, p._mine(spec.lease_id)), key=_launch_order)
     live = [r for r in found if r["State"]["Name"] in _LIVE]
@@ -88,8 +88,6 @@ def launch_shapes(p: "AwsProvider", spec: LaunchSpec, shapes: Sequence[Shape]) -
         dead = [r for r in found if r["State"]["Name"] not in _LIVE]
         adopted = p._adopt(spec, live, dead, log)
         return _shape_of(spec, shapes, adopted), adopted
-    from providers.aws.launch import client_token
-
     group = p._ensure_placement_group(spec, "") if spec.count > 1 else ""
     failures: list[tuple[Shape, ProviderError]] = []
     try:
@@ -212,8 +210,6 @@ def _override(p: "AwsProvider", spec: LaunchSpec, s: Shape, rank: int) -> dict[s
     elif s.zone:
         out["AvailabilityZone"] = s.zone
     if s.market is Market.SPOT and spec.max_price_micros > 0:
-        from providers.aws.launch import _price
-
         out["MaxPrice"] = _price(spec.max_price_micros)
     return out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from decimal import Decimal
 from typing import Any, Mapping, Self, Sequence
 
 
@@ -15,6 +14,7 @@ from providers.aws.errors import AWS_ERRORS
 from providers.aws.blocks import CapacityBlocks
 from providers.aws.fabric import efa_interfaces, ensure_fabric_group, vpc_of
 from providers.aws.inventory import Ec2Inventory, _launch_order, placement_group_name
+from providers.aws.names import CLIENT_TOKEN_LIMIT, _price, client_token
 from providers.base import (
     TAG_LEASE,
     TAG_OWNER,
@@ -33,21 +33,8 @@ from providers.aws.settings import AwsSettings
 from providers.settings import provider_table
 
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2's limit)
-CLIENT_TOKEN_LIMIT = 64
 _LIVE = ("pending", "running")
 _CR_RE = re.compile(r"cr-[0-9a-f]{8,17}\Z")
-
-
-def client_token(spec: LaunchSpec) -> str:
-    """EC2's idempotency token for ``spec``: the broker's token when it fits, else its hash."""
-    token = spec.client_token or f"lease-{spec.lease_id}"
-    if len(token) <= CLIENT_TOKEN_LIMIT and token.isascii() and token.isprintable():
-        return token
-    return "h-" + hashlib.sha256(token.encode()).hexdigest()[: CLIENT_TOKEN_LIMIT - 2]
-
-
-def _price(micros: int) -> str:
-    return format(Decimal(micros).scaleb(-6).normalize(), "f")
 
 
 class AwsProvider(Ec2Inventory, CapacityBlocks):

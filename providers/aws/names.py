@@ -3,6 +3,13 @@ characters of letters, digits, spaces and ``_ . : / = + - @``, not starting with
 (reserved)."""
 from __future__ import annotations
 
+import hashlib
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from providers.base import LaunchSpec
+
 _PUNCT = set(" _.:/=+-@")
 
 
@@ -18,3 +25,19 @@ def node_name_problem(name: str) -> str:
     if bad:
         return f"contains {bad!r}: an AWS tag value takes letters, digits, spaces and _ . : / = + - @"
     return ""
+
+
+CLIENT_TOKEN_LIMIT = 64  # EC2's ClientToken: at most 64 ASCII characters
+
+
+def client_token(spec: LaunchSpec) -> str:
+    """EC2's idempotency token for ``spec``: the broker's token when it fits, else its hash."""
+    token = spec.client_token or f"lease-{spec.lease_id}"
+    if len(token) <= CLIENT_TOKEN_LIMIT and token.isascii() and token.isprintable():
+        return token
+    return "h-" + hashlib.sha256(token.encode()).hexdigest()[: CLIENT_TOKEN_LIMIT - 2]
+
+
+def _price(micros: int) -> str:
+    """Micro-dollars as EC2's price string (``"12.5"``)."""
+    return format(Decimal(micros).scaleb(-6).normalize(), "f")
