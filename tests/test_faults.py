@@ -101,8 +101,6 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
                 ids = {i.instance_id if lease.provider == "aws" else i.node_name for i in instances_of(lease)}
                 assert len(ids) == lease.nodes
                 assert ids == {i for _, i in live.get(lease.lease_id, [])}, lease.lease_id
-                if any(a.provider != lease.provider and a.kind != "blocked" for a in attempts):
-                    crossed.append(lease)
             else:
                 assert lease.state == "failed", (lease.state, lease.state_reason)
                 reported.append(lease)
@@ -125,6 +123,12 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
         retried = [tokens for tokens in calls.values() if len(tokens) > 1]
         assert retried and all(len(set(tokens)) == len(tokens) for tokens in retried)  # a fresh token each
         assert set(sleeps) <= {0.05, 0.1} and 0.05 in sleeps
+        # Some launch failed over from one cloud to another: its tried clouds (and the one it runs
+        # on) are more than one. Whether that lease then ran or failed depends on the seeded faults
+        # each cloud's next call meets, so either counts.
+        crossed = [l for l in leases.values()
+                   if len({a.provider for a in l.attempts if a.kind != "blocked"}
+                          | ({l.provider} if l.state == "running" else set())) > 1]
         assert crossed, "no failover crossed clouds"
         figures = (f"faults: {LAUNCHES} quoted launches, {len(served)} served, {len(reported)} reported, "
                    f"{len(limited)} capacity/quota errors blocked, {len(retried)} offers retried, "
