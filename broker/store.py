@@ -307,6 +307,15 @@ class Store:
 
     TENANT_LOCK = 0x62726F62  # "brob": namespace of the per-tenant admission locks
 
+    def _lock_tenant(self, conn, tenant: str) -> None:
+        """Serialise this transaction with every other one that checks ``tenant``'s budget: a
+        PostgreSQL advisory lock on the tenant, SQLite's write lock."""
+        if self.is_postgres:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:ns, hashtext(:tenant))"),
+                         {"ns": self.TENANT_LOCK, "tenant": tenant})
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
     def create_lease(self, lease: Lease, message: str = "lease requested", *,
                      admit: Callable[[list[Lease]], None] | None = None,
                      counted_since: float = 0.0) -> tuple[Lease, bool]:
@@ -323,11 +332,7 @@ class Store:
         t = self._leases
         try:
             with self.engine.begin() as conn:
-                if self.is_postgres:
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:ns, hashtext(:tenant))"),
-                                 {"ns": self.TENANT_LOCK, "tenant": lease.tenant})
-                else:
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                self._lock_tenant(conn, lease.tenant)
                 existing = self._by_key(conn, lease.tenant, lease.idempotency_key)
                 if existing is not None:
                     return existing, False
@@ -431,11 +436,7 @@ class Store:
         holds only one. ``admit`` raises to refuse (nothing is written then)."""
         t = self._leases
         with self.engine.begin() as conn:
-            if self.is_postgres:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:ns, hashtext(:tenant))"),
-                             {"ns": self.TENANT_LOCK, "tenant": lease.tenant})
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            self._lock_tenant(conn, lease.tenant)
             if admit is not None:
                 admit(self._read_leases(conn, select(t).where(
                     t.c.tenant == lease.tenant,
