@@ -47,7 +47,8 @@ class SourceState:
     trigger: TriggerState = field(default_factory=TriggerState)
     history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
     last_hold: str = ""
-    last_failure: str = ""
+    last_offload_failure: str = ""  # the last failed move recorded (recorded once while it repeats)
+    last_handoff_failure: str = ""  # the last failed burst hand-off recorded (likewise)
     last_taken_at: float = 0.0  # the newest snapshot decided on
     burst_jobs: set[str] = field(default_factory=set)
     offloaded: set[str] = field(default_factory=set)  # moved off the training queue (policies.offload)
@@ -186,12 +187,13 @@ class Autoscaler:
                 moved = target.offload(list(p.job_ids))
             except Exception as e:
                 why = f"{p.reason}; the move failed: {e}"
-                if why != st.last_failure:
-                    st.last_failure = why
+                if why != st.last_offload_failure:
+                    st.last_offload_failure = why
                     self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD_FAILED, why, list(p.job_ids),
                                                    data={"source": source})
                 return
             st.offloaded.update(moved)
+            st.last_offload_failure = ""  # a later failure is news again
             reason = p.reason.replace("offload ", "moved ", 1)
         else:
             st.offloaded.update(p.job_ids)
@@ -212,14 +214,15 @@ class Autoscaler:
                 self.svc.fence()
                 try:
                     target.allow_burst(ids)
+                    st.last_handoff_failure = ""  # a later failure is news again
                     store.record_decision(new_id("d"), now, A.BURST, d.reason, ids,
                                           data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
                 except Exception as e:
                     for i in ids:
                         st.burst_jobs.discard(i)
                     why = f"{d.reason}; hand-off failed: {e}"
-                    if why != st.last_failure:  # a hand-off failing every tick is recorded once
-                        st.last_failure = why
+                    if why != st.last_handoff_failure:  # a hand-off failing every tick is recorded once
+                        st.last_handoff_failure = why
                         store.record_decision(new_id("d"), now, A.BURST_FAILED, why, ids, data={"source": source})
             else:
                 for c in d.jobs:

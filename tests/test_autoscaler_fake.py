@@ -427,6 +427,28 @@ def test_a_refused_hand_off_is_recorded_once_and_the_jobs_may_burst_again(kit):
     assert len([c for c in w.calls if c[0] == "allow_burst"]) == 2
 
 
+def test_a_failing_move_and_a_failing_hand_off_are_each_recorded_once(kit):
+    """Both fail on every tick: each failure is recorded once, not again because the other one
+    was recorded in between."""
+    ids = frozenset({"e0", "e1", "0", "1", "2", "3"})
+    w = MoveFails(source="w", snap=snap("w", T0, *EVALS, *four()), refuse=ids)
+    a = kit.scaler(w)
+    for _ in range(3):
+        a.tick()
+    assert len([c for c in w.calls if c[0] == "offload"]) == 3
+    assert len([c for c in w.calls if c[0] == "allow_burst"]) == 3
+    assert len(kit.decisions("offload_failed")) == 1
+    assert len(kit.decisions("burst_failed")) == 1
+    w.refuse = frozenset()  # the hand-off works once: the same failure after it is recorded again
+    a.tick()
+    w.refuse, full = ids, w.snap
+    w.snap = snap("w", T0)  # the jobs leave the queue and come back (requeued)
+    a.tick()
+    w.snap = full
+    a.tick()
+    assert len(kit.decisions("burst_failed")) == 2 and len(kit.decisions("offload_failed")) == 1
+
+
 def test_a_joining_watcher_gets_leases_that_boot_into_its_cluster(kit):
     w = fake.Joining(source="w", snap=snap("w", T0, *four()))
     kit.scaler(w).tick()
