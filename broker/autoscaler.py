@@ -31,7 +31,8 @@ from broker.lifecycle import LeaseError
 from broker.quote import new_id
 from broker.lease import LIVE, LeaseState
 from broker.records import Job
-from broker.watchers.base import BurstHandoff, JoinNodes, OffloadJobs, SchedulerWatcher, capability
+from broker.watchers.base import (BurstHandoff, HandoffError, JoinNodes, OffloadJobs, SchedulerWatcher,
+                                  capability)
 from policies.demand import Demand, DemandError
 from policies.diagnose import DiagnoseConfig, Diagnosis, diagnose
 from policies.queue import PendingJob, QueueSnapshot
@@ -182,24 +183,35 @@ class Autoscaler:
         if p is None:
             return
         self.svc.fence()
-        if target is not None:
-            try:
-                moved = target.offload(list(p.job_ids))
-            except Exception as e:
-                why = f"{p.reason}; the move failed: {e}"
-                if why != st.last_offload_failure:
-                    st.last_offload_failure = why
-                    self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD_FAILED, why, list(p.job_ids),
-                                                   data={"source": source})
-                return
-            st.offloaded.update(moved)
-            st.last_offload_failure = ""  # a later failure is news again
-            reason = p.reason.replace("offload ", "moved ", 1)
-        else:
+        if target is None:
             st.offloaded.update(p.job_ids)
-            reason = p.reason
-        self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD, reason, list(p.job_ids),
-                                       data={"source": source, "partition": partition})
+            self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD, p.reason, list(p.job_ids),
+                                           data={"source": source, "partition": partition})
+            return
+        before = frozenset(st.offloaded)
+        try:
+            moved = target.offload(list(p.job_ids))
+            failed: frozenset[str] = frozenset()
+        except Exception as e:
+            # a HandoffError names the jobs it could not move: the others were moved; any other
+            # error moved none. The jobs left where they were stay ordinary candidates.
+            named = e.failures if isinstance(e, HandoffError) else ()
+            failed = frozenset(j for j, _ in named) or frozenset(p.job_ids)
+            moved = [j for j in p.job_ids if j not in failed]
+            left = plan(snap, diag, partition, before | frozenset(moved)) or p
+            why = f"{left.reason}; the move failed: {e}"
+            if why != st.last_offload_failure:
+                st.last_offload_failure = why
+                self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD_FAILED, why, list(left.job_ids),
+                                               data={"source": source})
+            if not moved:
+                return
+        else:
+            st.last_offload_failure = ""  # a later failure is news again
+        st.offloaded.update(moved)
+        done = (plan(snap, diag, partition, before | failed) or p) if failed else p
+        self.svc.store.record_decision(new_id("d"), now, A.OFFLOAD, done.reason.replace("offload ", "moved ", 1),
+                                       list(done.job_ids), data={"source": source, "partition": partition})
 
     def _act(self, source: str, d: Decision, st: SourceState, now: float) -> None:
         """Carry out a decision. Only the leader acts: ``svc.fence()`` before every step raises

@@ -14,6 +14,7 @@ from broker.autoscaler import Autoscaler, autoscaler_for
 from broker.lease import LeaseState
 from broker.records import Job
 from broker.service import Service
+from broker.watchers.base import HandoffError
 from broker.watchers.snapshot_json import encode
 from policies.demand import Demand
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot, RunningJob
@@ -391,6 +392,40 @@ class MoveFails(fake.Capable):
     def offload(self, job_ids: list[str]) -> list[str]:
         self.calls.append(("offload", tuple(job_ids)))
         raise RuntimeError("partition light is down")
+
+
+class SomeMovesFail(fake.Capable):
+    """Moves every job but e1 (the others are moved, as a HandoffError says)."""
+
+    def offload(self, job_ids: list[str]) -> list[str]:
+        self.calls.append(("offload", tuple(job_ids)))
+        if "e1" in job_ids:
+            raise HandoffError.of([("e1", "partition light is full")])
+        return list(job_ids)
+
+
+def test_the_jobs_a_partly_failed_move_moved_do_not_burst_and_the_others_burst_as_usual(kit):
+    """A move that fails for some jobs moved the others: those are offloaded (recorded, not
+    counted by the trigger, not handed over to burst). A job left in the training queue is an
+    ordinary pending job: it bursts if and only if the trigger picks it, as on a queue with no
+    offload queue."""
+    w = SomeMovesFail(source="w", snap=snap("w", T0, *EVALS, *four()))
+    a = kit.scaler(w)
+    (d,) = a.tick()
+    assert a.sources["w"].offloaded == {"e0"}
+    (off,) = kit.decisions("offload")
+    assert json.loads(off.job_ids) == ["e0"] and off.reason.startswith("moved 1 tuning/eval/inference job ")
+    (failed,) = kit.decisions("offload_failed")
+    assert json.loads(failed.job_ids) == ["e1"]
+    assert failed.reason.startswith("offload 1 tuning/eval/inference job ")
+    assert failed.reason.endswith("; the move failed: job e1: partition light is full")
+    (handed,) = [c[1] for c in w.calls if c[0] == "allow_burst"]
+    assert "e0" not in handed and "e1" in handed
+    # the same queue without e0 and with nowhere to move e1 hands over the same jobs
+    ref = fake.Capable(source="n", snap=snap("n", T0, EVALS[1], *four()), offload_queue="")
+    _, d_ref = kit.scaler(ref).on_snapshot(ref.snapshot(T0))
+    assert [c[1] for c in ref.calls if c[0] == "allow_burst"] == [handed]
+    assert [c.job.job_id for c in d.jobs] == [c.job.job_id for c in d_ref.jobs]
 
 
 def test_a_watcher_with_no_offload_queue_moves_nothing(kit):
