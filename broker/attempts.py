@@ -2,12 +2,33 @@
 and all of them in the one line a failed launch reports (each distinct reason once)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
+
+import structlog
+import tenacity
 
 from broker.errors import FailedPrecondition
 from broker.lease import Lease
 from broker.records import Attempt, Target
 from providers.base import Instance, InstanceState, Market, ProviderError, Scope
+
+log = structlog.get_logger("broker.lifecycle")
+
+
+def launch_tries(tries: int, backoff_s: float, sleep: Callable[[float], None], *, lease: str,
+                 provider: str) -> tenacity.Retrying:
+    """The calls of one launch request: at most ``tries`` (at least one), a retryable
+    :class:`ProviderError` (throttling, 5xx) calling again after ``backoff_s``, doubled each time;
+    any other error, or the last call's, is raised as it is. Used as ``for call in
+    launch_tries(...): with call: ...``."""
+    def said(state: tenacity.RetryCallState) -> None:
+        log.info("launch_retry", lease=lease, provider=provider, delay_s=state.upcoming_sleep)
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, tries)),
+        wait=tenacity.wait_exponential(multiplier=backoff_s),
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
+        sleep=sleep, before_sleep=said, reraise=True)
 
 
 def attempts_summary(attempts: Sequence[Attempt], shown: int = 2) -> str:

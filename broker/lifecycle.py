@@ -24,7 +24,7 @@ import structlog
 
 from broker import blocks
 from broker.attempts import (  # noqa: F401  (re-exported)
-    FLEET_MARKETS, ProviderFault, alive, attempt_at, attempt_record, attempts_summary, launch_failure)
+    FLEET_MARKETS, ProviderFault, alive, attempt_at, attempt_record, attempts_summary, launch_failure, launch_tries)
 from broker.config import LifecycleSettings
 from broker.errors import BrokerError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.jobs import JobState, job_state_of
@@ -257,30 +257,33 @@ class Lifecycle(ShapeAttempts):
         own — persisted first, with its own client token and node names — so a rollback of a
         failed call still in flight cannot reach the nodes of the next one, while a launch
         resumed after a crash repeats its attempt exactly (idempotent)."""
-        delay, tries = self.settings.backoff_s, max(1, self.settings.retries)
-        for i in range(tries):
-            if i:
-                log.info("launch_retry", lease=lease.lease_id, provider=t.provider, delay_s=delay)
-                self.sleep(delay)
-                delay *= 2
-            lease = self._begin_attempt(lease, t, attempts)
-            try:
-                instances = self._launch(lease, t)
-            except ProviderError as e:
-                attempts.append(attempt_record(t, e))
-                log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
-                            code=e.code, scope=str(e.scope))
-                if e.retryable and i < tries - 1:
-                    continue
-                blocked = self._block_for(e, t)
-                if blocked:  # the attempt names what it blocked
-                    attempts[-1] = records.replace(attempts[-1], scope=blocked)
-                self._discard_attempt(lease, t)
-                return lease, None, e
-            if i:  # what a timed-out earlier call made after all is not part of the lease
-                self._discard_attempt(lease, t, keep=instances)
-            return lease, instances, None
-        raise AssertionError("unreachable")
+        tries = launch_tries(self.settings.retries, self.settings.backoff_s, self.sleep,
+                             lease=lease.lease_id, provider=t.provider)
+        try:
+            for call in tries:
+                with call:
+                    lease = self._begin_attempt(lease, t, attempts)
+                    try:
+                        instances = self._launch(lease, t)
+                    except ProviderError as e:
+                        attempts.append(attempt_record(t, e))
+                        log.warning("launch_failed", lease=lease.lease_id, provider=t.provider, region=t.region,
+                                    code=e.code, scope=str(e.scope))
+                        raise
+        except ProviderError as e:
+            self._refused(lease, t, e, attempts)
+            return lease, None, e
+        if call.retry_state.attempt_number > 1:  # what a timed-out earlier call made after all is not part of the lease
+            self._discard_attempt(lease, t, keep=instances)
+        return lease, instances, None
+
+    def _refused(self, lease: Lease, t: Target, e: ProviderError, attempts: list) -> None:
+        """After the last call on ``t`` failed with ``e`` (its attempt recorded): block what the
+        error covers, naming it in that attempt, and roll back what the call may have made."""
+        blocked = self._block_for(e, t)
+        if blocked:  # the attempt names what it blocked
+            attempts[-1] = records.replace(attempts[-1], scope=blocked)
+        self._discard_attempt(lease, t)
 
     def failover_order(self, first: Target, alternatives: Sequence[Target]) -> list[Target]:
         """Where a launch tries, in order: the chosen offer in its zone, then in every other zone

@@ -11,7 +11,7 @@ from typing import Sequence
 import structlog
 
 from broker import records
-from broker.attempts import FLEET_MARKETS, ProviderFault, alive, attempt_record
+from broker.attempts import FLEET_MARKETS, ProviderFault, alive, attempt_record, launch_tries
 from broker.errors import BrokerError
 from broker.lease import Lease
 from broker.quote import Target
@@ -50,47 +50,48 @@ class ShapeAttempts:
         error). Every shape the cloud refused is an attempt of the lease and blocks its scope;
         throttling and 5xx repeat the request with backoff, as for one offer."""
         first = shapes[0]
-        delay, tries = self.settings.backoff_s, max(1, self.settings.retries)
-        for i in range(tries):
-            if i:
-                log.info("launch_retry", lease=lease.lease_id, provider=first.provider, delay_s=delay)
-                self.sleep(delay)
-                delay *= 2
-            lease = self._begin_attempt(lease, first, attempts, shapes=len(shapes))
-            try:
-                got, instances = self._launch_shapes(lease, shapes)
-            except NoShapeAvailable as e:
-                for shape, refused in e.failures:
-                    t = self._target_of(shapes, shape)
-                    attempts.append(attempt_record(t, refused))
-                    blocked = self._block_for(refused, t)
-                    if blocked:
-                        attempts[-1] = records.replace(attempts[-1], scope=blocked)
-                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
-                            code=e.code, scope=str(e.scope), shapes=len(shapes))
-                self._discard_attempt(lease, first)
-                return lease, None, e
-            except ProviderError as e:
-                attempts.append(attempt_record(first, e))
-                log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
-                            code=e.code, scope=str(e.scope), shapes=len(shapes))
-                if e.retryable and i < tries - 1:
-                    continue
-                blocked = self._block_for(e, first)
-                if blocked:
-                    attempts[-1] = records.replace(attempts[-1], scope=blocked)
-                self._discard_attempt(lease, first)
-                return lease, None, e
-            if i:
-                self._discard_attempt(lease, first, keep=instances)
-            if got != first:  # the lease records the shape it got, at that shape's price
-                zone = instances[0].zone if instances else got.zone
-                lease = self._write(lease, message=f"launched {got.nodes} x {got.instance_type} "
-                                    f"({got.market.value}) in {got.provider}/{zone or got.region}",
-                                    zone=zone, instance_type=got.instance_type, market=got.market.value,
-                                    hourly_micros=got.hourly_micros, reservation=got.reservation)
-            return lease, instances, None
-        raise AssertionError("unreachable")
+        tries = launch_tries(self.settings.retries, self.settings.backoff_s, self.sleep,
+                             lease=lease.lease_id, provider=first.provider)
+        try:
+            for call in tries:
+                with call:
+                    lease = self._begin_attempt(lease, first, attempts, shapes=len(shapes))
+                    try:
+                        got, instances = self._launch_shapes(lease, shapes)
+                    except NoShapeAvailable as e:
+                        self._no_shape(lease, shapes, e, attempts)
+                        return lease, None, e
+                    except ProviderError as e:
+                        attempts.append(attempt_record(first, e))
+                        log.warning("launch_failed", lease=lease.lease_id, provider=first.provider,
+                                    region=first.region, code=e.code, scope=str(e.scope), shapes=len(shapes))
+                        raise
+        except ProviderError as e:
+            self._refused(lease, first, e, attempts)
+            return lease, None, e
+        if call.retry_state.attempt_number > 1:
+            self._discard_attempt(lease, first, keep=instances)
+        if got != first:  # the lease records the shape it got, at that shape's price
+            zone = instances[0].zone if instances else got.zone
+            lease = self._write(lease, message=f"launched {got.nodes} x {got.instance_type} "
+                                f"({got.market.value}) in {got.provider}/{zone or got.region}",
+                                zone=zone, instance_type=got.instance_type, market=got.market.value,
+                                hourly_micros=got.hourly_micros, reservation=got.reservation)
+        return lease, instances, None
+
+    def _no_shape(self, lease: Lease, shapes: list[Target], e: NoShapeAvailable, attempts: list) -> None:
+        """Every shape the cloud refused is an attempt of the lease and blocks its scope; what
+        the request may have made is rolled back."""
+        first = shapes[0]
+        for shape, refused in e.failures:
+            t = self._target_of(shapes, shape)
+            attempts.append(attempt_record(t, refused))
+            blocked = self._block_for(refused, t)
+            if blocked:
+                attempts[-1] = records.replace(attempts[-1], scope=blocked)
+        log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
+                    code=e.code, scope=str(e.scope), shapes=len(shapes))
+        self._discard_attempt(lease, first)
 
     @staticmethod
     def _target_of(targets: Sequence[Target], shape: Shape) -> Target:
