@@ -50,9 +50,12 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from http.server import HTTPServer
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
+
+from broker_sandbox.loopback import LoopbackServer
 
 try:  # the pytest fixtures (the sandbox runs these fakes where pytest may be absent)
     import pytest
@@ -136,8 +139,10 @@ class _Reservation:
         return "active"
 
 
-class AwsCloud:
+class AwsCloud(LoopbackServer):
     """moto's EC2 on 127.0.0.1 with fault injection, a call log and the missing EC2 features."""
+
+    thread_name = "fake-aws"
 
     def __init__(self, slow_s: float = 2.0, terminated_retention_s: float | None = None) -> None:
         self.slow_s = self.default_slow_s = slow_s
@@ -148,19 +153,17 @@ class AwsCloud:
         self.terminated_retention_s = self.default_terminated_retention_s = terminated_retention_s
         self._terminated_at: dict[str, float] = {}  # instance id -> when it was seen terminated (monotonic)
         self._swept_at = float("-inf")
-        self.url = ""
-        self._server: Any = None
         self._lock = threading.RLock()
         self._faults: list[_Fault] = []
         self._rate: tuple[float, tuple[str, ...], str, random.Random] | None = None
         self._calls: list[Call] = []
         self._groups: dict[tuple[str, str], dict[str, Any]] = {}
         self._reservations: dict[str, _Reservation] = {}
-        self._tokens: dict[tuple[str, str], tuple[tuple, str, list, bytes]] = {}
-        self._fleet_tokens: dict[tuple[str, str], tuple[tuple, bytes]] = {}
+        # (action, region, ClientToken) -> (the request's parameters, status, headers, body answered)
+        self._tokens: dict[tuple[str, str, str], tuple[tuple, int, list, bytes]] = {}
         self._capacity: dict[tuple[str, str], int] = {}  # (instance type, zone) -> nodes EC2 has now
         self._reclaim: dict[str, int] = {}  # instance type -> nodes terminated right at launch
-        self._token_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._token_locks: dict[tuple[str, str, str], threading.Lock] = {}
         self._saved_env: dict[str, str | None] = {}
         from broker_sandbox.aws_market import AwsMarket
 
@@ -175,8 +178,12 @@ class AwsCloud:
                            ("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")):
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = value
+        return super().start()
+
+    def make_server(self, host: str, port: int) -> HTTPServer:
+        """moto's EC2 app behind :class:`_Front`, on werkzeug's threaded WSGI server (the front
+        needs its ``werkzeug.socket`` to reset a connection)."""
         import moto.settings
-        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
@@ -188,30 +195,16 @@ class AwsCloud:
         _patch_moto_run_instances()
         _patch_moto_tag_lookup()
         _patch_moto_module_list()
-        front = self
 
         class QuietHandler(MotoRequestHandler):
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 pass
 
-        class Server(ThreadedMotoServer):
-            def _server_entry(self) -> None:
-                app = _Front(front, DomainDispatcherApplication(create_backend_app))
-                self._server = make_server(self._ip_address, self._port, app, True,
-                                           request_handler=QuietHandler)
-                self._server_ready_event.set()
-                self._server.serve_forever()
-
-        self._server = Server(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.url = f"http://{host}:{port}"
-        return self
+        return make_server(host, port, _Front(self, DomainDispatcherApplication(create_backend_app)), True,
+                           request_handler=QuietHandler)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        super().stop()
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -235,17 +228,10 @@ class AwsCloud:
             self._tokens.clear()
             self._terminated_at.clear()
             self._swept_at = float("-inf")
-            self._fleet_tokens.clear()
             self._capacity.clear()
             self._reclaim.clear()
             self.clock = time.time
         self.market.reset()
-
-    def __enter__(self) -> "AwsCloud":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     # -- client side helpers --------------------------------------------------------------------
 
@@ -929,78 +915,90 @@ class _Front:
                 f"</state>{dates}<instanceMatchCriteria>targeted</instanceMatchCriteria>"
                 f"<reservationType>{r.reservation_type}</reservationType>{_tag_set(r.tags)}")
 
-    def _run_instances(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+    def _once(self, action: str, region: str, p: dict[str, str],
+              call: Callable[[], tuple[int, list, bytes]]) -> tuple[int, list, bytes]:
+        """``call()``, once per ClientToken as EC2 does: a request repeating a token that
+        succeeded gets the same answer again (the same parameters) or IdempotentParameterMismatch
+        (others); requests with one token wait for each other. Without a token, every request
+        is new."""
         cloud = self.cloud
         token = p.get("ClientToken", "")
-        signature = tuple(sorted(p.items()))
-        key = (region, token)
+        if not token:
+            return call()
+        signature = tuple(sorted(p.items()))  # before ``call`` fills in what EC2 chose
+        key = (action, region, token)
         with cloud._lock:
-            lock = cloud._token_locks.setdefault(key, threading.Lock()) if token else threading.Lock()
+            lock = cloud._token_locks.setdefault(key, threading.Lock())
         with lock:
-            if token:
-                with cloud._lock:
-                    cached = cloud._tokens.get(key)
-                if cached is not None:
-                    if cached[0] != signature:
-                        raise _Error("IdempotentParameterMismatch",
-                                     "The client token you have provided is associated with a resource "
-                                     "that has different parameters.")
-                    return 200, cached[2], cached[3]
-            count = int(p.get("MinCount", "1"))
-            nics = _network_interfaces(p)
-            zone = p.get("Placement.AvailabilityZone", "")
-            group = p.get("Placement.GroupName", "")
-            if group and (region, group) not in cloud._groups:
-                raise _Error("InvalidPlacementGroup.Unknown", f"The Placement Group '{group}' is unknown.")
-            market = p.get("InstanceMarketOptions.MarketType", "")
-            target = p.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId", "")
-            reservation = None
-            if target:
-                reservation = cloud._reservations.get(target)
-                if reservation is None or reservation.region != region:
-                    raise _Error("InvalidCapacityReservationId.NotFound",
-                                 f"The capacity reservation ID '{target}' does not exist")
-                if p.get("InstanceType") != reservation.instance_type or (zone and zone != reservation.zone):
-                    raise _Error("InvalidParameterCombination",
-                                 "The instance type and Availability Zone must match the capacity reservation.")
-                if (reservation.reservation_type == "capacity-block") != (market == "capacity-block"):
-                    raise _Error("InvalidParameterCombination",
-                                 "Capacity Blocks are launched with the capacity-block market type.")
-                if count > cloud._available(reservation):
-                    raise _Error("ReservationCapacityExceeded",
-                                 "The requested number of instances exceeds the available capacity "
-                                 "of the Capacity Reservation.")
-                if not zone:
-                    # EC2 launches into the reservation's zone.
-                    p["Placement.AvailabilityZone"] = reservation.zone
-                    self._rewrite(environ, p)
-
-            def decorate(inst: Any) -> None:
-                """Give each new instance what EC2 records and moto ignores, before moto answers."""
-                if group:
-                    inst.placement.group_name = group
-                if market == "capacity-block":
-                    inst.lifecycle = "capacity-block"
-                inst.broker_network_interfaces = [dict(n) for n in nics]
-                if not nics:  # the primary interface EC2 made for it ends with it (moto would keep it)
-                    for nic in inst.nics.values():
-                        nic.delete_on_termination = True
-                if reservation is not None:
-                    inst.capacity_reservation_id = reservation.id
-                    inst.capacity_reservation_specification = {
-                        "CapacityReservationTarget": {"CapacityReservationId": reservation.id}}
-
-            _launching.decorate = decorate
-            try:
-                status, headers, body = self._moto(environ)
-            finally:
-                _launching.decorate = None
-            if status != 200:
+            with cloud._lock:
+                cached = cloud._tokens.get(key)
+            if cached is not None:
+                if cached[0] != signature:
+                    raise _Error("IdempotentParameterMismatch",
+                                 "The client token you have provided is associated with a resource "
+                                 "that has different parameters.")
+                _, status, headers, body = cached
                 return status, headers, body
-            if token:
+            status, headers, body = call()
+            if status == 200:
                 with cloud._lock:
                     cloud._tokens[key] = (signature, status, headers, body)
             return status, headers, body
+
+    def _run_instances(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        return self._once("RunInstances", region, p, lambda: self._run(region, p, environ))
+
+    def _run(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
+        cloud = self.cloud
+        count = int(p.get("MinCount", "1"))
+        nics = _network_interfaces(p)
+        zone = p.get("Placement.AvailabilityZone", "")
+        group = p.get("Placement.GroupName", "")
+        if group and (region, group) not in cloud._groups:
+            raise _Error("InvalidPlacementGroup.Unknown", f"The Placement Group '{group}' is unknown.")
+        market = p.get("InstanceMarketOptions.MarketType", "")
+        target = p.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId", "")
+        reservation = None
+        if target:
+            reservation = cloud._reservations.get(target)
+            if reservation is None or reservation.region != region:
+                raise _Error("InvalidCapacityReservationId.NotFound",
+                             f"The capacity reservation ID '{target}' does not exist")
+            if p.get("InstanceType") != reservation.instance_type or (zone and zone != reservation.zone):
+                raise _Error("InvalidParameterCombination",
+                             "The instance type and Availability Zone must match the capacity reservation.")
+            if (reservation.reservation_type == "capacity-block") != (market == "capacity-block"):
+                raise _Error("InvalidParameterCombination",
+                             "Capacity Blocks are launched with the capacity-block market type.")
+            if count > cloud._available(reservation):
+                raise _Error("ReservationCapacityExceeded",
+                             "The requested number of instances exceeds the available capacity "
+                             "of the Capacity Reservation.")
+            if not zone:
+                # EC2 launches into the reservation's zone.
+                p["Placement.AvailabilityZone"] = reservation.zone
+                self._rewrite(environ, p)
+
+        def decorate(inst: Any) -> None:
+            """Give each new instance what EC2 records and moto ignores, before moto answers."""
+            if group:
+                inst.placement.group_name = group
+            if market == "capacity-block":
+                inst.lifecycle = "capacity-block"
+            inst.broker_network_interfaces = [dict(n) for n in nics]
+            if not nics:  # the primary interface EC2 made for it ends with it (moto would keep it)
+                for nic in inst.nics.values():
+                    nic.delete_on_termination = True
+            if reservation is not None:
+                inst.capacity_reservation_id = reservation.id
+                inst.capacity_reservation_specification = {
+                    "CapacityReservationTarget": {"CapacityReservationId": reservation.id}}
+
+        _launching.decorate = decorate
+        try:
+            return self._moto(environ)
+        finally:
+            _launching.decorate = None
 
     def _create_fleet(self, region: str, p: dict[str, str], environ: dict) -> tuple[int, list, bytes]:
         """An instant EC2 Fleet, as EC2 answers it (moto's launches every override at once, ignores
@@ -1008,27 +1006,8 @@ class _Front:
         first (lower ``Priority``, then request order; EC2's price-based strategies are not
         modelled), each on its launch template through RunInstances, until one launches the
         target capacity; every override refused is an item of ``Errors`` with EC2's code."""
-        cloud = self.cloud
-        token = p.get("ClientToken", "")
-        signature = tuple(sorted(p.items()))
-        key = (region, token)
-        with cloud._lock:
-            lock = cloud._token_locks.setdefault(("fleet", *key), threading.Lock()) if token else threading.Lock()
-        with lock:
-            if token:
-                with cloud._lock:
-                    cached = cloud._fleet_tokens.get(key)
-                if cached is not None:
-                    if cached[0] != signature:
-                        raise _Error("IdempotentParameterMismatch",
-                                     "The client token you have provided is associated with a resource "
-                                     "that has different parameters.")
-                    return 200, [("Content-Type", "text/xml")], cached[1]
-            body = self._fleet(region, p, environ)
-            if token:
-                with cloud._lock:
-                    cloud._fleet_tokens[key] = (signature, body)
-            return 200, [("Content-Type", "text/xml")], body
+        return self._once("CreateFleet", region, p,
+                          lambda: (200, [("Content-Type", "text/xml")], self._fleet(region, p, environ)))
 
     def _fleet(self, region: str, p: dict[str, str], environ: dict) -> bytes:
         from moto.backends import get_backend

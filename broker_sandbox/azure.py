@@ -41,13 +41,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 import providers
 
+from broker_sandbox.loopback import LoopbackServer
 from broker_sandbox.azure_market import MARKET_ROUTES, ArmMarketMixin
 
 _DATA = Path(providers.__file__).resolve().parent / "data"
@@ -222,7 +223,7 @@ class _Vm:
         return self.props.get("priority") in ("Spot", "Low")
 
 
-class FakeArm(ArmMarketMixin):
+class FakeArm(ArmMarketMixin, LoopbackServer):
     """The fake ARM server. ``start()`` / ``stop()``, ``.url``; also a context manager.
 
     Tunables (plain attributes, safe to change between calls): ``lro_polls`` (InProgress answers
@@ -231,6 +232,8 @@ class FakeArm(ArmMarketMixin):
     ``slow_s`` (how long a ``slow`` fault sleeps), ``require_auth`` (refuse requests without a
     bearer token, like ARM's ``AuthenticationFailed``), ``resource_groups`` (None = any exists).
     """
+
+    thread_name = "fake-arm"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, sizes: Iterable[str] | None = None,
                  regions: Iterable[str] | None = None) -> None:
@@ -249,8 +252,6 @@ class FakeArm(ArmMarketMixin):
         self.resource_groups: set[str] | None = None
         self.calls: list[Call] = []
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._reset_state()
 
     # ----------------------------------------------------------------------------- lifecycle
@@ -271,33 +272,8 @@ class FakeArm(ArmMarketMixin):
         self._generation = getattr(self, "_generation", 0) + 1
         self._reset_market()
 
-    def start(self) -> "FakeArm":
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer((self._host, self._port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-arm",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeArm":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the fake ARM is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return type("Handler", (_Handler,), {"fake": self})
 
     def reset(self) -> None:
         """Forget every resource, fault and call; tunables back to their defaults."""

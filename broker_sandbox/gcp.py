@@ -48,7 +48,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -60,6 +60,7 @@ try:  # the pytest fixtures (the sandbox runs these fakes where pytest may be ab
 except ImportError:  # pragma: no cover
     from broker_sandbox import _no_pytest as pytest  # type: ignore[no-redef]
 
+from broker_sandbox.loopback import LoopbackServer
 from broker_sandbox.gcp_market import MARKET_ROUTES, GcpMarketMixin
 
 LINK = "https://www.googleapis.com/compute/v1"
@@ -381,8 +382,10 @@ class _Op:
         return out
 
 
-class FakeGcpCompute(GcpMarketMixin):
+class FakeGcpCompute(GcpMarketMixin, LoopbackServer):
     """A threaded Compute REST server on 127.0.0.1 (an ephemeral port unless ``port`` is given)."""
+
+    thread_name = "fake-gcp"
 
     def __init__(self, project: str = "test-project", *, port: int = 0, page_size: int = 500,
                  op_seconds: float = 1.0, slow_seconds: float = 2.0) -> None:
@@ -392,8 +395,6 @@ class FakeGcpCompute(GcpMarketMixin):
         self.slow_seconds = slow_seconds
         self._port = port
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         types, accels = _load_catalog_types()
         self.machine_types: dict[str, tuple[int, float, str, int]] = {**types, **BUILTIN_MACHINE_TYPES}
         self.accelerator_types: set[str] = set(ATTACHABLE_ACCELERATORS) | accels | {
@@ -402,32 +403,8 @@ class FakeGcpCompute(GcpMarketMixin):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> "FakeGcpCompute":
-        handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-gcp", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeGcpCompute":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._server, "not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     def reset(self) -> None:
         """Forget every instance, operation, reservation, fault and logged call."""

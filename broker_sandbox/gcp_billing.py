@@ -56,10 +56,6 @@ class FakeCloudBilling(LoopbackServer):
         return type("CloudBillingHandler", (JsonGetHandler,),
                     {"fake": self, "content_type": "application/json; charset=UTF-8"})
 
-    @property
-    def url(self) -> str:
-        return self.address
-
     # -- seeding --------------------------------------------------------------------------------
     def add_sku(self, description: str, resource_group: str, usd: str, regions: list[str], *,
                 usage_type: str = "OnDemand", unit: str = "h",

@@ -135,10 +135,6 @@ class FakeKubeApi(LoopbackServer):
     def handler(self) -> type[_Handler]:
         return type("KubeApiHandler", (_Handler,), {"fake": self})
 
-    @property
-    def url(self) -> str:
-        return self.address
-
     def stop(self) -> None:
         with self._cv:
             self._stopping = True

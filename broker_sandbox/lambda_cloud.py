@@ -51,11 +51,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterator
 
 import providers
+from broker_sandbox.loopback import LoopbackServer
 
 try:  # the pytest fixtures (the sandbox runs these fakes where pytest may be absent)
     import pytest
@@ -138,8 +139,10 @@ def _catalog() -> tuple[dict[str, dict], dict[str, str]]:
     return types, regions
 
 
-class FakeLambdaCloud:
+class FakeLambdaCloud(LoopbackServer):
     """A threaded Lambda Cloud API server on 127.0.0.1 (an ephemeral port unless ``port`` is given)."""
+
+    thread_name = "fake-lambda"
 
     def __init__(self, *, port: int = 0, api_key: str = API_KEY, capacity: int = 4, quota: int = 16,
                  boot_polls: int = 1, slow_seconds: float = 2.0) -> None:
@@ -147,36 +150,13 @@ class FakeLambdaCloud:
         self.boot_polls, self.slow_seconds = boot_polls, slow_seconds
         self._port = port
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
         self.types, self.regions = _catalog()
         self.reset()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> "FakeLambdaCloud":
-        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), _make_handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="fake-lambda", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeLambdaCloud":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._server, "not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     def reset(self) -> None:
         """Forget every instance, fault and logged call; capacity and quota back to their defaults."""

@@ -2,7 +2,8 @@
 served from a daemon thread until :meth:`LoopbackServer.stop`.
 
 A fake subclasses :class:`LoopbackServer`, names its request handler class in :meth:`handler`
-(and its thread in ``thread_name``), and gets ``start``/``stop``/``with``/``address``;
+(and its thread in ``thread_name``; a fixed port in ``_port``), or makes a server of its own in
+:meth:`make_server` (a WSGI app's), and gets ``start``/``stop``/``with``/``address``/``url``;
 :class:`JsonGetHandler` is the handler of a read-only JSON API whose fake answers
 ``handle(path) -> (status, body)``.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any, Self
 
 
@@ -19,17 +20,26 @@ class LoopbackServer:
     call twice); ``with fake:`` does both."""
 
     thread_name = "fake-http"
-    _server: ThreadingHTTPServer | None = None
+    _host = "127.0.0.1"
+    _port = 0  # 0: a port the system picks
+    poll_interval_s = 0.05  # how soon ``stop()`` ends the serving thread
+    _server: HTTPServer | None = None
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         """The request handler class bound to this fake."""
         raise NotImplementedError
 
-    def start(self) -> Self:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
+    def make_server(self, host: str, port: int) -> HTTPServer:
+        """The server ``start()`` runs: threaded, one thread a request, on :meth:`handler`."""
+        server = ThreadingHTTPServer((host, port), self.handler())
         server.daemon_threads = True
+        return server
+
+    def start(self) -> Self:
+        server = self.make_server(self._host, self._port)
         self._server = server
-        threading.Thread(target=server.serve_forever, daemon=True, name=self.thread_name).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": self.poll_interval_s},
+                         daemon=True, name=self.thread_name).start()
         return self
 
     def stop(self) -> None:
@@ -50,6 +60,11 @@ class LoopbackServer:
         assert self._server is not None, "start() first"
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        """The same as :attr:`address`: the base URL a client of the fake is given."""
+        return self.address
 
 
 class JsonGetHandler(BaseHTTPRequestHandler):

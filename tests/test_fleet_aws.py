@@ -3,6 +3,11 @@ ranking as priorities, a refused type yielding the next in the same request, a g
 rolled back, the EFA interfaces and placement group carried by the launch template."""
 from __future__ import annotations
 
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+
 import pytest
 
 from providers.aws.fleet import by_market
@@ -141,3 +146,36 @@ def test_one_shape_is_an_ordinary_launch(aws_cloud):
     got, nodes = p.launch_shapes(spec("lease-a8", count=1, it=G5), [Shape(G5, "us-east-1a", Market.ON_DEMAND)])
     assert got.instance is G5 and len(nodes) == 1
     assert aws_cloud.count("RunInstances") == 1 and fleets(aws_cloud) == []
+
+
+def _post(cloud, params: dict[str, str]) -> tuple[int, bytes]:
+    """The query request ``params`` sent to the mocked EC2 as a client would (region us-east-1)."""
+    auth = ("AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, "
+            "SignedHeaders=host, Signature=0")
+    req = urllib.request.Request(cloud.url + "/", data=urllib.parse.urlencode(params).encode(), method="POST",
+                                 headers={"Content-Type": "application/x-www-form-urlencoded", "Authorization": auth})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_a_fleet_request_repeating_its_client_token_is_answered_as_the_first_was(aws_cloud):
+    """EC2's idempotency for CreateFleet as for RunInstances: the same token and parameters get
+    the first answer (no new instances), the same token with other parameters a mismatch."""
+    p = make_provider(aws_cloud)
+    p.launch_shapes(spec("lease-a8", count=2, it=G5),
+                    [Shape(G5, "us-east-1a", Market.ON_DEMAND), Shape(G6, "us-east-1b", Market.ON_DEMAND)])
+    (first,) = fleets(aws_cloud)
+    assert first["ClientToken"]
+    made = sorted(i["id"] for i in aws_cloud.instances())
+    status, body = _post(aws_cloud, first)
+    status_again, body_again = _post(aws_cloud, first)
+    assert (status, status_again) == (200, 200) and body == body_again
+    assert re.search(rb"<fleetId>[^<]+</fleetId>", body)
+    assert sorted(i["id"] for i in aws_cloud.instances()) == made and len(fleets(aws_cloud)) == 3
+    other = dict(first, **{"TargetCapacitySpecification.TotalTargetCapacity": "1"})
+    status, body = _post(aws_cloud, other)
+    assert status == 400 and b"<Code>IdempotentParameterMismatch</Code>" in body
+    assert sorted(i["id"] for i in aws_cloud.instances()) == made
