@@ -222,20 +222,7 @@ class Autoscaler:
             for c in d.jobs:
                 st.burst_jobs.add(c.job.job_id)
             if target is not None:
-                ids = [c.job.job_id for c in d.jobs]
-                self.svc.fence()
-                try:
-                    target.allow_burst(ids)
-                    st.last_handoff_failure = ""  # a later failure is news again
-                    store.record_decision(new_id("d"), now, A.BURST, d.reason, ids,
-                                          data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
-                except Exception as e:
-                    for i in ids:
-                        st.burst_jobs.discard(i)
-                    why = f"{d.reason}; hand-off failed: {e}"
-                    if why != st.last_handoff_failure:  # a hand-off failing every tick is recorded once
-                        st.last_handoff_failure = why
-                        store.record_decision(new_id("d"), now, A.BURST_FAILED, why, ids, data={"source": source})
+                self._hand_off(source, target, d, st, now)
             else:
                 for c in d.jobs:
                     self.svc.fence()
@@ -252,6 +239,31 @@ class Autoscaler:
         if d.action not in (BURST, SCALE_IN) and d.reason != st.last_hold:
             st.last_hold = d.reason
             store.record_decision(new_id("d"), now, A.HOLD, d.reason, [], data={"source": source})
+
+    def _hand_off(self, source: str, target: BurstHandoff, d: Decision, st: SourceState, now: float) -> None:
+        """Hand the decision's jobs over to a scheduler that launches its own cloud nodes. A
+        :class:`HandoffError` names the jobs it could not hand over: the others were, stay sent
+        out and are recorded as a burst; the refused ones (all, on any other error) may burst
+        again, their failure recorded once while it repeats."""
+        store = self.svc.store
+        ids = [c.job.job_id for c in d.jobs]
+        self.svc.fence()
+        refused: list[str] = []
+        try:
+            target.allow_burst(ids)
+            st.last_handoff_failure = ""  # a later failure is news again
+        except Exception as e:
+            named = {j for j, _ in e.failures} if isinstance(e, HandoffError) else set()
+            refused = [i for i in ids if i in named] or ids
+            st.burst_jobs.difference_update(refused)
+            why = f"{d.reason}; hand-off failed: {e}"
+            if why != st.last_handoff_failure:  # a hand-off failing every tick is recorded once
+                st.last_handoff_failure = why
+                store.record_decision(new_id("d"), now, A.BURST_FAILED, why, refused, data={"source": source})
+        handed = [i for i in ids if i not in refused]
+        if handed:
+            store.record_decision(new_id("d"), now, A.BURST, d.reason, handed,
+                                  data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
 
     def demand_for(self, job: PendingJob, source: str) -> Demand:
         s = self.settings

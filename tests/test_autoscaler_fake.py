@@ -462,6 +462,26 @@ def test_a_refused_hand_off_is_recorded_once_and_the_jobs_may_burst_again(kit):
     assert len([c for c in w.calls if c[0] == "allow_burst"]) == 2
 
 
+def test_a_hand_off_refused_for_some_jobs_keeps_the_others_sent_out(kit):
+    """A HandoffError names the jobs it could not hand over; the others were handed over: they
+    are recorded as a burst and not handed over again, while the refused one may go next time."""
+    w = fake.Capable(source="w", snap=snap("w", T0, *four()), refuse=frozenset({"1"}))
+    a = kit.scaler(w)
+    (d,) = a.tick()
+    chosen = [c.job.job_id for c in d.jobs]
+    assert "1" in chosen and len(chosen) > 1
+    others = [i for i in chosen if i != "1"]
+    assert a.sources["w"].burst_jobs == set(others)
+    (failed,) = kit.decisions("burst_failed")
+    assert json.loads(failed.job_ids) == ["1"] and failed.reason.endswith("hand-off failed: job 1: refused by the fake")
+    (burst,) = kit.decisions("burst")
+    assert json.loads(burst.job_ids) == others and json.loads(burst.data)["handoff"] == "scheduler"
+    w.refuse = frozenset()
+    a.tick()
+    assert [c[1] for c in w.calls if c[0] == "allow_burst"][1] == ("1",)
+    assert a.sources["w"].burst_jobs == set(chosen) and len(kit.decisions("burst")) == 2
+
+
 def test_a_failing_move_and_a_failing_hand_off_are_each_recorded_once(kit):
     """Both fail on every tick: each failure is recorded once, not again because the other one
     was recorded in between."""
