@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from structlog.testing import capture_logs
 
 from broker import config as cfgmod
 from broker.autoscaler import Autoscaler, autoscaler_for
@@ -312,11 +313,25 @@ def test_a_watched_sources_pushed_snapshot_is_left_to_its_watcher(kit):
     assert len(out) == 1 and set(a.sources) == {"w"}
 
 
-def test_a_watcher_that_cannot_be_read_is_skipped(kit):
+def test_a_watcher_that_cannot_be_read_is_skipped_and_logged_by_name_with_the_error(kit):
     broken = fake.Plain(source="broken", fail="connection refused")
     good = fake.Plain(source="good", snap=snap("good", T0, *four()))
-    out = kit.scaler(broken, good).tick()
+    with capture_logs() as logs:
+        out = kit.scaler(broken, good).tick()
     assert [d.action for d in out] == ["burst"]
+    assert [e for e in logs if e["event"] == "snapshot_failed"] == [
+        {"event": "snapshot_failed", "source": "broken", "error": "connection refused", "log_level": "warning"}]
+
+
+def test_a_pushed_snapshot_left_out_does_not_stop_the_later_ones(kit):
+    w = fake.Plain(source="w", snap=snap("w", T0, *four()))
+    a = kit.scaler(w)
+    _push(kit, "w", T0 - 3, *four())  # the watcher's own: left to it
+    _push(kit, "a", T0 - 2, *four())
+    assert [kit.store.snapshots_since(0)[i][0] for i in (0, 1)] == ["w", "a"]
+    assert len(a.on_pushed(T0)) == 1 and set(a.sources) == {"a"}
+    _push(kit, "b", T0 - 1, *four(4, 5, 6, 7))  # after "a", decided on already
+    assert len(a.on_pushed(T0)) == 1 and set(a.sources) == {"a", "b"}
 
 
 def test_an_older_snapshot_does_not_move_the_last_decided_time_back(kit):
