@@ -326,3 +326,27 @@ def test_sacct_window_reads_the_end_column_and_its_missing_values():
         sacct_usage("JobID|Start\n1|x\n")
     assert str(e.value).startswith("sacct line 1 lacks column(s) AllocTRES, Elapsed (export")
     assert SacctUsage(50.0, 1, 1.0).utilization(100) == 0.5  # a one-second window is a window
+
+
+def test_a_one_gpu_instance_is_a_price_like_any_other():
+    it1 = InstanceType("gcp", "g2-standard-4", "L4", 1, 24, 4, 16, "ethernet", 16)
+    it8 = InstanceType("aws", "g6.48xlarge", "L4", 8, 24, 192, 768, "ethernet", 100)
+    none = InstanceType("aws", "c7i.large", "L4", 0, 0, 2, 4, "ethernet", 10)
+    offs = [Offering(it1, "us-central1", (), Market.ON_DEMAND, 700_000, 99.9, "", ""),
+            Offering(it8, "us-east-1", (), Market.ON_DEMAND, 13_352_000, 99.5, "", ""),
+            Offering(none, "us-east-1", (), Market.ON_DEMAND, 1, 99.5, "", "")]
+    p = cheapest_prices(offs, {}, "L4")
+    assert set(p) == {"on_demand"}
+    assert (p["on_demand"].instance_type, p["on_demand"].usd_per_gpu_hour) == ("g2-standard-4", pytest.approx(0.7))
+
+
+def test_a_doubled_day_separator_is_not_an_elapsed_time():
+    with pytest.raises(ValueError, match=r"not a Slurm elapsed time: '1-2-00:00:10'"):
+        parse_elapsed("1-2-00:00:10")
+
+
+def test_without_start_and_end_the_window_is_the_longest_job_even_when_none_ran():
+    u = sacct_usage("JobID|AllocTRES|Elapsed\n1|gres/gpu=2|00:00:00\n2|cpu=4|00:00:00\n")
+    assert (u.gpu_seconds, u.jobs, u.window_s, u.utilization(2)) == (0.0, 2, 0.0, 0.0)
+    u = sacct_usage("JobID|AllocTRES|Elapsed\n1|gres/gpu=2|00:00:30\n2|cpu=4|00:01:00\n")
+    assert (u.gpu_seconds, u.window_s, u.utilization(2)) == (60.0, 60.0, 0.5)
