@@ -238,7 +238,7 @@ class Autoscaler:
             st.last_hold = d.reason
             store.record_decision(new_id("d"), now, A.HOLD, d.reason, [], data={"source": source})
 
-    def demand_for(self, job: PendingJob, source: str) -> Demand:
+    def demand_for(self, job: PendingJob) -> Demand:
         s = self.settings
         runtime_s = job.runtime_s or s.default_runtime_s
         model = job.gpu_model.upper() if job.gpu_model else ("" if job.min_gpu_memory_gb else s.default_gpu_model)
@@ -254,7 +254,7 @@ class Autoscaler:
     def _launch_for(self, source: str, job: PendingJob, d: Decision, now: float) -> None:
         store, lc = self.svc.store, self.svc.lifecycle
         try:
-            demand = self.demand_for(job, source)
+            demand = self.demand_for(job)
             q = self.svc.quote(demand)
         except (DemandError, ValueError) as e:
             store.record_decision(new_id("d"), now, A.BURST_FAILED, f"job {job.job_id}: no demand: {e}", [job.job_id],

@@ -6,6 +6,7 @@ same code through gRPC on the mocked clouds."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from structlog.testing import capture_logs
@@ -55,7 +56,10 @@ class Kit:
                           watchers={w.source: w for w in watchers}, clock=self.clock)
 
     def decisions(self, action: str | None = None) -> list:
-        return [d for d in self.store.list_decisions(limit=1000) if action is None or d.action == action]
+        every = self.store.list_decisions(limit=1000)
+        # a decision's id says what it is, as a quote's and a lease's do
+        assert all(re.fullmatch(r"d-[0-9a-z]+-[0-9a-f]{8}", d.decision_id) for d in every), every
+        return [d for d in every if action is None or d.action == action]
 
     def alive(self) -> int:
         return sum(len(c.alive()) for c in self.clouds.values())
@@ -94,30 +98,30 @@ def snap(source, taken_at, *pending, nodes=FULL, running=()) -> QueueSnapshot:
 def test_a_jobs_demand_takes_its_runtime_model_and_memory_else_the_defaults(kit):
     a = kit.auto
     d = a.demand_for(job(1, gpus=4, gpu_model="h100", est_runtime_s=3600, nodes=2, data_gb=5.0,
-                         interruptible=True, checkpoint_minutes=15), "x")
+                         interruptible=True, checkpoint_minutes=15))
     assert d == Demand(gpus=4, hours=1.2, gpu_model="H100", min_gpu_memory_gb=0, nodes=2, data_in_gb=5.0,
                        data_location="onprem", interruptible=True, checkpoint_minutes=15, tenant="default",
                        job_id="1")
     # no estimate: the time limit; neither: default_runtime_s (3600 s), both times runtime_margin
-    assert a.demand_for(job(2, est_runtime_s=0, time_limit_s=7200), "x").hours == pytest.approx(2.4)
-    assert a.demand_for(job(3, est_runtime_s=0), "x").hours == pytest.approx(1.2)
+    assert a.demand_for(job(2, est_runtime_s=0, time_limit_s=7200)).hours == pytest.approx(2.4)
+    assert a.demand_for(job(3, est_runtime_s=0)).hours == pytest.approx(1.2)
     # a very short job is quoted for at least three minutes
-    assert a.demand_for(job(4, est_runtime_s=60), "x").hours == pytest.approx(0.05)
-    assert a.demand_for(job(5, est_runtime_s=300), "x").hours == pytest.approx(0.1)
+    assert a.demand_for(job(4, est_runtime_s=60)).hours == pytest.approx(0.05)
+    assert a.demand_for(job(5, est_runtime_s=300)).hours == pytest.approx(0.1)
     # memory instead of a model: no default model; neither: the default model, no memory floor
-    mem = a.demand_for(job(6, gpu_model="", min_gpu_memory_gb=40), "x")
+    mem = a.demand_for(job(6, gpu_model="", min_gpu_memory_gb=40))
     assert (mem.gpu_model, mem.min_gpu_memory_gb) == ("", 40)
-    dflt = a.demand_for(job(7, gpu_model=""), "x")
+    dflt = a.demand_for(job(7, gpu_model=""))
     assert (dflt.gpu_model, dflt.min_gpu_memory_gb) == ("L4", 0)
     # nodes only when they split the GPUs evenly
-    assert a.demand_for(job(8, gpus=4, nodes=3), "x").nodes == 0
-    assert a.demand_for(job(9, gpus=4, nodes=4), "x").nodes == 4
+    assert a.demand_for(job(8, gpus=4, nodes=3)).nodes == 0
+    assert a.demand_for(job(9, gpus=4, nodes=4)).nodes == 4
 
 
 def test_without_a_default_model_a_job_naming_nothing_asks_for_the_default_memory(tmp_path):
     k = Kit(tmp_path, default_gpu_model="", default_min_gpu_memory_gb=24)
     try:
-        d = k.auto.demand_for(job(1, gpu_model=""), "x")
+        d = k.auto.demand_for(job(1, gpu_model=""))
         assert (d.gpu_model, d.min_gpu_memory_gb) == ("", 24)
     finally:
         k.svc.stop()
@@ -126,8 +130,8 @@ def test_without_a_default_model_a_job_naming_nothing_asks_for_the_default_memor
 def test_bursts_are_charged_to_the_jobs_queue_when_asked(tmp_path):
     k = Kit(tmp_path, tenant_from_queue=True)
     try:
-        assert k.auto.demand_for(job(1), "x").tenant == "gpu"
-        assert k.auto.demand_for(PendingJob("2", 1, gpu_model="L4"), "x").tenant == "default"
+        assert k.auto.demand_for(job(1)).tenant == "gpu"
+        assert k.auto.demand_for(PendingJob("2", 1, gpu_model="L4")).tenant == "default"
     finally:
         k.svc.stop()
 
