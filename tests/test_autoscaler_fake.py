@@ -147,7 +147,8 @@ def test_a_burst_launches_one_lease_per_job_with_its_quote_and_alternatives(kit)
     for l in leases:
         assert l.state is LeaseState.RUNNING and l.idempotency_key == f"auto-q-{l.job.job_id}"
         assert (l.job.source, l.job.owner, l.job.queue, l.tenant) == ("q", "ana", "gpu", "default")
-        assert l.quote_id and l.offer_rank == 1 and l.alternatives
+        # max_failover (4) offers of the five the quote has: the first and three alternatives
+        assert l.quote_id and l.offer_rank == 1 and len(l.alternatives) == kit.svc.lifecycle.settings.max_failover - 1
         assert l.demand.job_id == l.job.job_id and l.demand.gpus == 1
         (rec,) = [r for r in burst if r.lease_id == l.lease_id]
         assert json.loads(rec.job_ids) == [l.job.job_id]
@@ -201,6 +202,18 @@ def test_a_job_no_offer_fits_is_a_burst_failed_with_the_quotes_reasons(kit):
         assert f.reason == f"job {jid}: every offer excluded (8 GPUs per node cannot make 3 nodes of 1 GPUs)"
         data = json.loads(f.data)
         assert data["source"] == "q" and data["quote_id"]
+
+
+def test_a_burst_failed_names_the_two_commonest_reasons_offers_were_excluded_for(kit):
+    # two L4 GPUs on each of three nodes: machines of 1 GPU (the commonest), 4 and 8 GPUs are refused
+    _, d = kit.auto.on_snapshot(snap("q", T0, *[job(i, gpus=6, nodes=3) for i in range(4)]))
+    assert d.action == "burst", d.reason
+    failed = kit.decisions("burst_failed")
+    assert len(failed) == len(d.jobs) > 0
+    for f in failed:
+        (jid,) = json.loads(f.job_ids)
+        assert f.reason == (f"job {jid}: every offer excluded (1 GPUs per node cannot make 3 nodes of 2 GPUs; "
+                            "4 GPUs per node cannot make 3 nodes of 2 GPUs)")
 
 
 def test_a_job_that_is_no_demand_is_a_burst_failed(kit):
