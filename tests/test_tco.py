@@ -350,3 +350,34 @@ def test_without_start_and_end_the_window_is_the_longest_job_even_when_none_ran(
     assert (u.gpu_seconds, u.jobs, u.window_s, u.utilization(2)) == (0.0, 2, 0.0, 0.0)
     u = sacct_usage("JobID|AllocTRES|Elapsed\n1|gres/gpu=2|00:00:30\n2|cpu=4|00:01:00\n")
     assert (u.gpu_seconds, u.window_s, u.utilization(2)) == (60.0, 60.0, 0.5)
+
+
+def test_without_a_price_to_compare_the_error_says_so():
+    with pytest.raises(TcoError, match="^no cloud price to compare with$"):
+        advise(spec(), 0.5, {})
+
+
+def test_the_bands_are_said_as_given():
+    a = advise(spec(), 0.7, {"on_demand": OD}, build_at=0.8, rent_at=0.6)
+    assert "Rule of thumb (>= 80 % build, <= 60 % rent): hybrid" in a.reason
+
+
+def test_the_cheapest_rent_is_the_lowest_price_whatever_its_kind_is_called():
+    # a committed price above the on-demand one (an old contract): renting on demand is the cheaper
+    dear = CloudPrice("committed_1y", 5.0, "gcp", "us-central1", "a3-highgpu-8g")
+    a = advise(spec(), 0.3, {"on_demand": OD, "committed_1y": dear})
+    assert "renting on demand (aws p5.48xlarge us-east-1, $4.00/GPU-h)" in a.reason
+
+
+def test_above_the_build_band_the_hybrid_owns_every_gpu_and_costs_what_building_does():
+    a = advise(spec(), 0.9, {"on_demand": OD})
+    assert "hybrid (own 64 GPUs, burst the rest on demand)" in a.reason
+    assert a.costs["hybrid"] == a.costs["build"]
+
+
+def test_a_hybrid_may_own_a_single_gpu():
+    # 2 one-GPU servers at 30 %: half the build band, so the hybrid owns one and runs it at 60 %
+    s = spec(gpus=2, gpus_per_server=1)
+    a = advise(s, 0.3, {"on_demand": OD})
+    assert "hybrid (own 1 GPUs, burst the rest on demand)" in a.reason
+    assert a.costs["hybrid"]["1y"] == pytest.approx(spec(gpus=1, gpus_per_server=1).cost_per_year(0.6))
