@@ -834,3 +834,23 @@ def test_to_dict_carries_the_counts_an_operator_reads():
     assert (doc["gpus_total"], doc["gpus_allocated"], doc["gpus_free"], doc["pending_jobs"], doc["pending_gpus"]) \
         == (40, 40, 0, 1, 4)
     assert doc["signals"] == list(d.signals) and doc["actions"] == list(d.actions)
+
+
+def test_gpus_a_job_takes_now_are_not_counted_again_for_the_drained_nodes_tally():
+    # g1 has 2 free GPUs; g2 (5) and g3 (1) are drained. "a" (7 GPUs) would run on g2 and g1 with
+    # them back; "b" takes g1's 2 free GPUs now; "c" (1 GPU) would then still run on g3 once back.
+    nodes = [node("g1", alloc=2), node("g2", gpus=5, state="drain"), node("g3", gpus=1, state="drain")]
+    pending = [job("a", 7, nodes=0, waited_s=300), job("b", 2, nodes=0, waited_s=200),
+               job("c", 1, nodes=0, waited_s=100)]
+    d = diagnose(snap(nodes, pending), now=NOW)
+    assert d.cause("drained-nodes").jobs == ("a", "c")
+    assert d.cause("reserved-capacity").jobs == ("b",) and d.cause("capacity") is None
+
+
+def test_drained_nodes_name_each_reason_and_a_fully_allocated_one_loses_no_gpu():
+    nodes = [node("g1", alloc=4), node("g2", gpus=2, state="drain", reason="psu"),
+             node("g3", gpus=4, alloc=4, state="drain", reason="fan")]
+    dr = diagnose(snap(nodes), now=NOW).cause("drained-nodes")
+    assert (dr.summary, dr.gpus) == ("2 nodes drained with 2 GPUs out of service (g2: psu; g3: fan)", 2)
+    one = diagnose(snap([node("g1", alloc=4), node("g3", gpus=4, alloc=4, state="drain")]), now=NOW)
+    assert one.cause("drained-nodes").summary == "1 node drained with 0 GPUs out of service"
