@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a mutant's CPU-time limit in multiples of its tests' clean run (default 10); "
                          "a new value re-tests only the timed-out mutants")
     args = ap.parse_args(argv)
+    # ``--mutants`` takes every word after it: a module named after the mutants is a module
+    args.modules += [m for m in args.mutants if m.endswith(".py")]
+    args.mutants = [m for m in args.mutants if not m.endswith(".py")]
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
