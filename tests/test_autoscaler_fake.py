@@ -132,6 +132,9 @@ def test_bursts_are_charged_to_the_jobs_queue_when_asked(tmp_path):
     try:
         assert k.auto.demand_for(job(1)).tenant == "gpu"
         assert k.auto.demand_for(PendingJob("2", 1, gpu_model="L4")).tenant == "default"
+        k.auto.on_snapshot(snap("q", T0, *four()))
+        leases = k.store.list_leases()
+        assert leases and {l.tenant for l in leases} == {"gpu"}
     finally:
         k.svc.stop()
 
@@ -150,6 +153,7 @@ def test_a_burst_launches_one_lease_per_job_with_its_quote_and_alternatives(kit)
         # max_failover (4) offers of the five the quote has: the first and three alternatives
         assert l.quote_id and l.offer_rank == 1 and len(l.alternatives) == kit.svc.lifecycle.settings.max_failover - 1
         assert l.demand.job_id == l.job.job_id and l.demand.gpus == 1
+        assert l.bootstrap == ""  # a pushed source's node joins no cluster
         (rec,) = [r for r in burst if r.lease_id == l.lease_id]
         assert json.loads(rec.job_ids) == [l.job.job_id]
         assert json.loads(rec.data) == {"source": "q", "trigger": d.trigger}

@@ -132,7 +132,9 @@ def test_drained_node_is_named_with_its_reason_and_blocked_jobs():
     d = diagnose(snap(nodes, pending), now=NOW)
     assert d.verdict == "scheduling-bound"
     dr = d.cause("drained-nodes")
-    assert dr.nodes == ("g2",) and "fan failure" in dr.summary and dr.gpus == 4
+    assert dr.nodes == ("g2",) and dr.gpus == 4
+    assert dr.summary == "1 node drained with 4 GPUs out of service (g2: fan failure); 1 waiting job (4 GPUs) would " \
+                         "run with them"
     assert dr.jobs == ("p1",)  # once g2's 4 GPUs are claimed, p2 needs capacity
     assert d.cause("capacity").jobs == ("p2",)
     assert "state=resume" in dr.action
@@ -714,8 +716,9 @@ def test_low_allocation_without_history_is_not_called_persistent():
 
 
 def test_whole_node_requests_alone_are_named_alone():
-    nodes = [node("g1", alloc=1), node("g2", alloc=1)]
+    nodes = [node("g1", alloc=1), node("full", alloc=4), node("g2", alloc=1)]
     d = diagnose(snap(nodes, [job("x", 4, exclusive=True)]), now=NOW)
+    assert d.cause("fragmentation").nodes == ("g1", "g2")  # not the full node
     assert d.cause("fragmentation").summary == (
         "1 whole-node (--exclusive) request (4 GPUs) wait while 6 GPUs are free, scattered over 2 nodes none of "
         "which can hold them alone")
