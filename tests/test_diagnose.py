@@ -857,3 +857,13 @@ def test_drained_nodes_name_each_reason_and_a_fully_allocated_one_loses_no_gpu()
     assert (dr.summary, dr.gpus) == ("2 nodes drained with 2 GPUs out of service (g2: psu; g3: fan)", 2)
     one = diagnose(snap([node("g1", alloc=4), node("g3", gpus=4, alloc=4, state="drain")]), now=NOW)
     assert one.cause("drained-nodes").summary == "1 node drained with 0 GPUs out of service"
+
+
+def test_idle_nodes_are_each_named_with_their_utilisation_and_every_gpu_job_on_them():
+    nodes = [node("g1", alloc=1), node("g2", alloc=4), node("g3", alloc=4)]
+    samples = busy("g1", 1, 3.0) + busy("g2", 4, 12.0) + busy("g3")
+    running = [RunningJob("one", 1, nodes=("g1",)), RunningJob("four", 4, nodes=("g2",)),
+               RunningJob("busy", 4, nodes=("g3",))]
+    idle = diagnose(snap(nodes, running=running, samples=samples), now=NOW).cause("idle-allocated")
+    assert (idle.summary, idle.jobs, idle.nodes, idle.gpus) == (
+        "5 allocated GPUs on 2 nodes run under 30 % utilisation (g1 3 %, g2 12 %)", ("one", "four"), ("g1", "g2"), 5)
