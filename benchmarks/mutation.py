@@ -143,6 +143,9 @@ def prepare(module: str, timeout_multiplier: float = 10.0) -> Path:
         "also_copy": ["proto", "deploy", f"{PLUGIN}.py"],
         "timeout_multiplier": timeout_multiplier,
         "use_git_change_detection": False,
+        # this file is written here: mutmut would take any change to it (another timeout
+        # multiplier) for a changed dependency and re-test every mutant
+        "cache_invalidation_exclude": ["pyproject.toml"],
     }
     (work / "pyproject.toml").write_text(tomli_w.dumps(project))
     return work
