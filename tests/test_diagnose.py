@@ -867,3 +867,15 @@ def test_idle_nodes_are_each_named_with_their_utilisation_and_every_gpu_job_on_t
     idle = diagnose(snap(nodes, running=running, samples=samples), now=NOW).cause("idle-allocated")
     assert (idle.summary, idle.jobs, idle.nodes, idle.gpus) == (
         "5 allocated GPUs on 2 nodes run under 30 % utilisation (g1 3 %, g2 12 %)", ("one", "four"), ("g1", "g2"), 5)
+
+
+def test_one_held_gpu_of_two_is_the_scheduling_share():
+    d = _between(1, 1)
+    assert d.verdict == "scheduling-bound"
+    assert d.signals == ("1 of 2 waiting GPUs are held up by scheduling, not capacity",)
+
+
+def test_with_no_scheduling_share_set_no_held_gpu_is_no_scheduling_signal():
+    d = _between(3, 0, DiagnoseConfig(scheduling_share=0.0))
+    assert d.verdict == "resource-bound"
+    assert d.signals == ("allocation 80% is between 70% and 90%; 3 waiting GPUs need capacity, 0 wait on scheduling",)
