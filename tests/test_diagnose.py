@@ -879,3 +879,29 @@ def test_with_no_scheduling_share_set_no_held_gpu_is_no_scheduling_signal():
     d = _between(3, 0, DiagnoseConfig(scheduling_share=0.0))
     assert d.verdict == "resource-bound"
     assert d.signals == ("allocation 80% is between 70% and 90%; 3 waiting GPUs need capacity, 0 wait on scheduling",)
+
+
+def test_history_rates_from_0_to_1_are_taken_and_a_bad_item_is_named():
+    d = diagnose(snap(FULL32), [(NOW - 60, 0.0), (NOW - 30, 1.0)], now=NOW)
+    assert d.verdict == "healthy"
+    with pytest.raises(ValueError, match=r"^history\[0\]: allocation rate must be within 0\.\.1, got 1\.5$"):
+        diagnose(snap(FULL32), [(NOW, 1.5)], now=NOW)
+    with pytest.raises(ValueError, match=r"^history\[1\] must be a \(time, allocation_rate\) pair$"):
+        diagnose(snap(FULL32), [(NOW, 0.5), (NOW,)], now=NOW)
+
+
+def test_a_healthy_queue_still_gets_the_action_for_idle_allocations_ranked_after_fragmentation():
+    # 64 GPUs, one 4-GPU job short of a node (fragmentation, under the long-queue mark), g3 idle
+    nodes = [node("g1", alloc=2), node("g2", alloc=2)] + [node(f"g{i}", gpus=8, alloc=8) for i in range(3, 10)]
+    samples = busy("g3", 8, 3.0) + [s for i in range(4, 10) for s in busy(f"g{i}", 8)]
+    d = diagnose(snap(nodes, [job("f", 4, waited_s=60)], samples=samples), now=NOW)
+    assert d.verdict == "healthy"
+    assert [c.kind for c in d.causes] == ["fragmentation", "idle-allocated"]
+    assert d.actions == ("Nothing to do now: the queue is short.", d.cause("idle-allocated").action)
+
+
+def test_a_scheduling_bound_queue_gets_the_actions_ranked_after_its_capacity_causes():
+    d = _between(1, 5, DiagnoseConfig(scheduling_share=1.0))
+    assert [c.kind for c in d.causes] == ["no-onprem-fit", "held"]
+    assert d.actions == ("Use the GPUs already there before buying more: allocation is low while the queue is long.",
+                         d.cause("held").action)
