@@ -127,6 +127,25 @@ def test_without_a_default_model_a_job_naming_nothing_asks_for_the_default_memor
         k.svc.stop()
 
 
+def test_a_jobs_demand_says_where_its_data_lives_as_configured(tmp_path):
+    k = Kit(tmp_path, data_location="aws:us-east-1")
+    try:
+        assert k.auto.demand_for(job(1, data_gb=50.0)).data_location == "aws:us-east-1"
+    finally:
+        k.svc.stop()
+
+
+def test_a_lease_left_requested_under_a_jobs_key_is_launched_by_the_next_burst(kit):
+    # a burst recorded its lease and stopped before the launch (a restart): the next one launches it
+    t = kit.svc.lifecycle.target_explicit("aws", "us-east-1", "", "g6.xlarge", "on_demand", 1)
+    left, _ = kit.svc.lifecycle.create(idempotency_key="auto-q-0", target=t, job=Job(job_id="0", source="q"))
+    assert left.state is LeaseState.REQUESTED
+    _, d = kit.auto.on_snapshot(snap("q", T0, job(0, gpus=4)))
+    assert d.action == "burst" and [c.job.job_id for c in d.jobs] == ["0"], d.reason
+    assert [l.lease_id for l in kit.store.list_leases()] == [left.lease_id]
+    assert kit.store.get_lease(left.lease_id).state is LeaseState.RUNNING
+
+
 def test_bursts_are_charged_to_the_jobs_queue_when_asked(tmp_path):
     k = Kit(tmp_path, tenant_from_queue=True)
     try:
