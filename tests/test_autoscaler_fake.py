@@ -146,7 +146,7 @@ def test_a_lease_left_requested_under_a_jobs_key_is_launched_by_the_next_burst(k
     assert kit.store.get_lease(left.lease_id).state is LeaseState.RUNNING
 
 
-def test_bursts_are_charged_to_the_jobs_queue_when_asked(tmp_path):
+def test_a_burst_is_charged_to_the_jobs_queue_when_asked(tmp_path):
     k = Kit(tmp_path, tenant_from_queue=True)
     try:
         assert k.auto.demand_for(job(1)).tenant == "gpu"
