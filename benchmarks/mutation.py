@@ -120,7 +120,7 @@ def equivalent_names() -> set[str]:
     return set(re.findall(r"^- `([\w.]+__mutmut_\d+)`", EQUIVALENT.read_text(), flags=re.M))
 
 
-def prepare(module: str) -> Path:
+def prepare(module: str, timeout_multiplier: float = 10.0) -> Path:
     """The module's work folder: a fresh copy of what changed, and its own [tool.mutmut]."""
     work = WORK / slug(module)
     work.mkdir(parents=True, exist_ok=True)
@@ -141,15 +141,18 @@ def prepare(module: str) -> Path:
         "pytest_add_cli_args_test_selection": MODULES[module],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", PLUGIN, "-o", "addopts=", "--timeout=300"],
         "also_copy": ["proto", "deploy", f"{PLUGIN}.py"],
-        "timeout_multiplier": 10.0,
+        "timeout_multiplier": timeout_multiplier,
         "use_git_change_detection": False,
+        # this file is written here: mutmut would take any change to it (another timeout
+        # multiplier) for a changed dependency and re-test every mutant
+        "cache_invalidation_exclude": ["pyproject.toml"],
     }
     (work / "pyproject.toml").write_text(tomli_w.dumps(project))
     return work
 
 
-def run(module: str, max_children: int, mutants: list[str]) -> int:
-    work = prepare(module)
+def run(module: str, max_children: int, mutants: list[str], timeout_multiplier: float = 10.0) -> int:
+    work = prepare(module, timeout_multiplier)
     env = {**os.environ, "BROKER_SHARED_DATA": os.environ.get("BROKER_SHARED_DATA",
                                                               str(ROOT.parent / "shared" / "data"))}
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *mutants]
@@ -264,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--survivors", action="store_true", help="list the surviving mutants too")
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     ap.add_argument("--mutants", nargs="*", default=[], help="only these mutant names (globs allowed)")
+    ap.add_argument("--timeout-multiplier", type=float, default=10.0,
+                    help="a mutant's CPU-time limit in multiples of its tests' clean run (default 10); "
+                         "a new value re-tests only the timed-out mutants")
     args = ap.parse_args(argv)
+    # ``--mutants`` takes every word after it: a module named after the mutants is a module
+    args.modules += [m for m in args.mutants if m.endswith(".py")]
+    args.mutants = [m for m in args.mutants if not m.endswith(".py")]
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
@@ -273,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     if not args.report:
         for m in modules:
-            if run(m, args.max_children, args.mutants) != 0:
+            if run(m, args.max_children, args.mutants, args.timeout_multiplier) != 0:
                 failed.append(m)
     report(modules, args.survivors)
     if failed:

@@ -265,7 +265,7 @@ class Autoscaler:
             store.record_decision(new_id("d"), now, A.BURST, d.reason, handed,
                                   data={"source": source, "trigger": d.trigger, "handoff": "scheduler"})
 
-    def demand_for(self, job: PendingJob, source: str) -> Demand:
+    def demand_for(self, job: PendingJob) -> Demand:
         s = self.settings
         runtime_s = job.runtime_s or s.default_runtime_s
         model = job.gpu_model.upper() if job.gpu_model else ("" if job.min_gpu_memory_gb else s.default_gpu_model)
@@ -281,7 +281,7 @@ class Autoscaler:
     def _launch_for(self, source: str, job: PendingJob, d: Decision, now: float) -> None:
         store, lc = self.svc.store, self.svc.lifecycle
         try:
-            demand = self.demand_for(job, source)
+            demand = self.demand_for(job)
             q = self.svc.quote(demand)
         except (DemandError, ValueError) as e:
             store.record_decision(new_id("d"), now, A.BURST_FAILED, f"job {job.job_id}: no demand: {e}", [job.job_id],

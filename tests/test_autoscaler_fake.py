@@ -6,8 +6,10 @@ same code through gRPC on the mocked clouds."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from structlog.testing import capture_logs
 
 from broker import config as cfgmod
 from broker.autoscaler import Autoscaler, autoscaler_for
@@ -55,7 +57,10 @@ class Kit:
                           watchers={w.source: w for w in watchers}, clock=self.clock)
 
     def decisions(self, action: str | None = None) -> list:
-        return [d for d in self.store.list_decisions(limit=1000) if action is None or d.action == action]
+        every = self.store.list_decisions(limit=1000)
+        # a decision's id says what it is, as a quote's and a lease's do
+        assert all(re.fullmatch(r"d-[0-9a-z]+-[0-9a-f]{8}", d.decision_id) for d in every), every
+        return [d for d in every if action is None or d.action == action]
 
     def alive(self) -> int:
         return sum(len(c.alive()) for c in self.clouds.values())
@@ -94,40 +99,62 @@ def snap(source, taken_at, *pending, nodes=FULL, running=()) -> QueueSnapshot:
 def test_a_jobs_demand_takes_its_runtime_model_and_memory_else_the_defaults(kit):
     a = kit.auto
     d = a.demand_for(job(1, gpus=4, gpu_model="h100", est_runtime_s=3600, nodes=2, data_gb=5.0,
-                         interruptible=True, checkpoint_minutes=15), "x")
+                         interruptible=True, checkpoint_minutes=15))
     assert d == Demand(gpus=4, hours=1.2, gpu_model="H100", min_gpu_memory_gb=0, nodes=2, data_in_gb=5.0,
                        data_location="onprem", interruptible=True, checkpoint_minutes=15, tenant="default",
                        job_id="1")
     # no estimate: the time limit; neither: default_runtime_s (3600 s), both times runtime_margin
-    assert a.demand_for(job(2, est_runtime_s=0, time_limit_s=7200), "x").hours == pytest.approx(2.4)
-    assert a.demand_for(job(3, est_runtime_s=0), "x").hours == pytest.approx(1.2)
+    assert a.demand_for(job(2, est_runtime_s=0, time_limit_s=7200)).hours == pytest.approx(2.4)
+    assert a.demand_for(job(3, est_runtime_s=0)).hours == pytest.approx(1.2)
     # a very short job is quoted for at least three minutes
-    assert a.demand_for(job(4, est_runtime_s=60), "x").hours == pytest.approx(0.05)
-    assert a.demand_for(job(5, est_runtime_s=300), "x").hours == pytest.approx(0.1)
+    assert a.demand_for(job(4, est_runtime_s=60)).hours == pytest.approx(0.05)
+    assert a.demand_for(job(5, est_runtime_s=300)).hours == pytest.approx(0.1)
     # memory instead of a model: no default model; neither: the default model, no memory floor
-    mem = a.demand_for(job(6, gpu_model="", min_gpu_memory_gb=40), "x")
+    mem = a.demand_for(job(6, gpu_model="", min_gpu_memory_gb=40))
     assert (mem.gpu_model, mem.min_gpu_memory_gb) == ("", 40)
-    dflt = a.demand_for(job(7, gpu_model=""), "x")
+    dflt = a.demand_for(job(7, gpu_model=""))
     assert (dflt.gpu_model, dflt.min_gpu_memory_gb) == ("L4", 0)
     # nodes only when they split the GPUs evenly
-    assert a.demand_for(job(8, gpus=4, nodes=3), "x").nodes == 0
-    assert a.demand_for(job(9, gpus=4, nodes=4), "x").nodes == 4
+    assert a.demand_for(job(8, gpus=4, nodes=3)).nodes == 0
+    assert a.demand_for(job(9, gpus=4, nodes=4)).nodes == 4
 
 
 def test_without_a_default_model_a_job_naming_nothing_asks_for_the_default_memory(tmp_path):
     k = Kit(tmp_path, default_gpu_model="", default_min_gpu_memory_gb=24)
     try:
-        d = k.auto.demand_for(job(1, gpu_model=""), "x")
+        d = k.auto.demand_for(job(1, gpu_model=""))
         assert (d.gpu_model, d.min_gpu_memory_gb) == ("", 24)
     finally:
         k.svc.stop()
 
 
-def test_bursts_are_charged_to_the_jobs_queue_when_asked(tmp_path):
+def test_a_jobs_demand_says_where_its_data_lives_as_configured(tmp_path):
+    k = Kit(tmp_path, data_location="aws:us-east-1")
+    try:
+        assert k.auto.demand_for(job(1, data_gb=50.0)).data_location == "aws:us-east-1"
+    finally:
+        k.svc.stop()
+
+
+def test_a_lease_left_requested_under_a_jobs_key_is_launched_by_the_next_burst(kit):
+    # a burst recorded its lease and stopped before the launch (a restart): the next one launches it
+    t = kit.svc.lifecycle.target_explicit("aws", "us-east-1", "", "g6.xlarge", "on_demand", 1)
+    left, _ = kit.svc.lifecycle.create(idempotency_key="auto-q-0", target=t, job=Job(job_id="0", source="q"))
+    assert left.state is LeaseState.REQUESTED
+    _, d = kit.auto.on_snapshot(snap("q", T0, job(0, gpus=4)))
+    assert d.action == "burst" and [c.job.job_id for c in d.jobs] == ["0"], d.reason
+    assert [l.lease_id for l in kit.store.list_leases()] == [left.lease_id]
+    assert kit.store.get_lease(left.lease_id).state is LeaseState.RUNNING
+
+
+def test_a_burst_is_charged_to_the_jobs_queue_when_asked(tmp_path):
     k = Kit(tmp_path, tenant_from_queue=True)
     try:
-        assert k.auto.demand_for(job(1), "x").tenant == "gpu"
-        assert k.auto.demand_for(PendingJob("2", 1, gpu_model="L4"), "x").tenant == "default"
+        assert k.auto.demand_for(job(1)).tenant == "gpu"
+        assert k.auto.demand_for(PendingJob("2", 1, gpu_model="L4")).tenant == "default"
+        k.auto.on_snapshot(snap("q", T0, *four()))
+        leases = k.store.list_leases()
+        assert leases and {l.tenant for l in leases} == {"gpu"}
     finally:
         k.svc.stop()
 
@@ -143,8 +170,10 @@ def test_a_burst_launches_one_lease_per_job_with_its_quote_and_alternatives(kit)
     for l in leases:
         assert l.state is LeaseState.RUNNING and l.idempotency_key == f"auto-q-{l.job.job_id}"
         assert (l.job.source, l.job.owner, l.job.queue, l.tenant) == ("q", "ana", "gpu", "default")
-        assert l.quote_id and l.offer_rank == 1 and l.alternatives
+        # max_failover (4) offers of the five the quote has: the first and three alternatives
+        assert l.quote_id and l.offer_rank == 1 and len(l.alternatives) == kit.svc.lifecycle.settings.max_failover - 1
         assert l.demand.job_id == l.job.job_id and l.demand.gpus == 1
+        assert l.bootstrap == ""  # a pushed source's node joins no cluster
         (rec,) = [r for r in burst if r.lease_id == l.lease_id]
         assert json.loads(rec.job_ids) == [l.job.job_id]
         assert json.loads(rec.data) == {"source": "q", "trigger": d.trigger}
@@ -197,6 +226,18 @@ def test_a_job_no_offer_fits_is_a_burst_failed_with_the_quotes_reasons(kit):
         assert f.reason == f"job {jid}: every offer excluded (8 GPUs per node cannot make 3 nodes of 1 GPUs)"
         data = json.loads(f.data)
         assert data["source"] == "q" and data["quote_id"]
+
+
+def test_a_burst_failed_names_the_two_commonest_reasons_offers_were_excluded_for(kit):
+    # two L4 GPUs on each of three nodes: machines of 1 GPU (the commonest), 4 and 8 GPUs are refused
+    _, d = kit.auto.on_snapshot(snap("q", T0, *[job(i, gpus=6, nodes=3) for i in range(4)]))
+    assert d.action == "burst", d.reason
+    failed = kit.decisions("burst_failed")
+    assert len(failed) == len(d.jobs) > 0
+    for f in failed:
+        (jid,) = json.loads(f.job_ids)
+        assert f.reason == (f"job {jid}: every offer excluded (1 GPUs per node cannot make 3 nodes of 2 GPUs; "
+                            "4 GPUs per node cannot make 3 nodes of 2 GPUs)")
 
 
 def test_a_job_that_is_no_demand_is_a_burst_failed(kit):
@@ -313,11 +354,25 @@ def test_a_watched_sources_pushed_snapshot_is_left_to_its_watcher(kit):
     assert len(out) == 1 and set(a.sources) == {"w"}
 
 
-def test_a_watcher_that_cannot_be_read_is_skipped(kit):
+def test_a_watcher_that_cannot_be_read_is_skipped_and_logged_by_name_with_the_error(kit):
     broken = fake.Plain(source="broken", fail="connection refused")
     good = fake.Plain(source="good", snap=snap("good", T0, *four()))
-    out = kit.scaler(broken, good).tick()
+    with capture_logs() as logs:
+        out = kit.scaler(broken, good).tick()
     assert [d.action for d in out] == ["burst"]
+    assert [e for e in logs if e["event"] == "snapshot_failed"] == [
+        {"event": "snapshot_failed", "source": "broken", "error": "connection refused", "log_level": "warning"}]
+
+
+def test_a_pushed_snapshot_left_out_does_not_stop_the_later_ones(kit):
+    w = fake.Plain(source="w", snap=snap("w", T0, *four()))
+    a = kit.scaler(w)
+    _push(kit, "w", T0 - 3, *four())  # the watcher's own: left to it
+    _push(kit, "a", T0 - 2, *four())
+    assert [kit.store.snapshots_since(0)[i][0] for i in (0, 1)] == ["w", "a"]
+    assert len(a.on_pushed(T0)) == 1 and set(a.sources) == {"a"}
+    _push(kit, "b", T0 - 1, *four(4, 5, 6, 7))  # after "a", decided on already
+    assert len(a.on_pushed(T0)) == 1 and set(a.sources) == {"a", "b"}
 
 
 def test_an_older_snapshot_does_not_move_the_last_decided_time_back(kit):

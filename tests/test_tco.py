@@ -326,3 +326,58 @@ def test_sacct_window_reads_the_end_column_and_its_missing_values():
         sacct_usage("JobID|Start\n1|x\n")
     assert str(e.value).startswith("sacct line 1 lacks column(s) AllocTRES, Elapsed (export")
     assert SacctUsage(50.0, 1, 1.0).utilization(100) == 0.5  # a one-second window is a window
+
+
+def test_a_one_gpu_instance_is_a_price_like_any_other():
+    it1 = InstanceType("gcp", "g2-standard-4", "L4", 1, 24, 4, 16, "ethernet", 16)
+    it8 = InstanceType("aws", "g6.48xlarge", "L4", 8, 24, 192, 768, "ethernet", 100)
+    none = InstanceType("aws", "c7i.large", "L4", 0, 0, 2, 4, "ethernet", 10)
+    offs = [Offering(it1, "us-central1", (), Market.ON_DEMAND, 700_000, 99.9, "", ""),
+            Offering(it8, "us-east-1", (), Market.ON_DEMAND, 13_352_000, 99.5, "", ""),
+            Offering(none, "us-east-1", (), Market.ON_DEMAND, 1, 99.5, "", "")]
+    p = cheapest_prices(offs, {}, "L4")
+    assert set(p) == {"on_demand"}
+    assert (p["on_demand"].instance_type, p["on_demand"].usd_per_gpu_hour) == ("g2-standard-4", pytest.approx(0.7))
+
+
+def test_a_doubled_day_separator_is_not_an_elapsed_time():
+    with pytest.raises(ValueError, match=r"not a Slurm elapsed time: '1-2-00:00:10'"):
+        parse_elapsed("1-2-00:00:10")
+
+
+def test_without_start_and_end_the_window_is_the_longest_job_even_when_none_ran():
+    u = sacct_usage("JobID|AllocTRES|Elapsed\n1|gres/gpu=2|00:00:00\n2|cpu=4|00:00:00\n")
+    assert (u.gpu_seconds, u.jobs, u.window_s, u.utilization(2)) == (0.0, 2, 0.0, 0.0)
+    u = sacct_usage("JobID|AllocTRES|Elapsed\n1|gres/gpu=2|00:00:30\n2|cpu=4|00:01:00\n")
+    assert (u.gpu_seconds, u.window_s, u.utilization(2)) == (60.0, 60.0, 0.5)
+
+
+def test_without_a_price_to_compare_the_error_says_so():
+    with pytest.raises(TcoError, match="^no cloud price to compare with$"):
+        advise(spec(), 0.5, {})
+
+
+def test_the_bands_are_said_as_given():
+    a = advise(spec(), 0.7, {"on_demand": OD}, build_at=0.8, rent_at=0.6)
+    assert "Rule of thumb (>= 80 % build, <= 60 % rent): hybrid" in a.reason
+
+
+def test_the_cheapest_rent_is_the_lowest_price_whatever_its_kind_is_called():
+    # a committed price above the on-demand one (an old contract): renting on demand is the cheaper
+    dear = CloudPrice("committed_1y", 5.0, "gcp", "us-central1", "a3-highgpu-8g")
+    a = advise(spec(), 0.3, {"on_demand": OD, "committed_1y": dear})
+    assert "renting on demand (aws p5.48xlarge us-east-1, $4.00/GPU-h)" in a.reason
+
+
+def test_above_the_build_band_the_hybrid_owns_every_gpu_and_costs_what_building_does():
+    a = advise(spec(), 0.9, {"on_demand": OD})
+    assert "hybrid (own 64 GPUs, burst the rest on demand)" in a.reason
+    assert a.costs["hybrid"] == a.costs["build"]
+
+
+def test_a_hybrid_may_own_a_single_gpu():
+    # 2 one-GPU servers at 30 %: half the build band, so the hybrid owns one and runs it at 60 %
+    s = spec(gpus=2, gpus_per_server=1)
+    a = advise(s, 0.3, {"on_demand": OD})
+    assert "hybrid (own 1 GPUs, burst the rest on demand)" in a.reason
+    assert a.costs["hybrid"]["1y"] == pytest.approx(spec(gpus=1, gpus_per_server=1).cost_per_year(0.6))
