@@ -47,6 +47,7 @@ from policies.placement import Placer, Shape
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 K = CauseKind
+_ID, _GPUS, _WAITED = attrgetter("job_id"), attrgetter("gpus"), attrgetter("waited_s")
 
 @dataclass(frozen=True)
 class DiagnoseConfig:
@@ -293,7 +294,7 @@ class _Causes(list[Cause]):
 
     def jobs_gpus(self, kind: CauseKind) -> tuple[list[str], int]:
         js = self.attributed.get(kind, [])
-        return [j.job_id for j in js], sum(j.gpus for j in js)
+        return list(map(_ID, js)), sum(map(_GPUS, js))
 
 
 def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
@@ -509,8 +510,8 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     cluster = _Cluster.of(snapshot)
     utilization, node_util = _allocated_utilization(cluster.onprem, snapshot.gpu_samples)
     # longest wait first, then by id: two stable sorts with C-level keys (100,000 jobs)
-    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0), key=attrgetter("job_id"))
-    gpu_jobs.sort(key=attrgetter("waited_s"), reverse=True)
+    gpu_jobs = sorted([j for j in snapshot.pending if j.gpus > 0], key=_ID)
+    gpu_jobs.sort(key=_WAITED, reverse=True)
     attributed = _attribute(gpu_jobs, cluster)
 
     causes = _Causes(cfg, attributed)
@@ -521,9 +522,9 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     held_gpus = _gang_causes(causes, snapshot)
 
     capacity_jobs = [j for k in CAPACITY_CAUSES for j in attributed.get(k, [])]
-    tally = _Tally(waiting_gpus=sum(j.gpus for j in gpu_jobs),
-                   cap_gpus=sum(j.gpus for j in capacity_jobs),
-                   oldest_s=max((j.waited_s for j in gpu_jobs), default=0),
+    tally = _Tally(waiting_gpus=sum(map(_GPUS, gpu_jobs)),
+                   cap_gpus=sum(map(_GPUS, capacity_jobs)),
+                   oldest_s=max(map(_WAITED, gpu_jobs), default=0),
                    waste=idle_gpus + held_gpus, gpu_jobs=len(gpu_jobs))
     persist_low = _persistent(history, cluster.rate, now, cfg, cfg.low_allocation)
     verdict, signals = _verdict(tally, cluster, persist_low, bool(history), cfg)
@@ -538,7 +539,7 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
         pending_gpus=snapshot.pending_gpus, causes=ranked, actions=actions,
         gpus_total=cluster.total, gpus_allocated=cluster.allocated, gpus_free=cluster.free,
         pending_jobs=len(snapshot.pending), signals=tuple(signals),
-        capacity_jobs=frozenset(j.job_id for j in capacity_jobs),
+        capacity_jobs=frozenset(map(_ID, capacity_jobs)),
     )
 
 
