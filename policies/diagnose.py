@@ -37,6 +37,7 @@ What counts
 from __future__ import annotations
 
 import math
+from itertools import chain
 from operator import attrgetter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -166,7 +167,7 @@ def _gang_groups(snapshot: QueueSnapshot) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for name, members in (snapshot.extra.get("gangs") or {}).items():
         groups[str(name)] = [str(m) for m in members]
-    for job_id in [j.job_id for j in snapshot.pending] + [j.job_id for j in snapshot.running]:
+    for job_id in chain(map(_ID, snapshot.pending), map(_ID, snapshot.running)):
         if "+" in job_id:  # Slurm heterogeneous job component
             groups.setdefault(f"het:{job_id.split('+')[0]}", []).append(job_id)
     return groups
@@ -292,9 +293,11 @@ class _Causes(list[Cause]):
         self.append(Cause(kind, summary, _names(jobs, self.cfg), _names(nodes, self.cfg),
                           ACTIONS[kind], gpus))
 
-    def jobs_gpus(self, kind: CauseKind) -> tuple[list[str], int]:
+    def jobs_gpus(self, kind: CauseKind) -> tuple[list[PendingJob], int]:
+        """The jobs attributed to ``kind`` and their GPUs (``add`` names only the first few:
+        pass ``map(_ID, jobs)``, not a list of every id)."""
         js = self.attributed.get(kind, [])
-        return list(map(_ID, js)), sum(map(_GPUS, js))
+        return js, sum(map(_GPUS, js))
 
 
 def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
@@ -311,7 +314,7 @@ def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
                    + (f" ({reasons})" if reasons else "")
                    + (f"; {_plural(len(jobs), 'waiting job')} ({jg} GPUs) would run with them"
                       if jobs else ""))
-        causes.add(kind, summary, jobs, [n.name for n in bad], lost)
+        causes.add(kind, summary, map(_ID, jobs), [n.name for n in bad], lost)
 
 
 def _fragmentation_cause(causes: _Causes, cluster: _Cluster) -> None:
@@ -329,7 +332,7 @@ def _fragmentation_cause(causes: _Causes, cluster: _Cluster) -> None:
                f"{' and '.join(kinds)} ({sum(j.gpus for j in js)} GPUs) wait while "
                f"{cluster.free} GPUs are free, scattered over {_plural(len(frag_nodes), 'node')} "
                "none of which can hold them alone",
-               [j.job_id for j in js], frag_nodes, sum(j.gpus for j in js))
+               map(_ID, js), frag_nodes, sum(j.gpus for j in js))
 
 
 _WAITING = (
@@ -351,7 +354,8 @@ def _waiting_causes(causes: _Causes) -> None:
     for kind, text in _WAITING:
         jobs, g = causes.jobs_gpus(kind)
         if jobs:
-            causes.add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}", jobs, (), g)
+            causes.add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}",
+                       map(_ID, jobs), (), g)
 
 
 def _idle_cause(causes: _Causes, cluster: _Cluster, snapshot: QueueSnapshot,
@@ -376,7 +380,7 @@ def _idle_cause(causes: _Causes, cluster: _Cluster, snapshot: QueueSnapshot,
 def _gang_causes(causes: _Causes, snapshot: QueueSnapshot) -> int:
     """Gangs with some members running and others waiting; returns the GPUs they hold."""
     running_by_id = {r.job_id: r for r in snapshot.running}
-    pending_ids = {j.job_id for j in snapshot.pending}
+    pending_ids = set(map(_ID, snapshot.pending))
     held_gpus = 0
     for gang, members in sorted(_gang_groups(snapshot).items()):
         run = [m for m in members if m in running_by_id]
@@ -462,14 +466,14 @@ def _work_causes(causes: _Causes) -> None:
                    f"{_plural(len(light), 'tuning/eval/inference job')} "
                    f"({_plural(sum(j.gpus for j in light), 'GPU')}) in the training queue "
                    "waiting for capacity",
-                   [j.job_id for j in light], (), sum(j.gpus for j in light))
+                   map(_ID, light), (), sum(j.gpus for j in light))
     stuck = [j for j in cap_jobs if j.kind == "training" and not j.interruptible]
     if stuck:
         causes.add(K.NOT_INTERRUPTIBLE,
                    f"{_plural(len(stuck), 'training job')} "
                    f"({_plural(sum(j.gpus for j in stuck), 'GPU')}) waiting for capacity "
                    "cannot be preempted or run on spot (no interruptible/checkpoint hint)",
-                   [j.job_id for j in stuck], (), sum(j.gpus for j in stuck))
+                   map(_ID, stuck), (), sum(j.gpus for j in stuck))
 
 
 _HEALTHY_WORTH_SAYING = (K.DRAINED_NODES, K.DOWN_NODES, K.IDLE_ALLOCATED, K.HALF_ALLOCATED_GANG)
@@ -529,7 +533,7 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     persist_low = _persistent(history, cluster.rate, now, cfg, cfg.low_allocation)
     verdict, signals = _verdict(tally, cluster, persist_low, bool(history), cfg)
     if verdict != Verdict.HEALTHY and cluster.total == 0:
-        causes.add(K.NO_ONPREM_GPUS, "no on-prem node has GPUs", [j.job_id for j in gpu_jobs],
+        causes.add(K.NO_ONPREM_GPUS, "no on-prem node has GPUs", map(_ID, gpu_jobs),
                    (), tally.waiting_gpus)
     if verdict in (Verdict.RESOURCE_BOUND, Verdict.MIXED):
         _work_causes(causes)
