@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from broker import queue_api
+from broker.errors import InvalidArgument
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ def test_a_report_queue_call_leaves_it_on(collector_on, tmp_path):
                              nodes=[pb.ClusterNode(name="n", state="alloc", gpus_total=8, gpus_allocated=8)])
         queue_api.report_queue(svc, pb.ReportQueueRequest(snapshot=s))
         assert gc.isenabled()
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidArgument, match="gpus"):
             queue_api.report_queue(svc, pb.ReportQueueRequest(snapshot=pb.QueueSnapshot(
                 source="s", pending=[pb.PendingJob(job_id="j", gpus=0)])))
         assert gc.isenabled()
