@@ -2,7 +2,7 @@
 
 A big cluster pushes 100,000 pending jobs (a 3 MB message) every tick, so the snapshot is read
 without the JSON mapping: each record's fields come off the message in one ``attrgetter`` call
-and go positionally into its frozen dataclass; the strings many jobs share (user, queue, model,
+and fill the slots of its frozen dataclass (:func:`_maker`); the strings many jobs share (user, queue, model,
 reason, kind) are interned so 100,000 jobs hold one copy of each.
 
 The rules are those of the one validator (:func:`broker.queue_api.checked_snapshot`, through
