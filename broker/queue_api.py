@@ -2,6 +2,11 @@
 handed to the service (which diagnoses them, and lets the autoscaler decide)."""
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
+from typing import Iterator
+
 from google.protobuf.json_format import MessageToDict
 
 from broker import convert
@@ -61,6 +66,33 @@ def checked_snapshot(m: pb.QueueSnapshot, now: float) -> QueueSnapshot:
     return snapshot_from_dict(doc)
 
 
+_pause_lock = threading.Lock()
+_pauses = [0, False]  # calls inside, and whether the collector ran before the first
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a pushed snapshot is read, diagnosed and decided.
+
+    A push of 100,000 pending jobs makes some 200,000 long-lived objects in a few hundred
+    milliseconds, and each full collection they set off walks every object of the process (a
+    third of the call's CPU at 100,000 jobs). The call makes no reference cycles: what it built
+    is freed by reference counting when it returns, and the collector resumes as it was once
+    the last call inside has left (calls overlap on the server's threads)."""
+    with _pause_lock:
+        if _pauses[0] == 0:
+            _pauses[1] = gc.isenabled()
+            gc.disable()
+        _pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses[0] -= 1
+            if _pauses[0] == 0 and _pauses[1]:
+                gc.enable()
+
+
 def diagnosis_to_pb(d: Diagnosis) -> pb.Diagnosis:
     out = pb.Diagnosis(verdict=convert.VERDICT_TO_PB[d.verdict], allocation_rate=d.allocation_rate,
                        utilization=-1.0 if d.utilization is None else d.utilization / 100.0,
@@ -80,7 +112,8 @@ def _snapshot(svc, m: pb.QueueSnapshot) -> QueueSnapshot:
 def report_queue(svc, request: pb.ReportQueueRequest) -> pb.ReportQueueResponse:
     if not request.HasField("snapshot"):
         raise InvalidArgument("snapshot is required.", field="snapshot")
-    diag, decision = svc.report_queue(_snapshot(svc, request.snapshot))
+    with collector_paused():
+        diag, decision = svc.report_queue(_snapshot(svc, request.snapshot))
     out = pb.ReportQueueResponse()
     if decision is not None:
         d = out.decisions.add(action=decision.action, reason=decision.reason, job_ids=list(decision.job_ids))
@@ -90,5 +123,7 @@ def report_queue(svc, request: pb.ReportQueueRequest) -> pb.ReportQueueResponse:
 
 
 def diagnose(svc, request: pb.DiagnoseRequest) -> pb.DiagnoseResponse:
-    snap = _snapshot(svc, request.snapshot) if request.HasField("snapshot") else None
-    return pb.DiagnoseResponse(diagnosis=diagnosis_to_pb(svc.diagnose(snap)))
+    with collector_paused():
+        snap = _snapshot(svc, request.snapshot) if request.HasField("snapshot") else None
+        diag = svc.diagnose(snap)
+    return pb.DiagnoseResponse(diagnosis=diagnosis_to_pb(diag))

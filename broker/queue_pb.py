@@ -2,7 +2,7 @@
 
 A big cluster pushes 100,000 pending jobs (a 3 MB message) every tick, so the snapshot is read
 without the JSON mapping: each record's fields come off the message in one ``attrgetter`` call
-and go positionally into its frozen dataclass; the strings many jobs share (user, queue, model,
+and fill the slots of its frozen dataclass (:func:`_maker`); the strings many jobs share (user, queue, model,
 reason, kind) are interned so 100,000 jobs hold one copy of each.
 
 The rules are those of the one validator (:func:`broker.queue_api.checked_snapshot`, through
@@ -49,12 +49,30 @@ def fields_match() -> bool:
                for (cls, msg), names in FIELDS.items())
 
 
+def _maker(cls: type, names: tuple[str, ...]):
+    """A constructor of ``cls`` (a frozen dataclass with slots) taking ``names`` in order.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this one
+    fills the slots directly through their descriptors: the same object, equal and hashing
+    alike, at half the cost (100,000 pending jobs per push). Only for a class whose slots are
+    exactly ``names`` and that has no ``__post_init__``; any other gets its own ``__init__``."""
+    if tuple(getattr(cls, "__slots__", ())) != names or hasattr(cls, "__post_init__"):
+        return cls
+    ns: dict = {"new": object.__new__, "cls": cls}
+    ns.update({f"set_{n}": cls.__dict__[n].__set__ for n in names})
+    args = ", ".join(names)
+    body = "".join(f"    set_{n}(self, {n})\n" for n in names)
+    exec(f"def make({args}):\n    self = new(cls)\n{body}    return self\n", ns)
+    return ns["make"]
+
+
 _ACTIVE = fields_match()
 _get = {cls: operator.attrgetter(*names) for (cls, _), names in FIELDS.items()}
+_new = {cls: _maker(cls, names) for (cls, _), names in FIELDS.items()}
 
 
 def _pending(items) -> list | None:
-    out, get, intern, new = [], _get[PendingJob], sys.intern, PendingJob
+    out, get, intern, new = [], _get[PendingJob], sys.intern, _new[PendingJob]
     append = out.append
     for r in items:
         (job_id, gpus, user, queue, model, mem, nodes, limit, est, waited, reason, interruptible,
@@ -93,13 +111,13 @@ def _nodes(items) -> list | None:
 
 
 def _samples(items) -> list | None:
-    out, get = [], _get[GpuSample]
+    out, get, new = [], _get[GpuSample], _new[GpuSample]
     for r in items:
         node, index, util, mem = get(r)
         if (not node or index < 0 or not 0 <= util <= 100 or not 0 <= mem <= _MAX
                 or not r.HasField("utilization_pct")):  # a sample without a reading is refused
             return None
-        out.append(GpuSample(node, index, util, mem))
+        out.append(new(node, index, util, mem))
     return out
 
 

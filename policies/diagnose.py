@@ -37,6 +37,7 @@ What counts
 from __future__ import annotations
 
 import math
+from itertools import chain
 from operator import attrgetter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ from policies.placement import Placer, Shape
 from policies.queue import ClusterNode, GpuSample, PendingJob, QueueSnapshot
 
 K = CauseKind
+_ID, _GPUS, _WAITED = attrgetter("job_id"), attrgetter("gpus"), attrgetter("waited_s")
 
 @dataclass(frozen=True)
 class DiagnoseConfig:
@@ -165,7 +167,7 @@ def _gang_groups(snapshot: QueueSnapshot) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for name, members in (snapshot.extra.get("gangs") or {}).items():
         groups[str(name)] = [str(m) for m in members]
-    for job_id in [j.job_id for j in snapshot.pending] + [j.job_id for j in snapshot.running]:
+    for job_id in chain(map(_ID, snapshot.pending), map(_ID, snapshot.running)):
         if "+" in job_id:  # Slurm heterogeneous job component
             groups.setdefault(f"het:{job_id.split('+')[0]}", []).append(job_id)
     return groups
@@ -291,9 +293,11 @@ class _Causes(list[Cause]):
         self.append(Cause(kind, summary, _names(jobs, self.cfg), _names(nodes, self.cfg),
                           ACTIONS[kind], gpus))
 
-    def jobs_gpus(self, kind: CauseKind) -> tuple[list[str], int]:
+    def jobs_gpus(self, kind: CauseKind) -> tuple[list[PendingJob], int]:
+        """The jobs attributed to ``kind`` and their GPUs (``add`` names only the first few:
+        pass ``map(_ID, jobs)``, not a list of every id)."""
         js = self.attributed.get(kind, [])
-        return [j.job_id for j in js], sum(j.gpus for j in js)
+        return js, sum(map(_GPUS, js))
 
 
 def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
@@ -310,7 +314,7 @@ def _node_causes(causes: _Causes, cluster: _Cluster) -> None:
                    + (f" ({reasons})" if reasons else "")
                    + (f"; {_plural(len(jobs), 'waiting job')} ({jg} GPUs) would run with them"
                       if jobs else ""))
-        causes.add(kind, summary, jobs, [n.name for n in bad], lost)
+        causes.add(kind, summary, map(_ID, jobs), [n.name for n in bad], lost)
 
 
 def _fragmentation_cause(causes: _Causes, cluster: _Cluster) -> None:
@@ -328,7 +332,7 @@ def _fragmentation_cause(causes: _Causes, cluster: _Cluster) -> None:
                f"{' and '.join(kinds)} ({sum(j.gpus for j in js)} GPUs) wait while "
                f"{cluster.free} GPUs are free, scattered over {_plural(len(frag_nodes), 'node')} "
                "none of which can hold them alone",
-               [j.job_id for j in js], frag_nodes, sum(j.gpus for j in js))
+               map(_ID, js), frag_nodes, sum(j.gpus for j in js))
 
 
 _WAITING = (
@@ -350,7 +354,8 @@ def _waiting_causes(causes: _Causes) -> None:
     for kind, text in _WAITING:
         jobs, g = causes.jobs_gpus(kind)
         if jobs:
-            causes.add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}", jobs, (), g)
+            causes.add(kind, f"{_plural(len(jobs), 'job')} ({_plural(g, 'GPU')}) {text}",
+                       map(_ID, jobs), (), g)
 
 
 def _idle_cause(causes: _Causes, cluster: _Cluster, snapshot: QueueSnapshot,
@@ -375,7 +380,7 @@ def _idle_cause(causes: _Causes, cluster: _Cluster, snapshot: QueueSnapshot,
 def _gang_causes(causes: _Causes, snapshot: QueueSnapshot) -> int:
     """Gangs with some members running and others waiting; returns the GPUs they hold."""
     running_by_id = {r.job_id: r for r in snapshot.running}
-    pending_ids = {j.job_id for j in snapshot.pending}
+    pending_ids = set(map(_ID, snapshot.pending))
     held_gpus = 0
     for gang, members in sorted(_gang_groups(snapshot).items()):
         run = [m for m in members if m in running_by_id]
@@ -461,14 +466,14 @@ def _work_causes(causes: _Causes) -> None:
                    f"{_plural(len(light), 'tuning/eval/inference job')} "
                    f"({_plural(sum(j.gpus for j in light), 'GPU')}) in the training queue "
                    "waiting for capacity",
-                   [j.job_id for j in light], (), sum(j.gpus for j in light))
+                   map(_ID, light), (), sum(j.gpus for j in light))
     stuck = [j for j in cap_jobs if j.kind == "training" and not j.interruptible]
     if stuck:
         causes.add(K.NOT_INTERRUPTIBLE,
                    f"{_plural(len(stuck), 'training job')} "
                    f"({_plural(sum(j.gpus for j in stuck), 'GPU')}) waiting for capacity "
                    "cannot be preempted or run on spot (no interruptible/checkpoint hint)",
-                   [j.job_id for j in stuck], (), sum(j.gpus for j in stuck))
+                   map(_ID, stuck), (), sum(j.gpus for j in stuck))
 
 
 _HEALTHY_WORTH_SAYING = (K.DRAINED_NODES, K.DOWN_NODES, K.IDLE_ALLOCATED, K.HALF_ALLOCATED_GANG)
@@ -509,8 +514,8 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     cluster = _Cluster.of(snapshot)
     utilization, node_util = _allocated_utilization(cluster.onprem, snapshot.gpu_samples)
     # longest wait first, then by id: two stable sorts with C-level keys (100,000 jobs)
-    gpu_jobs = sorted((j for j in snapshot.pending if j.gpus > 0), key=attrgetter("job_id"))
-    gpu_jobs.sort(key=attrgetter("waited_s"), reverse=True)
+    gpu_jobs = sorted([j for j in snapshot.pending if j.gpus > 0], key=_ID)
+    gpu_jobs.sort(key=_WAITED, reverse=True)
     attributed = _attribute(gpu_jobs, cluster)
 
     causes = _Causes(cfg, attributed)
@@ -521,14 +526,14 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
     held_gpus = _gang_causes(causes, snapshot)
 
     capacity_jobs = [j for k in CAPACITY_CAUSES for j in attributed.get(k, [])]
-    tally = _Tally(waiting_gpus=sum(j.gpus for j in gpu_jobs),
-                   cap_gpus=sum(j.gpus for j in capacity_jobs),
-                   oldest_s=max((j.waited_s for j in gpu_jobs), default=0),
+    tally = _Tally(waiting_gpus=sum(map(_GPUS, gpu_jobs)),
+                   cap_gpus=sum(map(_GPUS, capacity_jobs)),
+                   oldest_s=max(map(_WAITED, gpu_jobs), default=0),
                    waste=idle_gpus + held_gpus, gpu_jobs=len(gpu_jobs))
     persist_low = _persistent(history, cluster.rate, now, cfg, cfg.low_allocation)
     verdict, signals = _verdict(tally, cluster, persist_low, bool(history), cfg)
     if verdict != Verdict.HEALTHY and cluster.total == 0:
-        causes.add(K.NO_ONPREM_GPUS, "no on-prem node has GPUs", [j.job_id for j in gpu_jobs],
+        causes.add(K.NO_ONPREM_GPUS, "no on-prem node has GPUs", map(_ID, gpu_jobs),
                    (), tally.waiting_gpus)
     if verdict in (Verdict.RESOURCE_BOUND, Verdict.MIXED):
         _work_causes(causes)
@@ -538,7 +543,7 @@ def diagnose(snapshot: QueueSnapshot, history: Sequence[tuple[float, float]] = (
         pending_gpus=snapshot.pending_gpus, causes=ranked, actions=actions,
         gpus_total=cluster.total, gpus_allocated=cluster.allocated, gpus_free=cluster.free,
         pending_jobs=len(snapshot.pending), signals=tuple(signals),
-        capacity_jobs=frozenset(j.job_id for j in capacity_jobs),
+        capacity_jobs=frozenset(map(_ID, capacity_jobs)),
     )
 
 

@@ -5,10 +5,12 @@ Plain frozen dataclasses so policies stay pure and the simulator can build thous
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 JOB_KINDS = ("training", "tuning", "eval", "inference")
 NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "cloud")
+_GPUS = attrgetter("gpus")
 # Pending reasons that more capacity does not fix (Slurm's names; other schedulers map onto them).
 NON_CAPACITY_REASONS = (
     "Priority", "QOSMaxGRESPerUser", "QOSMaxJobsPerUserLimit", "QOSMaxCpuPerUserLimit",
@@ -98,7 +100,7 @@ class QueueSnapshot:
 
     @property
     def pending_gpus(self) -> int:
-        return sum(j.gpus for j in self.pending)
+        return sum(map(_GPUS, self.pending))
 
     @property
     def onprem_nodes(self) -> tuple[ClusterNode, ...]:

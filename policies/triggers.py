@@ -33,7 +33,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from policies.causes import Verdict
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
@@ -281,18 +281,32 @@ def target_s(cfg: TriggerConfig, c: Candidate) -> float:
     return wait_target_s(c.job.est_runtime_s, c.job.time_limit_s, cls, cfg.wait_runtime_ratio)
 
 
+def _class_of(classes: Sequence[JobClass]) -> Callable[[PendingJob], JobClass]:
+    """:func:`policies.classes.classify` of a job, once per distinct set of labels (a queue of
+    100,000 jobs has a few dozen)."""
+    memo: dict[tuple[str, str, str, int], JobClass] = {}
+
+    def of(j: PendingJob) -> JobClass:
+        key = (j.job_class, j.qos, j.queue, j.priority)
+        cls = memo.get(key)
+        if cls is None:
+            cls = memo[key] = classify(classes, j.job_class, j.qos, j.queue, j.priority or None)
+        return cls
+    return of
+
+
+def _with_class(c: Candidate, cls: JobClass) -> Candidate:
+    """``c`` of class ``cls`` (a class with ``spot = false`` takes no spot)."""
+    j = c.job
+    if cls.spot is False and j.interruptible:
+        j = replace(j, interruptible=False)
+    return Candidate(j, c.predicted_wait_s, c.price_ratio, c.startup_s, cls)
+
+
 def classed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates with their class set (a class with ``spot = false`` takes no spot)."""
-    out = []
-    for c in candidates:
-        if c.job_class is None:
-            j = c.job
-            cls = classify(cfg.classes, j.job_class, j.qos, j.queue, j.priority or None)
-            if cls.spot is False and j.interruptible:
-                c = replace(c, job=replace(j, interruptible=False))
-            c = replace(c, job_class=cls)
-        out.append(c)
-    return out
+    of = _class_of(cfg.classes)
+    return [c if c.job_class is not None else _with_class(c, of(c.job)) for c in candidates]
 
 
 def _allowed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -457,13 +471,20 @@ def candidates_from_snapshot(
     remaining = snapshot_waits(snap, jobs) if predicted_wait_s is None or any(
         j.job_id not in predicted_wait_s for j in jobs) else ()
     out: list[Candidate] = []
+    of = None if classes is None else _class_of(TriggerConfig(classes=tuple(classes)).classes)
     for k, j in enumerate(jobs):
         if predicted_wait_s is not None and j.job_id in predicted_wait_s:
             pred = predicted_wait_s[j.job_id]
         else:
             pred = j.waited_s + remaining[k]
-        out.append(Candidate(j, pred))
-    return out if classes is None else classed(TriggerConfig(classes=tuple(classes)), out)
+        if of is None:
+            out.append(Candidate(j, pred))
+            continue
+        cls = of(j)
+        if cls.spot is False and j.interruptible:  # as classed(): a class without spot
+            j = replace(j, interruptible=False)
+        out.append(Candidate(j, pred, 1.0, None, cls))
+    return out
 
 
 def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw: Any) -> PendingJob:

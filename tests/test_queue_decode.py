@@ -3,6 +3,7 @@ validator it stands in for (broker.queue_api.checked_snapshot): on any message, 
 ReportQueue/Diagnose get the same snapshot, or the same error naming the same field."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -120,3 +121,40 @@ def test_a_bad_record_is_named_as_before(mutate, field):
     assert queue_pb.fast_snapshot(m, NOW) is None
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         snapshot_from_pb(m, NOW)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(valid_jobs, min_size=1, max_size=5))
+def test_decoded_records_are_the_records_their_constructor_makes(jobs):
+    """The decoder fills the records' slots itself: each is its dataclass, equal to and hashing
+    as one built by the constructor from the same fields, and as frozen."""
+    m = pb.QueueSnapshot(source="s", pending=jobs,
+                         gpu_samples=[pb.GpuSample(node="n", index=1, utilization_pct=50.0)])
+    fast = queue_pb.fast_snapshot(m, NOW)
+    assert fast is not None
+    for rec in (*fast.pending, *fast.gpu_samples):
+        twin = type(rec)(*(getattr(rec, f.name) for f in dataclasses.fields(rec)))
+        assert type(rec) is type(twin) and rec == twin and hash(rec) == hash(twin)
+        assert repr(rec) == repr(twin)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(rec, dataclasses.fields(rec)[0].name, "x")
+
+
+def test_a_record_class_the_fast_constructor_does_not_know_gets_its_own_init():
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a")
+
+    assert queue_pb._maker(NoSlots, ("a",)) is NoSlots
+    assert queue_pb._maker(Checked, ("a",)) is Checked
+    assert queue_pb._maker(queue_pb.GpuSample, ("node", "index")) is queue_pb.GpuSample
+    assert queue_pb._maker(queue_pb.PendingJob, queue_pb.FIELDS[queue_pb.PendingJob, pb.PendingJob]) \
+        is not queue_pb.PendingJob
