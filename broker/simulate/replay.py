@@ -280,11 +280,16 @@ class Replay:
 
     # -- the trigger --------------------------------------------------------------------------
 
-    def want_tick(self, t: float) -> None:
+    def want_tick(self, t: float, after: bool = False) -> None:
+        """Ask for a trigger tick at the first tick boundary at or (``after``) past ``t``."""
         if not self.burst_enabled:
             return
         tick = self.cfg.tick_s
         nt = math.ceil(t / tick) * tick
+        if after and nt <= t:
+            # Strictly later, computed, not by adding an epsilon: past 2**23 s (97 days) a
+            # nanosecond no longer changes a double, and the tick would repeat at the same t.
+            nt += tick
         if self.next_tick is None or nt < self.next_tick:
             self.next_tick = nt
             self.push(nt, E_TICK, "tick")
@@ -384,7 +389,7 @@ class Replay:
         if decision.wake_at is not None and decision.wake_at > t:
             self.push(decision.wake_at, E_TICK, "wake")
         if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue or self.watch):
-            self.want_tick(t + 1e-9)
+            self.want_tick(t, after=True)
 
     def scheduling_jobs(self) -> set[int]:
         """The pending jobs, oldest first, that the free GPUs could hold by count (each claims
