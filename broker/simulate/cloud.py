@@ -56,7 +56,7 @@ class Cloud:
         n = len(jobs)
         self.done_work = array("d", bytes(8 * n))  # checkpointed cloud progress (trace seconds)
         self.burst_at = array("d", bytes(8 * n))
-        self.interrupts = array("l", [0]) * n
+        self.interrupts = array("i", bytes(4 * n))
         self.gpus = 0  # GPUs held now
         self.gpus_by_market = {"spot": 0, "on_demand": 0, "reserved": 0}
         self.cost = 0

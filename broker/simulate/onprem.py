@@ -40,7 +40,7 @@ class Cluster:
         self.nodes = cfg.onprem_gpus // G
         n = len(jobs)
         self.start = array("d", bytes(8 * n))  # doubles, not a float object per job
-        self.place: list = [None] * n
+        self.place: dict[int, list] = {}  # running job -> its (node, GPUs)
         self.free = [G] * self.nodes
         self.buckets: list[set] = [set() for _ in range(G + 1)]  # nodes by free GPUs
         self.buckets[G] = set(range(self.nodes))
@@ -185,7 +185,7 @@ class Cluster:
         """Job i finished on-prem: free its GPUs and start what can start."""
         g, dur = self.gpus[i], self.dur[i]
         free, b = self.free, self.buckets
-        place, self.place[i] = self.place[i], None  # a finished job holds no nodes
+        place = self.place.pop(i)  # a finished job holds no nodes
         for nd, take in place:
             f = free[nd]
             b[f].discard(nd)

@@ -199,9 +199,9 @@ class Replay:
     def result(self) -> PolicyResult:
         n, st, cl, c = self.n, self.state, self.onprem, self.cloud
         span = max(1.0, self.last_time - self.t0)
-        # One pass; a class's list holds the same float objects as the waits.
-        waits: list[float] = []
-        by_class: dict[str, list[float]] = {}
+        # One pass; waits as doubles, not a float object each.
+        waits = array("d")
+        by_class: dict[str, array] = {}
         past: dict[str, tuple[float, int, int, int]] = {}
         wait, held, no_offer, cls = self.wait, self.held, self.no_offer, self.cls
         for i in range(n):
@@ -212,7 +212,7 @@ class Replay:
                 continue
             waits.append(w)
             jc = cls[i]
-            by_class.setdefault(jc.name, []).append(w)
+            by_class.setdefault(jc.name, array("d")).append(w)
             t, k, h, o = past.get(jc.name, (jc.max_wait_s, 0, 0, 0))
             if w > jc.max_wait_s:
                 k, h, o = k + 1, h + held[i], o + (i in no_offer)
@@ -225,7 +225,7 @@ class Replay:
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, class_waits=by_class, class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
+            waits=waits, class_waits=dict[str, Sequence[float]](by_class), class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:

@@ -44,16 +44,16 @@ class JobTable(Sequence[TraceJob]):
     def __init__(self) -> None:
         self.submit = array("d")
         self.duration = array("d")
-        self.gpus = array("l")
+        self.gpus = array("q")
         self.data_gb = array("d")
-        self.checkpoint = array("l")
+        self.checkpoint = array("q")
         self.interruptible = array("b")
         self.runtime_known = array("b")
         self.censored = array("b")
         self.kind = array("b")
-        self.queue = array("l")  # codes into strings
-        self.model = array("l")
-        self.job_class = array("l")
+        self.queue = array("i")  # codes into strings
+        self.model = array("i")
+        self.job_class = array("i")
         self.strings: list[str] = []
         self._code: dict[str, int] = {}
         self._ids = bytearray()  # the job ids, UTF-8, end to end
