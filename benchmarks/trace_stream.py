@@ -9,7 +9,7 @@ with its own job ids, into a temporary directory (never the repository) until it
 - with ``--replay``, ``broker simulate --policy broker`` on 512 GPUs as a user runs it (its
   progress lines on stderr are passed through).
 
-Printed: CPU seconds of each child (``resource.getrusage``), its peak resident memory, the
+Printed: CPU seconds of each child (``os.wait4``), its own peak resident memory, the
 ratio to the floor, and the load average over each.
 
 Run: .venv/bin/python benchmarks/trace_stream.py [--rows 2000000] [--replay] [--data ../shared/data]
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -46,15 +45,18 @@ def tile(src: Path, rows: int, out: Path) -> None:
 
 
 def child(cmd: list[str]) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Run ``cmd``; its own CPU and peak RSS (``os.wait4``), wall time and the load over it."""
     load = os.getloadavg()[0]
     t = time.perf_counter()
-    res = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-            "wall_s": wall, "peak_mb": after.ru_maxrss / 1024,  # the largest child so far
-            "load": round((load + os.getloadavg()[0]) / 2, 1), "out": res.stdout.strip()[-300:]}
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_mb": ru.ru_maxrss / 1024,
+            "load": round((load + os.getloadavg()[0]) / 2, 1), "out": out.strip()[-300:]}
 
 
 def main() -> int:
@@ -83,7 +85,7 @@ def main() -> int:
             r = child(cmd)
             floor = floor or r["cpu_s"]
             print(f"{name:34} CPU {r['cpu_s']:7.1f} s ({r['cpu_s'] / floor:5.1f}x the floor)  "
-                  f"wall {r['wall_s']:7.1f} s  peak RSS so far {r['peak_mb']:6.0f} MB  load {r['load']}",
+                  f"wall {r['wall_s']:7.1f} s  peak RSS {r['peak_mb']:6.0f} MB  load {r['load']}",
                   flush=True)
     return 0
 

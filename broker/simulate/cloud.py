@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
-from typing import Callable, MutableSequence, Sequence
+from typing import Callable, MutableSequence
 
 from policies import spot as spot_rule
 from providers.base import Market
@@ -20,7 +20,8 @@ from providers.catalog import Catalog
 from broker.simulate.chooser import Chooser, Pick
 from broker.simulate.model import CLOUD, DONE, E_CLOUD_END, Policy, SimConfig
 from broker.simulate.lifetimes import Lifetimes
-from broker.simulate.trace import TraceJob, hash_unit
+from broker.simulate.table import JobTable
+from broker.simulate.trace import hash_unit
 
 BILLING_MINIMUM_S = 60.0
 
@@ -40,8 +41,8 @@ class Cloud:
     """Burst jobs, their attempts and what they cost. ``state`` and ``wait`` are the replay's
     per-job lists, shared; ``push(t, kind, payload)`` schedules the replay's events."""
 
-    def __init__(self, jobs: Sequence[TraceJob], catalog: Catalog, policy: Policy, cfg: SimConfig,
-                 lifetimes: Lifetimes | None, state: MutableSequence[int], wait: list[float],
+    def __init__(self, jobs: JobTable, catalog: Catalog, policy: Policy, cfg: SimConfig,
+                 lifetimes: Lifetimes | None, state: MutableSequence[int], wait: MutableSequence[float],
                  push: Callable[[float, int, object], None]):
         self.jobs = jobs
         self.catalog = catalog
@@ -53,9 +54,9 @@ class Cloud:
         self.push = push
         self.chooser = Chooser(catalog, policy, cfg, lifetimes, jobs)
         n = len(jobs)
-        self.done_work = [0.0] * n  # checkpointed cloud progress (trace seconds)
+        self.done_work = array("d", bytes(8 * n))  # checkpointed cloud progress (trace seconds)
         self.burst_at = array("d", bytes(8 * n))
-        self.interrupts = [0] * n
+        self.interrupts = array("i", bytes(4 * n))
         self.gpus = 0  # GPUs held now
         self.gpus_by_market = {"spot": 0, "on_demand": 0, "reserved": 0}
         self.cost = 0

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, MutableSequence, Sequence
 from policies.waits import forecast
 
 from broker.simulate.model import DONE, E_ONPREM_END, ONPREM, PENDING, SimConfig
-from broker.simulate.trace import TraceJob
+from broker.simulate.table import JobTable
 
 BACKFILL_DEPTH = 64
 
@@ -28,9 +28,10 @@ class Cluster:
     """The on-prem queue and nodes. ``state`` and ``wait`` are the replay's per-job lists,
     shared; ``push(t, kind, payload)`` schedules the replay's events."""
 
-    def __init__(self, jobs: Sequence[TraceJob], cfg: SimConfig, state: MutableSequence[int], wait: list[float],
+    def __init__(self, jobs: JobTable, cfg: SimConfig, state: MutableSequence[int], wait: MutableSequence[float],
                  push: Callable[[float, int, object], None]):
         self.jobs = jobs
+        self.gpus, self.dur, self.sub, self.known = jobs.gpus, jobs.duration, jobs.submit, jobs.runtime_known
         self.state = state
         self.wait = wait
         self.push = push
@@ -39,7 +40,7 @@ class Cluster:
         self.nodes = cfg.onprem_gpus // G
         n = len(jobs)
         self.start = array("d", bytes(8 * n))  # doubles, not a float object per job
-        self.place: list = [None] * n
+        self.place: dict[int, list] = {}  # running job -> its (node, GPUs)
         self.free = [G] * self.nodes
         self.buckets: list[set] = [set() for _ in range(G + 1)]  # nodes by free GPUs
         self.buckets[G] = set(range(self.nodes))
@@ -64,7 +65,7 @@ class Cluster:
     def enqueue(self, i: int) -> int:
         """Queue job i; returns the GPUs queued ahead that compete with it: jobs no bigger than
         it (bigger ones ahead are mostly backfilled around while they wait for whole nodes)."""
-        g = self.jobs[i].gpus
+        g = self.gpus[i]
         self.state[i] = PENDING
         self.pending_gpus += g
         self.pending_jobs += 1
@@ -83,7 +84,7 @@ class Cluster:
 
     def dequeue(self, i: int) -> None:
         """Job i leaves the queue for elsewhere (the cloud); its entry is dropped lazily."""
-        g = self.jobs[i].gpus
+        g = self.gpus[i]
         self.class_gpus[g] -= g
         self.pending_gpus -= g
         self.pending_jobs -= 1
@@ -155,9 +156,8 @@ class Cluster:
     def occupy(self, i: int, t: float, avoid=frozenset(), until: float | None = None) -> bool:
         """Place job i on-prem now if it fits (not on ``avoid`` nodes unless it ends by
         ``until``). Returns True when started."""
-        j = self.jobs[i]
-        g = j.gpus
-        end = t + j.duration_s
+        g = self.gpus[i]
+        end = t + self.dur[i]
         chosen = self._nodes_for(g, avoid, until is not None and end <= until)
         if chosen is None:
             return False
@@ -174,7 +174,7 @@ class Cluster:
         self.state[i] = ONPREM
         self.running.add(i)
         self.start[i] = t
-        self.wait[i] = t - j.submit_s
+        self.wait[i] = t - self.sub[i]
         self.pending_gpus -= g
         self.pending_jobs -= 1
         self.class_gpus[g] -= g
@@ -183,18 +183,18 @@ class Cluster:
 
     def end(self, i: int, t: float) -> None:
         """Job i finished on-prem: free its GPUs and start what can start."""
-        j = self.jobs[i]
+        g, dur = self.gpus[i], self.dur[i]
         free, b = self.free, self.buckets
-        place, self.place[i] = self.place[i], None  # a finished job holds no nodes
+        place = self.place.pop(i)  # a finished job holds no nodes
         for nd, take in place:
             f = free[nd]
             b[f].discard(nd)
             free[nd] = f + take
             b[f + take].add(nd)
-            self.node_jobs[nd].remove((self.start[i] + j.duration_s, take, i))
+            self.node_jobs[nd].remove((self.start[i] + dur, take, i))
             self.touched.add(nd)
-        self.free_total += j.gpus
-        self.busy_gpu_s += j.gpus * j.duration_s
+        self.free_total += g
+        self.busy_gpu_s += g * dur
         self.running.discard(i)
         self.state[i] = DONE
         self.resv = None
@@ -220,7 +220,7 @@ class Cluster:
     def reservation(self, h: int, t: float):
         """Earliest start of head job h and the nodes it will use: the node that frees enough
         GPUs first (the lowest-numbered of a tie), or the whole nodes that empty first."""
-        g, G = self.jobs[h].gpus, self.G
+        g, G = self.gpus[h], self.G
         k = -(-g // G)
         if k > self.nodes:
             return (h, math.inf, frozenset())
@@ -257,14 +257,14 @@ class Cluster:
             h = self.global_head()
             if h is None:
                 return
-            if not self.fits(self.jobs[h].gpus) or not self.occupy(h, t):
+            if not self.fits(self.gpus[h]) or not self.occupy(h, t):
                 break
             if not self.free_total:
                 return
         r = self.resv
         if r is None or r[0] != h:
             r = self.resv = self.reservation(h, t)
-        self._backfill(t, self.jobs[h].gpus, r[1], r[2])
+        self._backfill(t, self.gpus[h], r[1], r[2])
 
     def _backfill(self, t: float, head_gpus: int, shadow: float, avoid) -> None:
         """Walk size classes by their heads' age. The head's own size cannot start anywhere,
@@ -278,7 +278,7 @@ class Cluster:
             if hh is not None:
                 heads.append((hh, g))
         heapq.heapify(heads)
-        jobs, state = self.jobs, self.state
+        dur, state = self.dur, self.state
         left = shadow - t
         while heads and self.free_total:
             hh, g = heapq.heappop(heads)
@@ -297,7 +297,7 @@ class Cluster:
                     depth += 1
                     if depth > BACKFILL_DEPTH:
                         break
-                    if jobs[i].duration_s <= left and self.occupy(i, t, avoid, shadow):
+                    if dur[i] <= left and self.occupy(i, t, avoid, shadow):
                         started = True
                         break
                 if not started:
@@ -312,9 +312,7 @@ class Cluster:
         """Remaining waits of the pending jobs ``order`` (oldest first) by
         :func:`policies.waits.forecast`, from what a scheduler reports: the running jobs' time
         run and runtimes (none when the trace does not know it), the queue's runtimes."""
-        jobs, start = self.jobs, self.start
-        running = [(jobs[i].gpus, int(t - start[i]), math.ceil(jobs[i].duration_s) if jobs[i].runtime_known
-                    else 0) for i in self.running]
-        queue = [(jobs[i].gpus, math.ceil(jobs[i].duration_s) if jobs[i].runtime_known else 0)
-                 for i in order]
+        gpus, dur, known, start = self.gpus, self.dur, self.known, self.start
+        running = [(gpus[i], int(t - start[i]), math.ceil(dur[i]) if known[i] else 0) for i in self.running]
+        queue = [(gpus[i], math.ceil(dur[i]) if known[i] else 0) for i in order]
         return forecast(queue, running, self.free_total, self.N)

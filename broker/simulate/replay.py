@@ -38,7 +38,7 @@ from broker.simulate.model import (
 )
 from broker.simulate.onprem import Cluster
 from broker.simulate.lifetimes import Lifetimes
-from broker.simulate.trace import TraceJob
+from broker.simulate.table import JobTable, TraceJob
 
 
 def simulate(
@@ -75,24 +75,35 @@ def run_policies(
     return out
 
 
+class JobClasses:
+    """Each job's class from its trace label (one :func:`classify` per distinct label), by the
+    table's label codes: ``cls[i]`` is job i's class, with no list of n references."""
+
+    def __init__(self, jobs: JobTable, classes: Sequence[JobClass]):
+        self.codes = jobs.job_class
+        self.by_code = [classify(classes, s) for s in jobs.strings]
+
+    def __getitem__(self, i: int) -> JobClass:
+        return self.by_code[self.codes[i]]
+
+
 def job_classes(jobs: Sequence[TraceJob], classes: Sequence[JobClass]) -> list[JobClass]:
     """Each job's class from its trace label (one :func:`classify` per distinct label)."""
-    seen: dict[str, JobClass] = {}
-    out = []
-    for j in jobs:
-        c = seen.get(j.job_class)
-        if c is None:
-            c = seen[j.job_class] = classify(classes, j.job_class)
-        out.append(c)
-    return out
+    cls = JobClasses(JobTable.of(jobs), classes)
+    return [cls[i] for i in range(len(jobs))]
 
 
 class Replay:
     def __init__(self, jobs, catalog, policy, cfg, lifetimes, progress):
-        self.cls = job_classes(jobs, policy.trigger.classes)
+        jobs = JobTable.of(jobs)
+        self.cls = cls = JobClasses(jobs, policy.trigger.classes)
         # A class kept off spot makes its jobs non-interruptible for every policy.
-        self.jobs = [replace(j, interruptible=False) if c.spot is False and j.interruptible else j
-                     for j, c in zip(jobs, self.cls)]
+        off = [c.spot is False for c in cls.by_code]
+        if any(off):
+            codes = jobs.job_class
+            jobs = jobs.with_interruptible(array("b", (0 if off[codes[i]] else v
+                                                       for i, v in enumerate(jobs.interruptible))))
+        self.jobs = jobs
         self.n = n = len(self.jobs)
         self.policy = policy
         self.cfg = cfg
@@ -100,8 +111,8 @@ class Replay:
         self.events: list = []
         self.seq = 0
         self.state = array("b", [NEW]) * n  # one byte per job
-        self.wait = [0.0] * n
-        self.pred = [0.0] * n
+        self.wait = array("d", bytes(8 * n))
+        self.pred = array("d", bytes(8 * n))
         self.onprem = Cluster(self.jobs, cfg, self.state, self.wait, self.push)
         self.cloud = Cloud(self.jobs, catalog, policy, cfg, lifetimes, self.state, self.wait, self.push) \
             if policy.market != "none" else None
@@ -112,7 +123,7 @@ class Replay:
         self.next_tick: float | None = None
         self.overdue: list[int] = []
         self.no_offer: set[int] = set()
-        self.held = [False] * n  # overdue and held by schedule first at some tick
+        self.held = bytearray(n)  # overdue and held by schedule first at some tick
         self.pool: list = []  # ranked heap of eligible pending jobs
         self.in_pool = array("b", bytes(n))
         self.ratio = policy.trigger.wait_runtime_ratio
@@ -122,6 +133,7 @@ class Replay:
                        "cloud_gpus_on_demand": [], "cloud_cost_usd": []}
         self.next_sample = 0.0
         self.last_time = 0.0
+        self.ticks = 0  # trigger ticks handled (a replay's work grows with them)
         self.t0 = 0.0
 
     # -- events ---------------------------------------------------------------------------
@@ -131,15 +143,15 @@ class Replay:
         heapq.heappush(self.events, (t, kind, self.seq, payload))
 
     def run(self) -> PolicyResult:
-        jobs, n, ev = self.jobs, self.n, self.events
-        self.next_sample = self.t0 = jobs[0].submit_s if jobs else 0.0
+        sub, n, ev = self.jobs.submit, self.n, self.events
+        self.next_sample = self.t0 = sub[0] if n else 0.0
         ai = 0  # arrivals are merged from the sorted list instead of all sitting in the heap
         prog_every = max(1000, n // 200)
         handled = 0
         while ai < n or ev:
-            if ai < n and (not ev or jobs[ai].submit_s < ev[0][0] or
-                           (jobs[ai].submit_s == ev[0][0] and ev[0][1] > E_ARRIVE)):
-                t = jobs[ai].submit_s
+            if ai < n and (not ev or sub[ai] < ev[0][0] or
+                           (sub[ai] == ev[0][0] and ev[0][1] > E_ARRIVE)):
+                t = sub[ai]
                 kind, payload = E_ARRIVE, ai
                 ai += 1
             else:
@@ -177,6 +189,7 @@ class Replay:
                 self.overdue.append(payload)
                 self.want_tick(t)
         else:
+            self.ticks += 1
             if payload == "tick":
                 if self.next_tick is not None and t < self.next_tick:
                     return  # superseded
@@ -186,19 +199,24 @@ class Replay:
     def result(self) -> PolicyResult:
         n, st, cl, c = self.n, self.state, self.onprem, self.cloud
         span = max(1.0, self.last_time - self.t0)
-        waits = [self.wait[i] for i in range(n) if st[i] == DONE and self.wait[i] >= 0]
-        by_class: dict[str, list[float]] = {}
-        for i in range(n):
-            if st[i] == DONE and self.wait[i] >= 0:
-                by_class.setdefault(self.cls[i].name, []).append(self.wait[i])
+        # One pass; waits as doubles, not a float object each.
+        waits = array("d")
+        by_class: dict[str, array] = {}
         past: dict[str, tuple[float, int, int, int]] = {}
+        wait, held, no_offer, cls = self.wait, self.held, self.no_offer, self.cls
         for i in range(n):
-            if st[i] == DONE and self.wait[i] >= 0:
-                jc = self.cls[i]
-                t, k, h, o = past.get(jc.name, (jc.max_wait_s, 0, 0, 0))
-                if self.wait[i] > jc.max_wait_s:
-                    k, h, o = k + 1, h + self.held[i], o + (i in self.no_offer)
-                past[jc.name] = (t, k, h, o)
+            if st[i] != DONE:
+                continue
+            w = wait[i]
+            if w < 0:
+                continue
+            waits.append(w)
+            jc = cls[i]
+            by_class.setdefault(jc.name, array("d")).append(w)
+            t, k, h, o = past.get(jc.name, (jc.max_wait_s, 0, 0, 0))
+            if w > jc.max_wait_s:
+                k, h, o = k + 1, h + held[i], o + (i in no_offer)
+            past[jc.name] = (t, k, h, o)
         unserved = sum(1 for i in range(n) if st[i] in (PENDING, NEW, NEVER))
         return PolicyResult(
             name=self.policy.name, jobs=n, jobs_burst=c.jobs_burst if c else 0,
@@ -207,7 +225,7 @@ class Replay:
             cost_by_market=c.cost_by_market if c else {}, cost_by_provider=c.cost_by_provider if c else {},
             cloud_gpu_hours=c.gpu_s / 3600.0 if c else 0.0, interruptions=c.interruptions if c else 0,
             onprem_utilization=cl.busy_gpu_s / (cl.N * span) if cl.N else 0.0,
-            waits=waits, class_waits=by_class, class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
+            waits=waits, class_waits=dict[str, Sequence[float]](by_class), class_past_target=past, series=self.series, unserved=unserved, never_runnable=st.count(NEVER),
         )
 
     def sample(self, t: float, force: bool = False) -> None:
@@ -228,16 +246,17 @@ class Replay:
     # -- arrivals -----------------------------------------------------------------------------
 
     def arrive(self, i: int, t: float) -> None:
-        j = self.jobs[i]
+        jobs = self.jobs
+        gpus = jobs.gpus[i]
         cl = self.onprem
-        if j.gpus > cl.N:
+        if gpus > cl.N:
             # No on-prem node set can ever hold it: waiting cannot help, so it goes to the cloud
             # as it arrives, or it never runs.
             if self.cloud is None or not self.cloud.burst(i, t):
                 self.state[i] = NEVER
             return
         cl.enqueue(i)
-        if cl.free_total >= j.gpus:
+        if cl.free_total >= gpus:
             cl.schedule(t)
         if self.state[i] != PENDING or not self.burst_enabled:
             return
@@ -247,13 +266,13 @@ class Replay:
             # Eligible by wait now or later: add it to the pool when its (predicted) wait reaches
             # the minimum share, and to the overdue list when it reaches its wait target
             # (policies.classes.wait_target_s, as the trigger's).
-            run = j.duration_s if j.runtime_known else 0.0
+            run = jobs.duration[i] if jobs.runtime_known[i] else 0.0
             ch = self.cloud.chooser.for_job(i)
             min_run = tc.selection.min_runtime_startups * ch.startup_s
             # A job shorter than a start-up may go only past its class's target
             # (policies.selection.eligibility): no runtime to go by, as a job with none.
             short = 0 < run < min_run
-            if (not short or math.isfinite(cls.max_wait_s)) and j.gpus <= tc.max_gpus_in_flight:
+            if (not short or math.isfinite(cls.max_wait_s)) and gpus <= tc.max_gpus_in_flight:
                 # The wait so far reaching either; the predicted wait is checked on every tick
                 # (predict_all).
                 target = wait_target_s(0.0 if short else run, 0.0, cls, self.ratio)
@@ -280,11 +299,16 @@ class Replay:
 
     # -- the trigger --------------------------------------------------------------------------
 
-    def want_tick(self, t: float) -> None:
+    def want_tick(self, t: float, after: bool = False) -> None:
+        """Ask for a trigger tick at the first tick boundary at or (``after``) past ``t``."""
         if not self.burst_enabled:
             return
         tick = self.cfg.tick_s
         nt = math.ceil(t / tick) * tick
+        if after and nt <= t:
+            # Strictly later, computed, not by adding an epsilon: past 2**23 s (97 days) a
+            # nanosecond no longer changes a double, and the tick would repeat at the same t.
+            nt += tick
         if self.next_tick is None or nt < self.next_tick:
             self.next_tick = nt
             self.push(nt, E_TICK, "tick")
@@ -302,7 +326,7 @@ class Replay:
         """Up to ``want`` GPUs of pending jobs the threshold trigger would send first (FIFO, or
         the ranked pool; items taken off the pool are appended to ``popped``)."""
         out: list[int] = []
-        jobs, no_offer = self.jobs, self.no_offer
+        gpus, no_offer = self.jobs.gpus, self.no_offer
         if self.policy.trigger.order == "fifo":
             for i in self.onprem.fifo_iter():
                 if want <= 0:
@@ -311,7 +335,7 @@ class Replay:
                     continue
                 skip.add(i)
                 out.append(i)
-                want -= jobs[i].gpus
+                want -= gpus[i]
             return out
         pool, state = self.pool, self.state
         while pool and want > 0:
@@ -325,7 +349,7 @@ class Replay:
                 continue
             skip.add(i)
             out.append(i)
-            want -= jobs[i].gpus
+            want -= gpus[i]
         return out
 
     def predict_all(self, t: float) -> None:
@@ -333,9 +357,9 @@ class Replay:
         does on every snapshot); a watched job predicted past its pool bar joins the pool, past
         its wait target the overdue list."""
         order = list(self.onprem.fifo_iter())
-        jobs, pred, watch = self.jobs, self.pred, self.watch
+        sub, pred, watch = self.jobs.submit, self.pred, self.watch
         for i, left in zip(order, self.onprem.waits(t, order)):
-            p = pred[i] = int(t - jobs[i].submit_s) + left
+            p = pred[i] = int(t - sub[i]) + left
             w = watch.get(i)
             if w is not None:
                 if p > w[0]:
@@ -356,7 +380,7 @@ class Replay:
         # on scheduling, not capacity; they neither count as pending nor go.
         sched = self.scheduling_jobs() if verdict == Verdict.MIXED else set()
         if sched:
-            sig = replace(sig, pending_gpus=sig.pending_gpus - sum(self.jobs[i].gpus for i in sched))
+            sig = replace(sig, pending_gpus=sig.pending_gpus - sum(self.jobs.gpus[i] for i in sched))
         # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
         od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
         self.overdue = []
@@ -384,7 +408,7 @@ class Replay:
         if decision.wake_at is not None and decision.wake_at > t:
             self.push(decision.wake_at, E_TICK, "wake")
         if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue or self.watch):
-            self.want_tick(t + 1e-9)
+            self.want_tick(t, after=True)
 
     def scheduling_jobs(self) -> set[int]:
         """The pending jobs, oldest first, that the free GPUs could hold by count (each claims
@@ -394,7 +418,7 @@ class Replay:
         if left <= 0:
             return out
         for i in self.onprem.fifo_iter():
-            g = self.jobs[i].gpus
+            g = self.jobs.gpus[i]
             if g <= left:
                 out.add(i)
                 left -= g

@@ -46,9 +46,10 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
-KINDS = ("training", "tuning", "eval", "inference")
+from broker.simulate.table import KINDS, IdLog, JobTable, TraceJob
+
 FRACTIONAL = ("round-up", "skip")
 SKIP_REASONS = ("no_gpus", "fractional", "never_ran", "no_duration")
 
@@ -90,28 +91,11 @@ def unreadable(p: Path, lines_read: int, e: Exception) -> TraceError:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceJob:
-    job_id: str
-    submit_s: float
-    gpus: int
-    duration_s: float
-    queue: str = ""
-    interruptible: bool = False
-    gpu_model: str = ""
-    data_gb: float = 0.0
-    kind: str = "training"
-    checkpoint_minutes: int = 0
-    job_class: str = ""  # the class label (policies.classes), "" = none
-    runtime_known: bool = True  # False: the policy sees no runtime (the replay still runs it)
-    censored: bool = False  # still running when the trace ended: replayed up to its end
-
-
-@dataclass(frozen=True, slots=True)
 class Trace:
     """The jobs to replay, sorted by submit time, and what was left out of the file."""
 
     path: str
-    jobs: list[TraceJob]
+    jobs: Sequence[TraceJob]  # a JobTable when read from a file
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows
     rounded_up: int = 0  # fractional GPU shares rounded up to whole GPUs
     censored: int = 0
@@ -120,10 +104,14 @@ class Trace:
     def span_s(self) -> float:
         if not self.jobs:
             return 0.0
+        if isinstance(self.jobs, JobTable):
+            return max(1.0, max(map(float.__add__, self.jobs.submit, self.jobs.duration)) - self.jobs.submit[0])
         return max(1.0, max(j.submit_s + j.duration_s for j in self.jobs) - self.jobs[0].submit_s)
 
     @property
     def gpu_hours(self) -> float:
+        if isinstance(self.jobs, JobTable):
+            return sum(map(float.__mul__, map(float, self.jobs.gpus), self.jobs.duration)) / 3600.0
         return sum(j.gpus * j.duration_s for j in self.jobs) / 3600.0
 
     def to_dict(self) -> dict:
@@ -224,8 +212,15 @@ class _Reader:
         self.width = cols.width
         self.name = name
         self.o = opts
-        self.seen: set[str] = set()
+        self.ids = IdLog()  # every row's id, to refuse a repeated one (first_repeat)
         self.rounded = 0  # fractional shares rounded up, among the jobs kept
+
+    def refuse_repeat(self) -> None:
+        """Raise for the earliest row so far whose job id an earlier row had (as the row is
+        read: before any later line's error or any strict refusal)."""
+        rep = self.ids.first_repeat()
+        if rep is not None:
+            raise self.fail(rep[0], f"job_id {rep[1]} appears twice")
 
     def fail(self, line: int, what: str) -> TraceError:
         return TraceError(f"{self.name} line {line}: {what}")
@@ -240,9 +235,7 @@ class _Reader:
         jid = self.get(row, "job_id")
         if not jid:
             raise self.fail(line, "job_id is empty")
-        if jid in self.seen:
-            raise self.fail(line, f"job_id {jid} appears twice")
-        self.seen.add(jid)
+        self.ids.add(jid, line)
         try:
             submit, start, end = (_time(self.get(row, f)) for f in ("submit", "start", "end"))
             g = self.get(row, "gpus")
@@ -376,6 +369,7 @@ def read_trace(
         f = p.open(newline="", encoding="utf-8")
     except OSError as e:
         raise TraceError(f"cannot read trace {p}: {e.strerror or e}") from None
+    rd: _Reader | None = None
     with f:
         reader = csv.reader(f)
         try:
@@ -383,7 +377,7 @@ def read_trace(
             rd = _Reader(_Columns(header, p.name, columns or {}), p.name,
                          {"share": interruptible_share, "seed": seed, "model": default_gpu_model.upper(),
                           "strict": strict, "fractional": fractional})
-            jobs, skipped, later, failed, rows, trace_end = [], dict.fromkeys(SKIP_REASONS, 0), [], None, 0, 0.0
+            jobs, skipped, later, failed, rows, trace_end = JobTable(), dict.fromkeys(SKIP_REASONS, 0), [], None, 0, 0.0
             for line, row in enumerate(reader, start=2):
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
@@ -397,7 +391,15 @@ def read_trace(
         except StopIteration:
             raise TraceError(f"{p.name} is empty") from None
         except (UnicodeDecodeError, csv.Error) as e:
+            if rd is not None:
+                rd.refuse_repeat()
             raise unreadable(p, reader.line_num, e) from None
+        except TraceError:
+            if rd is not None:
+                rd.refuse_repeat()  # a repeated id on an earlier line (or this one) is refused first
+            raise
+    assert rd is not None
+    rd.refuse_repeat()
     # one pass: a row is a job as soon as it is read, except those waiting for the trace's end;
     # a strict refusal is raised after every row was read, the earliest line first, as before
     for r in later:
@@ -408,9 +410,8 @@ def read_trace(
         raise failed.error
     if not jobs:
         raise TraceError(f"{p.name} holds no jobs" + (f" (skipped {sum(skipped.values())} rows)" if rows else ""))
-    jobs.sort(key=lambda j: j.submit_s)
-    return Trace(str(p), jobs, {k: v for k, v in skipped.items() if v}, rd.rounded,
-                 sum(1 for j in jobs if j.censored))
+    jobs.sort_by_submit()
+    return Trace(str(p), jobs, {k: v for k, v in skipped.items() if v}, rd.rounded, sum(jobs.censored))
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,7 +420,7 @@ class _Refusal:
     error: TraceError
 
 
-def _keep(rd: _Reader, r: _Row, trace_end: float, jobs: list, skipped: dict) -> _Refusal | None:
+def _keep(rd: _Reader, r: _Row, trace_end: float, jobs: JobTable, skipped: dict) -> _Refusal | None:
     """Add row ``r``'s job to ``jobs`` (or count why it is skipped); a strict refusal is returned."""
     try:
         j = rd.job(r, trace_end)
@@ -428,7 +429,7 @@ def _keep(rd: _Reader, r: _Row, trace_end: float, jobs: list, skipped: dict) -> 
     if isinstance(j, str):
         skipped[j] += 1
     else:
-        jobs.append(j)
+        jobs.add_job(j)
     return None
 
 
