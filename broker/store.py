@@ -212,6 +212,20 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
+    def open_connections(self) -> int:
+        """Open the pool's connections now (at start-up), not as the first calls arrive and each
+        waits for its own (a PostgreSQL connection is a new server process); returns how many."""
+        size = getattr(self.engine.pool, "size", lambda: 1)()
+        conns = []
+        try:
+            for _ in range(size):
+                conns.append(self.engine.connect())
+                conns[-1].exec_driver_sql("SELECT 1")
+        finally:
+            for c in conns:
+                c.close()
+        return len(conns)
+
     def close(self) -> None:
         if self._writer is not None:
             self._pending.put(None)
