@@ -218,17 +218,16 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     log.info("stopped", process=process)
 
 
-#: How long `broker serve` waits, before SERVING, for the clouds' providers to be built (their SDK
-#: imports: ~3 s on a quiet 2-core machine, tens of seconds on a starved one).
-WARM_UP_S = 30.0
-
-
 def _warm_up(service, process: int) -> None:
-    """Build the providers, open the store's connections and price a quote before SERVING: under
-    load from the first second, what the first calls would otherwise wait for (a quote's p99 of
-    seconds in the first minute of a soak, then a few hundred ms)."""
+    """Build the providers, open the store's connections and price a quote before SERVING
+    (``[server] warm_up_s``; 0: none): under load from the first second, what the first calls
+    would otherwise wait for (a quote's p99 of seconds in the first 15 s of a soak, then a few
+    hundred ms)."""
+    within = service.config.server.warm_up_s
+    if not within:
+        return
     t = time.monotonic()
-    left = service.warm_up(WARM_UP_S)
+    left = service.warm_up(within)
     log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,
              **({"providers_still_building": left} if left else {}))
 

@@ -167,9 +167,8 @@ def test_serve_says_serving_once_the_clouds_are_built(tmp_path, monkeypatch):
 
 
 def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_path, monkeypatch):
-    """A build that outlasts the warm-up's bound goes on behind SERVING, as without the warm-up."""
-    from broker import serving
-
+    """A build that outlasts the warm-up's bound (``[server] warm_up_s``) goes on behind
+    SERVING, as without the warm-up."""
     gate, calls = threading.Event(), []
 
     def slow(name, settings, owner):
@@ -178,9 +177,9 @@ def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_p
         return _Built()
 
     monkeypatch.setattr(registry, "build", slow)
-    monkeypatch.setattr(serving, "WARM_UP_S", 0.1)
     config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
-                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0})
+                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0,
+                                               "server.warm_up_s": 0.1})
     stop, ready, ports = threading.Event(), threading.Event(), []
     t = _serve_in_thread(config, stop, ready, ports)
     try:
