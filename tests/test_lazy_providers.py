@@ -1,5 +1,6 @@
-"""`broker serve` builds the enabled clouds' providers lazily: the service answers before their
-SDKs are imported, builds them behind it, and a call that needs one first waits for it."""
+"""The enabled clouds' providers are built lazily: the service can answer before their SDKs are
+imported and builds them behind it, and a call that needs one first waits for it. `broker serve`
+waits for the builds before SERVING (``[server] warm_up_s``), up to that bound."""
 from __future__ import annotations
 
 import json
