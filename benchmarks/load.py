@@ -23,9 +23,12 @@ leaves EC2 listing, not everything it ever launched.
 
 ``--seed-terminated N`` starts the mocked EC2 with N of the broker's instances launched and
 terminated already (as a long run leaves them), to see in minutes what a long run's history costs.
+``--seed-ended-leases N`` starts the store with N ended leases (released or failed, each with its
+events, as ten minutes of this load leave about 6,400), for the same reason on the broker's side.
 
 Run: .venv/bin/python benchmarks/load.py [--seconds 600] [--clients 32] [--store sqlite|postgresql|both]
      [--window 60] [--clouds process|inline] [--ec2-retention-s 60] [--seed-terminated 0]
+     [--seed-ended-leases 0]
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.load_history import seed_ended_leases, seed_terminated  # noqa: E402
 
 #: The mix, by weight: most traffic reads (quotes, lease lists), a steady share of pushed queue
 #: snapshots, and launches that are released again straight away.
@@ -362,25 +367,6 @@ def held_instances(clouds) -> dict[str, int]:
             if (fake := cloud.fakes.get(name)) is not None}
 
 
-def seed_terminated(clouds, owner: str, n: int) -> None:
-    """``n`` instances carrying ``owner``'s tag, launched and terminated in the mocked EC2."""
-    import boto3
-
-    from providers.base import TAG_LEASE, TAG_OWNER
-
-    table = clouds.provider_tables()["aws"]
-    region = table["regions"][0]
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=table["endpoint_url"])
-    tags = [{"ResourceType": "instance", "Tags": [{"Key": TAG_OWNER, "Value": owner},
-                                                  {"Key": TAG_LEASE, "Value": "seed"}]}]
-    for i in range(0, n, 200):
-        count = min(200, n - i)
-        ids = [r["InstanceId"] for r in ec2.run_instances(
-            ImageId=table["image_id"][region], InstanceType="g5.xlarge", MinCount=count, MaxCount=count,
-            TagSpecifications=tags)["Instances"]]
-        ec2.terminate_instances(InstanceIds=ids)
-
-
 def start_clouds(mode: str):
     if mode == "inline":
         from tests.clouds.three import Clouds
@@ -420,6 +406,9 @@ def soak(store: str, args) -> dict:
             if args.seed_terminated:
                 seed_terminated(clouds, "broker-test", args.seed_terminated)
                 print(f"{store}: the mocked EC2 starts with {args.seed_terminated} terminated instances")
+            if args.seed_ended_leases:
+                seed_ended_leases(url, args.seed_ended_leases)
+                print(f"{store}: the store starts with {args.seed_ended_leases} ended leases")
             serve = ServeProcess(cfg, tmpd).start(timeout=90)
             rss: list[tuple[float, float]] = []
             stop = threading.Event()
@@ -548,6 +537,8 @@ def main() -> None:
                     help="how long the mocked EC2 lists a terminated instance (EC2: about an hour)")
     ap.add_argument("--seed-terminated", type=int, default=0,
                     help="start the mocked EC2 with this many of the broker's instances terminated already")
+    ap.add_argument("--seed-ended-leases", type=int, default=0,
+                    help="start the store with this many ended leases (ten minutes of this load leave ~6,400)")
     ap.add_argument("--settle-s", type=float, default=180.0,
                     help="after the load, how long to wait for every lease and instance to be gone")
     args = ap.parse_args()

@@ -118,6 +118,10 @@ class ServerSettings(Table):
     #: "" = none), and the base URL nodes reach it at (default ``http://<its address>``).
     callback_listen: str = "127.0.0.1:0"
     callback_url: str = ""
+    #: Before SERVING, how long to wait for the enabled clouds' providers to be built (their SDK
+    #: imports), with the store's connections opened and a quote priced meanwhile: the first
+    #: calls then cost what later ones do. 0 = SERVING at once, the providers built behind.
+    warm_up_s: Annotated[float, Meta(ge=0, le=3600)] = 30.0
 
     def __post_init__(self) -> None:
         for key in ("listen", "callback_listen"):

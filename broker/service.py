@@ -321,6 +321,31 @@ class Service:
         report = report.checked()
         return apply_report(self.store, self.lifecycle.get(report.lease_id), report, self.clock())
 
+    # -- start-up --------------------------------------------------------------------------------
+    #: A common demand the warm-up quotes (no quote is stored): the quote path's first call pays
+    #: its imports and first-use costs (~0.4 s), which clients arriving at once would wait for.
+    WARM_DEMAND = Demand(gpus=8, hours=1, gpu_model="H100")
+
+    def warm_up(self, within_s: float) -> list[str]:
+        """What `broker serve` does before it says SERVING, so its first calls cost what later ones
+        do: build the enabled clouds' providers (their SDK imports hold the GIL for seconds, which
+        every call made meanwhile would wait for), open the store's pooled connections and price
+        one quote. Waits at most ``within_s`` for the providers (a build left then goes on behind,
+        as without the warm-up); returns the names of those not built yet."""
+        deadline = time.monotonic() + within_s
+        built = threading.Event()
+        self._build_providers(then=built.set)
+        self.store.open_connections()
+        engine = self.engine
+        try:
+            q = engine.quote(engine.validate(self.WARM_DEMAND, self.clock()), now=self.clock(),
+                             blocked=self.store.active_blocks(self.clock()))
+            q.targets(LAUNCHABLE_OFFERS)
+        except DemandError:  # a catalog without the GPU: the modules are loaded all the same
+            pass
+        built.wait(max(0.0, deadline - time.monotonic()))
+        return sorted(n for n, p in self.providers.items() if isinstance(p, LazyProvider) and not p.built)
+
     # -- background loops ------------------------------------------------------------------------
     def start_background(self, lead: bool = True) -> None:
         """Run the reconciler (and the autoscaler) on the leader replica only. ``lead=False``:

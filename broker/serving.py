@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from concurrent import futures
 from typing import TYPE_CHECKING
 
@@ -169,6 +170,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     service = None
     if process > 0:  # the port already answers (process 0): join it only once able to serve
         service = make_service()
+        _warm_up(service, process)
         if stop.is_set():
             service.stop()
             return
@@ -179,6 +181,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         on_port(port)
     try:
         service = service or make_service()
+        _warm_up(service, process)
     except BaseException:
         server.stop(grace=None)
         raise
@@ -213,6 +216,20 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         callback.stop()
     service.stop()
     log.info("stopped", process=process)
+
+
+def _warm_up(service, process: int) -> None:
+    """Build the providers, open the store's connections and price a quote before SERVING
+    (``[server] warm_up_s``; 0: none): under load from the first second, what the first calls
+    would otherwise wait for (a quote's p99 of seconds in the first 15 s of a soak, then a few
+    hundred ms)."""
+    within = service.config.server.warm_up_s
+    if not within:
+        return
+    t = time.monotonic()
+    left = service.warm_up(within)
+    log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,
+             **({"providers_still_building": left} if left else {}))
 
 
 def start_callback(config, service):

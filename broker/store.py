@@ -15,7 +15,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from sqlalchemy import BigInteger, Integer, String, Text, UniqueConstraint, delete, event, func, insert, text, update
+from sqlalchemy import (BigInteger, Index, Integer, String, Text, UniqueConstraint, delete, event, func, insert, text,
+                        update)
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 from broker.errors import Unavailable
@@ -50,9 +51,14 @@ class QuoteRecord(SQLModel, table=True):
 
 class LeaseRecord(SQLModel, table=True):
     __tablename__ = "leases"
-    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_lease_idempotency"),)
+    # Listings are newest first and bounded (ListLeases' limit): both indexes let the store read
+    # only the rows it returns, however many ended leases it keeps; the second also serves every
+    # lookup by tenant (the budget's counted leases, an idempotency key's tenant).
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_lease_idempotency"),
+                      Index("ix_leases_created_at", "created_at"),
+                      Index("ix_leases_tenant_created_at", "tenant", "created_at"))
     lease_id: str = Field(primary_key=True)
-    tenant: str = Field(default="default", index=True)
+    tenant: str = Field(default="default")
     idempotency_key: str = Field(index=True)
     state: str = Field(index=True)
     state_reason: str = ""
@@ -205,6 +211,20 @@ class Store:
     @property
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
+
+    def open_connections(self) -> int:
+        """Open the pool's connections now (at start-up), not as the first calls arrive and each
+        waits for its own (a PostgreSQL connection is a new server process); returns how many."""
+        size = getattr(self.engine.pool, "size", lambda: 1)()
+        conns = []
+        try:
+            for _ in range(size):
+                conns.append(self.engine.connect())
+                conns[-1].exec_driver_sql("SELECT 1")
+        finally:
+            for c in conns:
+                c.close()
+        return len(conns)
 
     def close(self) -> None:
         if self._writer is not None:

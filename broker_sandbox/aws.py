@@ -435,7 +435,8 @@ class AwsCloud(LoopbackServer):
             # Its interfaces went with it: terminating it again (EC2 answers that as a success)
             # must not ask moto to delete them a second time (moto would answer NotFound).
             for _, backend in self._backends():
-                for reservation in backend.reservations.values():
+                # a copy: moto adds reservations from other request threads, outside this lock
+                for reservation in list(backend.reservations.values()):
                     for inst in reservation.instances:
                         if inst.id in ids and inst.state == "terminated":
                             for nic in inst.nics.values():

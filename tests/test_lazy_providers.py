@@ -1,5 +1,6 @@
-"""`broker serve` builds the enabled clouds' providers lazily: the service answers before their
-SDKs are imported, builds them behind it, and a call that needs one first waits for it."""
+"""The enabled clouds' providers are built lazily: the service can answer before their SDKs are
+imported and builds them behind it, and a call that needs one first waits for it. `broker serve`
+waits for the builds before SERVING (``[server] warm_up_s``), up to that bound."""
 from __future__ import annotations
 
 import json
@@ -106,3 +107,88 @@ def _demand():
     from policies.demand import Demand
 
     return Demand(gpus=8, hours=1, gpu_model="H100")
+
+
+class _Built:
+    """What a slow build returns: a provider with no instances (the reconciler lists it)."""
+
+    def list_managed(self, *args, **kwargs) -> list:
+        return []
+
+
+def _serve_in_thread(config, stop: threading.Event, ready: threading.Event, ports: list):
+    from broker.serving import serve
+
+    t = threading.Thread(target=serve, args=(config, "127.0.0.1:0", lambda: Service(config)),
+                         kwargs={"on_port": ports.append, "stop": stop, "ready": ready}, daemon=True)
+    t.start()
+    return t
+
+
+def _health(addr: str) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(addr) as ch:
+        return health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service="broker.v1.Broker"), timeout=5).status
+
+
+def test_serve_says_serving_once_the_clouds_are_built(tmp_path, monkeypatch):
+    """`broker serve` builds the providers before SERVING (their SDK imports would stall every
+    call made meanwhile); the port answers NOT_SERVING until then."""
+    from grpc_health.v1 import health_pb2
+
+    gate, calls = threading.Event(), []
+
+    def slow(name, settings, owner):
+        calls.append(name)
+        assert gate.wait(60)
+        return _Built()
+
+    monkeypatch.setattr(registry, "build", slow)
+    config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
+                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0})
+    stop, ready, ports = threading.Event(), threading.Event(), []
+    t = _serve_in_thread(config, stop, ready, ports)
+    try:
+        wait_for(lambda: calls)
+        addr = f"127.0.0.1:{ports[0]}"
+        assert not ready.is_set()
+        assert _health(addr) == health_pb2.HealthCheckResponse.NOT_SERVING
+        gate.set()
+        assert ready.wait(60)
+        assert _health(addr) == health_pb2.HealthCheckResponse.SERVING
+        assert calls == ["aws"]
+    finally:
+        gate.set()
+        stop.set()
+        t.join(60)
+    assert not t.is_alive()
+
+
+def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_path, monkeypatch):
+    """A build that outlasts the warm-up's bound (``[server] warm_up_s``) goes on behind
+    SERVING, as without the warm-up."""
+    gate, calls = threading.Event(), []
+
+    def slow(name, settings, owner):
+        calls.append(name)
+        assert gate.wait(60)
+        return _Built()
+
+    monkeypatch.setattr(registry, "build", slow)
+    config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
+                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0,
+                                               "server.warm_up_s": 0.1})
+    stop, ready, ports = threading.Event(), threading.Event(), []
+    t = _serve_in_thread(config, stop, ready, ports)
+    try:
+        assert ready.wait(60)  # SERVING while the build still waits on the gate
+        assert calls == ["aws"] and not gate.is_set()
+        gate.set()
+    finally:
+        gate.set()
+        stop.set()
+        t.join(60)
+    assert not t.is_alive()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import BigInteger, Integer, MetaData, create_engine, inspect, text
+from sqlalchemy import BigInteger, Index, Integer, MetaData, create_engine, inspect, text
 
 from broker import migrate, schema
 from broker.store import Store, engine_for
@@ -132,6 +132,9 @@ def test_a_database_at_a_revision_newer_than_the_code_is_refused(db_url, tmp_pat
 #: Columns of the store's tables that revisions after the baseline added (0003: leases.job_state,
 #: 0004: leases.starts_at).
 LATER_COLUMNS = {"leases": ("job_state", "starts_at")}
+#: Indexes revisions after the baseline made (0005), and the baseline's ones they replaced.
+LATER_INDEXES = {"leases": ("ix_leases_created_at", "ix_leases_tenant_created_at")}
+EARLIER_INDEXES = {"leases": (("ix_leases_tenant", "tenant"),)}
 
 
 def _old_schema(url: str, *, market_refreshed: bool) -> None:
@@ -149,6 +152,10 @@ def _old_schema(url: str, *, market_refreshed: bool) -> None:
         t = SQLModel.metadata.tables[name].to_metadata(old)
         for column in LATER_COLUMNS.get(name, ()):  # added by a revision after the baseline
             t._columns.remove(t.c[column])
+        for index in [i for i in t.indexes if i.name in LATER_INDEXES.get(name, ())]:
+            t.indexes.remove(index)
+        for index, column in EARLIER_INDEXES.get(name, ()):
+            Index(index, t.c[column])
         if pg:
             for c in t.columns:
                 if isinstance(c.type, BigInteger):

@@ -161,3 +161,11 @@ def test_create_returns_the_lease_it_wrote_even_if_another_writer_removes_it_at_
     assert (created.lease_id, created.idempotency_key, created.state) == ("l-gone", "gone", "requested")
     assert created.hourly_micros == 98_320_000 and created.version >= 1
     assert store.get_lease("l-gone") is None  # it was removed: the answer is what was written
+
+
+def test_open_connections_fills_the_pool_before_the_first_call(store):
+    """At start-up the store opens its pool's connections, so the first calls do not each open one."""
+    pool = store.engine.pool
+    opened = store.open_connections()
+    assert opened == pool.size() and opened >= 1
+    assert pool.checkedin() == opened and pool.checkedout() == 0
