@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from providers import catalog_cache
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.registry import names as registered
 
@@ -207,5 +208,7 @@ def load(data_dir: Path | str | None = None) -> Catalog:
 
 @functools.lru_cache(maxsize=4)
 def bundled(data_dir: str | None = None) -> Catalog:
-    """The catalog, loaded once per process."""
-    return load(data_dir)
+    """The catalog, loaded once per process: from its compiled copy when that is current
+    (:mod:`providers.catalog_cache`), else parsed (and the copy written)."""
+    return catalog_cache.cached(Path(data_dir) if data_dir else DATA_DIR, registered(), load,
+                                (Catalog, Region, Terms), (__file__,))
