@@ -6,9 +6,7 @@ only the offerings of the GPU it asks for and never re-parses text.
 """
 from __future__ import annotations
 
-import csv
 import functools
-import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -115,6 +113,8 @@ class Catalog:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    import csv  # here and in load: only a parse needs them, not the compiled copy
+
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -169,6 +169,8 @@ def load(data_dir: Path | str | None = None) -> Catalog:
             r["provider"], r["region"], r["geo"].lower(), r.get("location", ""),
             tuple((r.get("zones") or "").split()),
         )
+    import tomllib
+
     with (d / "network.toml").open("rb") as f:
         net = tomllib.load(f)
     clouds = registered()
