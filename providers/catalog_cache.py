@@ -8,8 +8,8 @@ parsed from its files, as without it.
 
 - **Invalidation.** The copy is used only when its key equals the key of what it would replace:
   the catalog directory, each of its files' size, modification time (ns) and inode, the same of
-  the modules that parse and define the catalog (a new version of the code never reads an older
-  copy), the registered clouds, this format's number and the interpreter's version (marshal's
+  the modules that parse and define the catalog and of the cloud registry (a new version of the
+  code never reads an older copy), this format's number and the interpreter's version (marshal's
   format is the interpreter's).
 - **Where.** ``$BROKER_HOME/cache`` when ``BROKER_HOME`` is set, else ``$XDG_CACHE_HOME/broker``
   (``~/.cache/broker``); one file per catalog directory.
@@ -52,13 +52,13 @@ def _stat(path: Path | str) -> tuple[int, int, int]:
     return (s.st_size, s.st_mtime_ns, s.st_ino)
 
 
-def key(data_dir: Path, clouds: tuple[str, ...], code: tuple[str, ...] = ()) -> tuple:
+def key(data_dir: Path, code: tuple[str, ...] = ()) -> tuple:
     """What a copy must have been made from to stand for the catalog in ``data_dir`` (``code``:
     the modules that parse it besides this one and :mod:`providers.base`); OSError when a file
     cannot be seen (the parse then says which)."""
     modules = tuple(_stat(m) for m in (__file__, _base.__file__, *code))
     files = tuple((name, *_stat(data_dir / name)) for name in FILES)
-    return (FORMAT, sys.hexversion, str(data_dir.resolve()), clouds, modules, files)
+    return (FORMAT, sys.hexversion, str(data_dir.resolve()), modules, files)
 
 
 def path_for(data_dir: Path, environ: Any = None) -> Path:
@@ -150,12 +150,12 @@ def build(data: Any, k: tuple, types: tuple[type, type, type]) -> Any:
         return None
 
 
-def cached(data_dir: Path, clouds: tuple[str, ...], parse: Callable[[Path], Any],
-           types: tuple[type, type, type], code: tuple[str, ...] = ()) -> Any:
+def cached(data_dir: Path, parse: Callable[[Path], Any], types: tuple[type, type, type],
+           code: tuple[str, ...] = ()) -> Any:
     """The catalog in ``data_dir``: from its compiled copy when that is current and trusted, else
     ``parse(data_dir)`` (and the copy written for the next process)."""
     try:
-        k = key(data_dir, clouds, code)
+        k = key(data_dir, code)
     except OSError:
         return parse(data_dir)
     path = path_for(data_dir)

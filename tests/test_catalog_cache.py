@@ -12,7 +12,6 @@ import pytest
 
 from providers import catalog, catalog_cache
 from providers.catalog import DATA_DIR
-from providers.registry import names
 
 
 @pytest.fixture
@@ -38,8 +37,7 @@ class Parses:
 
 
 def cached(d: Path, parse: Parses):
-    return catalog_cache.cached(d, names(), parse, (catalog.Catalog, catalog.Region, catalog.Terms),
-                                (catalog.__file__,))
+    return catalog_cache.cached(d, parse, (catalog.Catalog, catalog.Region, catalog.Terms), (catalog.__file__,))
 
 
 def test_the_copy_gives_the_catalog_a_parse_gives_without_parsing(data):
