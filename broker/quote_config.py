@@ -10,7 +10,8 @@ enabled in which regions. :func:`load` gives those:
   directory, the same atomic write and the same trust rules) when the copy was made from the
   same configuration file (its exact bytes), the same environment (every ``BROKER_*`` variable and
   those the default paths read) and the same code (every module of the product the full load had
-  loaded, by size, modification time and inode, and the interpreter's version);
+  loaded, by size, modification time and inode, and the interpreter's version). The file and the
+  environment are kept as a BLAKE2 digest, never as text: they may hold tokens;
 - else by loading the whole configuration as every command does (an error is reported exactly
   as before and never remembered), and writing the copy for the next quote.
 
@@ -95,6 +96,20 @@ def _current(code: Any) -> bool:
         return False
 
 
+def _digest(path: str, raw: bytes, env: tuple[tuple[str, str], ...]) -> bytes:
+    """One digest of the file's name and bytes and the environment (which may hold secrets)."""
+    try:
+        from _blake2 import blake2b  # CPython's own; hashlib would start OpenSSL (~3 ms)
+    except ImportError:  # pragma: no cover: another interpreter
+        from hashlib import blake2b
+    h = blake2b(digest_size=32)
+    for part in (path.encode(errors="surrogateescape"), raw,
+                 *(f"{k}={v}".encode(errors="surrogateescape") for k, v in env)):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
 def remembered(path: Path, key: tuple) -> dict | None:
     """The view in the copy at ``path`` when it was made under ``key`` from today's code."""
     data = catalog_cache.read(path)
@@ -115,9 +130,10 @@ def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> A
     except (OSError, ValueError):
         raw = None  # the full load says what is wrong with it
     env = tuple(sorted((k, v) for k, v in environ.items() if k.startswith("BROKER_") or k in ENVIRONMENT))
-    key = (FORMAT, sys.hexversion, str(Path(path).absolute()) if path else "", raw, env)
-    copy = catalog_cache.cache_dir(environ) / f"quote-config-{zlib.crc32(key[2].encode()):08x}.marshal"
-    view = remembered(copy, key) if raw is not None else None
+    where = str(Path(path).absolute()) if path else ""
+    key = (FORMAT, sys.hexversion, _digest(where, raw or b"", env)) if raw is not None else None
+    copy = catalog_cache.cache_dir(environ) / f"quote-config-{zlib.crc32(where.encode()):08x}.marshal"
+    view = remembered(copy, key) if key is not None else None
     if view is not None:
         try:
             return QuoteConfig(view)
@@ -129,6 +145,6 @@ def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> A
     view = view_of(cfg)
     if view is None:
         return cfg
-    if raw is not None and (Path(path).read_bytes() if path else b"") == raw:  # not changed meanwhile
+    if key is not None and (Path(path).read_bytes() if path else b"") == raw:  # not changed meanwhile
         catalog_cache.write(copy, (key, _code(), view))
     return QuoteConfig(view)

@@ -103,6 +103,18 @@ def test_a_change_loads_the_whole_configuration_again(env, config_file, monkeypa
     assert got.db_url != "x"
 
 
+def test_the_copy_keeps_no_token_of_the_file_or_the_environment(env, config_file, tmp_path):
+    config_file.write_text(CONFIG.replace('owner = "quote-config-test"',
+                                          'owner = "quote-config-test"\n[auth]\ntokens = { "file-secret-4f1e" = "*" }'))
+    env = {**env, "BROKER_TOKEN": "env-secret-9c2d", "BROKER_AUTH__STORE_CACHE_S": "3"}
+    quote_config.load(str(config_file), env)
+    (copy,) = quote_config.catalog_cache.cache_dir(env).glob("quote-config-*")
+    body = copy.read_bytes()
+    assert b"quote-config-test" not in body  # nothing of the file...
+    assert b"file-secret-4f1e" not in body and b"env-secret-9c2d" not in body  # ...nor of the environment
+    assert quote_config.load(str(config_file), env).catalog.max_age_h == 12  # and it is read back
+
+
 def test_an_error_is_reported_every_time_and_never_remembered(env, config_file, monkeypatch):
     quote_config.load(str(config_file), env)
     config_file.write_text(CONFIG.replace("max_age_h = 12", "max_age_hours = 12"))
