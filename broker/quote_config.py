@@ -119,20 +119,25 @@ def remembered(path: Path, key: tuple) -> dict | None:
     return None
 
 
+def _read(path: str | None) -> bytes | None:
+    """The configuration file's bytes (b"" for none), or None when it cannot be read."""
+    try:
+        return Path(path).read_bytes() if path else b""
+    except (OSError, ValueError):
+        return None
+
+
 def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> Any:
     """The settings a quote reads from ``path`` (or ``$BROKER_CONFIG``) and the environment: a
     :class:`QuoteConfig`, or the whole :class:`broker.config.Config` where no copy can stand for
     it. Raises :class:`broker.errors.ConfigError` as :func:`broker.config.load` does."""
     environ = os.environ if environ is None else environ
     path = path or environ.get("BROKER_CONFIG") or None
-    try:
-        raw = Path(path).read_bytes() if path else b""
-    except (OSError, ValueError):
-        raw = None  # the full load says what is wrong with it
+    raw = _read(path)  # None: the full load says what is wrong with it
     env = tuple(sorted((k, v) for k, v in environ.items() if k.startswith("BROKER_") or k in ENVIRONMENT))
     where = str(Path(path).absolute()) if path else ""
     key = (FORMAT, sys.hexversion, _digest(where, raw or b"", env)) if raw is not None else None
-    copy = catalog_cache.cache_dir(environ) / f"quote-config-{zlib.crc32(where.encode()):08x}.marshal"
+    copy = catalog_cache.cache_dir(environ) / f"quote-config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.marshal"
     view = remembered(copy, key) if key is not None else None
     if view is not None:
         try:
@@ -145,6 +150,6 @@ def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> A
     view = view_of(cfg)
     if view is None:
         return cfg
-    if key is not None and (Path(path).read_bytes() if path else b"") == raw:  # not changed meanwhile
+    if key is not None and _read(path) == raw:  # not changed meanwhile
         catalog_cache.write(copy, (key, _code(), view))
     return QuoteConfig(view)
