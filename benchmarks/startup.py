@@ -12,7 +12,11 @@ measures, from the moment the process is spawned:
 
 ``--cli-only`` measures, instead of the above, `broker --help` and a cold in-process
 `broker quote --gpu H100:8 --hours 24` (table and ``-o json``) as whole processes, wall and CPU
-(user + system of the child, from ``getrusage``: steadier than wall on a loaded machine).
+(user + system of the child, from ``getrusage``: steadier than wall on a loaded machine);
+``--before DIR`` adds the same quotes on the code of checkout DIR, interleaved in the same run.
+A quote keeps a compiled catalog and the settings it reads in the user's cache directory
+(``~/.cache/broker``): the warm-up runs write them, the timed runs read them, as every quote
+after the first does.
 Compile the bytecode first (``python -m compileall broker policies providers``) where
 ``PYTHONDONTWRITEBYTECODE`` is set: an install has it.
 
@@ -65,9 +69,10 @@ ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench bench@example"
 """
 
 
-def env() -> dict[str, str]:
+def env(root: str | None = None) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
-    e["PYTHONPATH"] = os.environ.get("BROKER_BENCH_ROOT", str(ROOT))  # another checkout, for a before/after
+    # another checkout, for a before/after
+    e["PYTHONPATH"] = root or os.environ.get("BROKER_BENCH_ROOT", str(ROOT))
     return e
 
 
@@ -81,11 +86,11 @@ def timed(argv: list[str]) -> float:
     return timed_cpu(argv)[0]
 
 
-def timed_cpu(argv: list[str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one run of ``argv`` to its exit."""
+def timed_cpu(argv: list[str], root: str | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of ``argv`` (the code of ``root``) to its exit."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(argv, env=env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    subprocess.run(argv, env=env(root), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    cwd=tempfile.gettempdir())  # not the checkout: PYTHONPATH picks the code
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -95,16 +100,20 @@ def timed_cpu(argv: list[str]) -> tuple[float, float]:
 QUOTE = ["quote", "--gpu", "H100:8", "--hours", "24"]
 
 
-def cli_only(runs: int) -> None:
-    cases = {"python -c pass": ["-c", "pass"], "broker --help": ["-m", "broker", "--help"],
-             "broker quote": ["-m", "broker", *QUOTE], "broker quote -o json": ["-m", "broker", *QUOTE, "-o", "json"]}
+def cli_only(runs: int, before: str | None = None) -> None:
+    cases: dict[str, tuple[list[str], str | None]] = {
+        "python -c pass": (["-c", "pass"], None), "broker --help": (["-m", "broker", "--help"], None),
+        "broker quote": (["-m", "broker", *QUOTE], None),
+        "broker quote -o json": (["-m", "broker", *QUOTE, "-o", "json"], None)}
+    if before:  # the same quotes on the code of another checkout, in the same run
+        cases |= {f"before: {k}": (argv, before) for k, (argv, _) in cases.items() if k.startswith("broker quote")}
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
-    for _ in range(2):  # warm-up: the page cache
-        for argv in cases.values():
-            timed_cpu([sys.executable, *argv])
+    for _ in range(2):  # warm-up: the page cache (and any cache the command keeps)
+        for argv, root in cases.values():
+            timed_cpu([sys.executable, *argv], root)
     for _ in range(runs):  # interleaved, so load on the machine touches every figure alike
-        for name, argv in cases.items():
-            got[name].append(timed_cpu([sys.executable, *argv]))
+        for name, (argv, root) in cases.items():
+            got[name].append(timed_cpu([sys.executable, *argv], root))
     bw = statistics.median(w for w, _ in got["python -c pass"])
     bc = statistics.median(c for _, c in got["python -c pass"])
     for name, rs in got.items():
@@ -156,9 +165,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cli-only", action="store_true", help="only `--help` and `quote`, no server")
+    ap.add_argument("--before", metavar="DIR", help="with --cli-only: also the quotes on the code of checkout DIR")
     a = ap.parse_args()
     if a.cli_only:
-        return cli_only(a.runs)
+        return cli_only(a.runs, a.before)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         configs = {"no provider": tmp / "none.toml", "no provider, --processes 2": tmp / "none.toml",

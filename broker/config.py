@@ -34,7 +34,7 @@ from msgspec import Meta, field
 from broker.bootstrap_settings import BootstrapSettings
 from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
-from broker.market import CatalogSettings, MarketSettings
+from broker.market_settings import CatalogSettings, MarketSettings
 from broker.watchers import registry as scheduler_registry
 from providers.registry import ProvidersSettings, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert

@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterable
-
-from msgspec import Meta
+from typing import Any, Callable, Iterable
 
 from broker.errors import ConfigError
 from providers.base import ProviderError
-from providers.registry import configured, market_source, names as registered_clouds
-from providers.settings import NUMBER_LIMIT, Table
 from broker.times import iso
-
-NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
 
 
@@ -76,31 +70,6 @@ class Outcome:
         return f"{self.provider}: refresh failed ({'; '.join(self.errors)}); {kept}"
 
 
-class CatalogSettings(Table):
-    """``[catalog]``: the price catalog and the live market laid over it (:mod:`broker.market`)."""
-
-    path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
-    refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
-    max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
-
-
-class MarketSettings(Table):
-    """``[market]``: what spot offers are judged by (:mod:`policies.spot_choice`)."""
-
-    # Observed spot lifetimes: a CSV of cloud, observed_lifetime_s, ended_by (the shape of
-    # spot_instance_lifetimes_aws_gcp_2020.csv). "" = none: the interruptions this broker's own
-    # spot leases met are still used, else the catalog's interruption rates.
-    spot_lifetimes: str = ""
-    # A spot offer is quoted only if the job finishes on it by its deadline with this confidence.
-    spot_confidence: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
-    # The deadline of a demand that names none: start-up + runtime x (1 + this).
-    spot_deadline_slack: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
-    # Buy AWS Capacity Blocks for ML (paid up front, not refundable). Off: they are quoted with their
-    # start and fee but excluded from launch; on: a launch of one buys it when the tenant's month
-    # budget covers its whole fee, and the lease waits for its start (broker.blocks).
-    buy_capacity_blocks: bool = False
-
-
 def enabled_providers(config: Any) -> list[str]:
     return list(config.providers.enabled())
 
@@ -115,6 +84,7 @@ def refresh(config: Any, db: Any, providers: Iterable[str] | None = None, *, now
     from broker import market_store
     from providers.catalog import bundled
     from providers.market import fetch
+    from providers.registry import configured, names as registered_clouds
 
     fetcher = fetcher or fetch
     now = time.time() if now is None else now
@@ -234,9 +204,10 @@ def spot_model(config: Any, db: Any, now: float) -> Any:
         parts.append(f"{cloud} {len(dist.hours):,}" + (f" ({mine} preemptions seen here)" if mine else ""))
     from providers.catalog import bundled
 
-    enabled = sorted(config.providers.enabled()) or sorted(registered_clouds())
-    # Only clouds that sell spot capacity have spot judged at all (Lambda Cloud sells none).
+    # Only clouds that sell spot capacity have spot judged at all (Lambda Cloud sells none); with
+    # none enabled, every one the catalog sells spot of (its clouds are registered ones).
     spot_clouds = {o.provider for o in bundled(config.catalog.path or None).offerings if o.market.value == "spot"}
+    enabled = sorted(config.providers.enabled()) or sorted(spot_clouds)
     rest = [p for p in enabled if p not in dists and p in spot_clouds]
     source = ""
     if parts:
@@ -291,6 +262,7 @@ def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float 
     from broker import market_store
     from providers.catalog import bundled
     from providers.market import Snapshot
+    from providers.registry import market_source
 
     source = market_source(provider)  # an unknown cloud is an error (providers.registry.UnknownCloud)
     now = time.time() if now is None else now

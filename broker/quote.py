@@ -21,20 +21,24 @@ from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, NamedTuple
 
 from broker.errors import ConfigError, InvalidArgument
 from broker.lru import SizedLRU, rough_bytes
-from broker import records
-from broker.records import Target
+from broker.targets import Target
 from policies.cost import Context, Exclusion, ExclusionKind, PricedOffer, pricer, utc
 from policies.demand import Demand, DemandError
 from policies.spot_choice import SpotModel, late_on_spot
 from providers.base import MICROS, InstanceType, Market, Offering
 from providers.catalog import Catalog, bundled
-from providers.registry import names as registered_clouds
 from broker.times import iso
 
 if TYPE_CHECKING:
     from policies.bulk import Table
 
 QUOTE_TTL_S = 15 * 60
+
+
+def _registered() -> tuple[str, ...]:
+    from providers.registry import names
+
+    return names()
 LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
 
 
@@ -110,10 +114,14 @@ class StoredQuote:
 
     def to_json(self) -> bytes:
         """The store's JSON of this quote (:mod:`broker.records`' codec, as a lease's demand)."""
+        from broker import records  # the store's codec: a quote in a CLI process stores nothing
+
         return records.encode(self).encode()
 
     @staticmethod
     def from_json(body: str | bytes) -> "StoredQuote":
+        from broker import records
+
         return records.decode_stored_quote(body, StoredQuote)
 
 
@@ -283,7 +291,10 @@ class QuoteEngine:
     def validate(self, d: Demand, now: float | None = None) -> Demand:
         """``d`` normalised and checked against this catalog: known regions, residency
         geographies, data location and a deadline still ahead (DemandError naming the field)."""
-        d = d.validate(self.gpu_models, registered_clouds())
+        # The registered clouds check what names one (a filter, a cloud's data location); the
+        # registry loads every cloud's settings schema, which a plain quote does without.
+        named = d.providers or d.data_location != "onprem"
+        d = d.validate(self.gpu_models, _registered() if named else None)
         self._check_size(d)
         regions = self.catalog.regions
         names = sorted({name for _, name in regions})

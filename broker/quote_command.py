@@ -210,7 +210,8 @@ def run(gpu: str, hours: float, data_in_gb: float = 0.0, data_out_gb: float = 0.
             exit_refused(e)
     else:
         from broker import market, market_store
-        from broker.config import ConfigError, load
+        from broker.errors import ConfigError
+        from broker.quote_config import load
 
         try:
             cfg = load(config)

@@ -9,7 +9,7 @@ written and read here and nowhere else, as msgspec Structs:
 - :class:`Attempt`: one failed launch attempt (where, the provider's own code, the scope it
   blocked, its sentence);
 - the ``demand`` column: the lease's :class:`policies.demand.Demand` (None for an explicit launch)
-  and its failover alternatives as :class:`broker.quote.Target` s, in rank order.
+  and its failover alternatives as :class:`broker.targets.Target` s, in rank order.
 
 A Demand is stored by this codec in a lease and in a stored quote alike. The stored JSON keeps
 the keys and string values of earlier releases (market ``"on_demand"``, instance state
@@ -24,6 +24,7 @@ from typing import Any, Sequence, TypeVar
 import msgspec
 from msgspec import Struct
 
+from broker.targets import Target
 from broker.times import parse_iso
 from policies.demand import Demand
 from providers.base import InstanceState, Market
@@ -106,29 +107,6 @@ class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 _NO_JOB = Job()
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One launchable offering: what a lease asks one cloud for (an offer of a quote, a failover
-    alternative, or an explicit launch). The same record from the quote to the cloud call."""
-
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    market: Market
-    nodes: int
-    hourly_micros: int  # per node
-    # The capacity reservation (reserved), or the Capacity Block offering to buy (queued, "cb-...").
-    reservation: str = ""
-
-    @classmethod
-    def of(cls, r: Any) -> "Target":
-        """The target of a quote's ranked offer (:class:`broker.quote.RankedOffer`)."""
-        o = r.priced.offering
-        return cls(o.instance.provider, o.region, r.priced.zone, o.instance.name, o.market, r.priced.nodes,
-                   o.hourly_micros, o.reservation or o.offer_id)
 
 
 class LaunchPlan(Struct, frozen=True, kw_only=True):

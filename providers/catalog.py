@@ -6,15 +6,13 @@ only the offerings of the GPU it asks for and never re-parses text.
 """
 from __future__ import annotations
 
-import csv
 import functools
-import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from providers import catalog_cache
 from providers.base import MICROS, InstanceType, Market, Offering
-from providers.registry import names as registered
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -114,6 +112,8 @@ class Catalog:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    import csv  # here and in load: only a parse needs them, not the compiled copy
+
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -168,9 +168,13 @@ def load(data_dir: Path | str | None = None) -> Catalog:
             r["provider"], r["region"], r["geo"].lower(), r.get("location", ""),
             tuple((r.get("zones") or "").split()),
         )
+    import tomllib
+
     with (d / "network.toml").open("rb") as f:
         net = tomllib.load(f)
-    clouds = registered()
+    from providers.registry import names  # a parse only: the compiled copy needs no registry
+
+    clouds = names()
     unknown = sorted(k for k in net if k not in clouds and k != "gpus")
     if unknown:
         raise CatalogError(f"network.toml has terms for {', '.join(unknown)}, which no cloud registration "
@@ -207,5 +211,8 @@ def load(data_dir: Path | str | None = None) -> Catalog:
 
 @functools.lru_cache(maxsize=4)
 def bundled(data_dir: str | None = None) -> Catalog:
-    """The catalog, loaded once per process."""
-    return load(data_dir)
+    """The catalog, loaded once per process: from its compiled copy when that is current
+    (:mod:`providers.catalog_cache`), else parsed (and the copy written)."""
+    # The registry decides which clouds' rows a parse accepts: a new version of it is new code.
+    return catalog_cache.cached(Path(data_dir) if data_dir else DATA_DIR, load, (Catalog, Region, Terms),
+                                (__file__, str(Path(__file__).with_name("registry.py"))))

@@ -105,12 +105,14 @@ def no_network_attempts(loopback_only):
 @pytest.fixture(scope="session", autouse=True)
 def broker_home(tmp_path_factory) -> Path:
     """The suite's own state directory: no test (nor a `broker` process it starts, which inherits
-    the environment) reads or writes the user's ``~/.local/state/broker``. ``XDG_STATE_HOME`` too,
-    for a test that starts a process without the ``BROKER_*`` variables."""
+    the environment) reads or writes the user's ``~/.local/state/broker`` or ``~/.cache/broker``.
+    ``XDG_STATE_HOME`` and ``XDG_CACHE_HOME`` too, for a test that starts a process without the
+    ``BROKER_*`` variables."""
     home = tmp_path_factory.mktemp("broker-home")
-    saved = {k: os.environ.get(k) for k in ("BROKER_HOME", "XDG_STATE_HOME")}
+    saved = {k: os.environ.get(k) for k in ("BROKER_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
     os.environ["BROKER_HOME"] = str(home / "broker")
     os.environ["XDG_STATE_HOME"] = str(home)
+    os.environ["XDG_CACHE_HOME"] = str(home / "cache")
     yield home
     for k, v in saved.items():
         if v is None:

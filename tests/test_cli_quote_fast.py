@@ -100,12 +100,13 @@ def _same(r: subprocess.CompletedProcess) -> tuple[int, str, str]:
     (["--gpu", "H100:8", "--hours", "1", "--config", "/nonexistent.toml"], {}),
     (["--gpu", "H100:8", "--hours", "1"], {"BROKER_TLS_CA": "/nonexistent.pem"}),  # checked before any command
 ])
-def test_the_fast_path_answers_as_the_typer_command_does(args, env):
-    fast = subprocess.run([sys.executable, "-c", FAST, "quote", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=_env(**env), timeout=120)
+def test_the_fast_path_answers_as_the_typer_command_does(args, env, tmp_path):
+    env = {**env, "BROKER_HOME": str(tmp_path)}  # a cache of its own: the first run writes it
+    fast, again = (subprocess.run([sys.executable, "-c", FAST, "quote", *args], capture_output=True, text=True,
+                                  cwd=ROOT, env=_env(**env), timeout=120) for _ in range(2))
     slow = subprocess.run([sys.executable, "-c", TYPER, "quote", *args], capture_output=True, text=True, cwd=ROOT,
                           env=_env(**env), timeout=120)
-    assert _same(fast) == _same(slow)
+    assert _same(fast) == _same(slow) == _same(again)  # again: from the compiled catalog and settings
 
 
 HEAVY = {"typer", "click", "rich", "grpc", "google", "sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore",
@@ -131,3 +132,22 @@ def test_a_cold_quote_loads_no_cli_framework_sdk_database_or_array_library(fmt, 
         assert json.loads(r.stdout)["offers"]
     else:
         assert r.stdout.splitlines()[1].split()[:2] == ["#", "provider"]
+
+
+def test_a_quote_after_the_first_reads_the_compiled_catalog_and_settings(tmp_path):
+    """The first quote parses the catalog and loads the whole configuration, and keeps both
+    compiled; the next loads neither the schema nor a parser, and says the same."""
+    snippet = ("import json, runpy, sys\n"
+               "sys.argv = ['broker', *sys.argv[1:]]\n"
+               "runpy.run_module('broker', run_name='__main__')\n"
+               "sys.stderr.write(json.dumps(sorted(m for m in ('broker.config', 'csv', 'tomllib')"
+               " if m in sys.modules)))\n")
+    config = tmp_path / "broker.toml"
+    config.write_text('[providers.aws]\nenabled = true\nregions = ["us-east-1"]\nimage_id = "ami-0abc12345def67890"\n')
+    runs = [subprocess.run([sys.executable, "-c", snippet, "quote", "--gpu", "H100:8", "--hours", "24", "-o", "json",
+                            "--config", str(config)], capture_output=True, text=True, cwd=ROOT,
+                           env=_env(BROKER_HOME=str(tmp_path / "home")), timeout=120) for _ in range(2)]
+    loaded = [json.loads(r.stderr[r.stderr.rindex("["):]) for r in runs]
+    assert loaded == [["broker.config", "csv", "tomllib"], []]
+    assert _same(runs[0])[1] == _same(runs[1])[1]
+    assert {o["provider"] for o in json.loads(runs[1].stdout)["offers"]} == {"aws"}
