@@ -78,7 +78,7 @@ def test_a_known_miss_on_bursty_workloads_of_other_seeds(seed):
 
 
 @pytest.mark.xfail(strict=True, reason="a known miss (README, 'Workloads'): on this 'mixed' workload the broker "
-                                       "pays more than the price-only burst; strict, so it goes when the policy "
+                                       "pays more than 0.45x the price-only burst; strict, so it goes when the policy "
                                        "holds the targets")
 def test_a_known_miss_on_a_mixed_workload():
     assert targets_missed(replay(generate("mixed", 0, 486))) == []
