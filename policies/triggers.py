@@ -295,18 +295,19 @@ def _class_of(classes: Sequence[JobClass]) -> Callable[[PendingJob], JobClass]:
     return of
 
 
-def _with_class(c: Candidate, cls: JobClass) -> Candidate:
-    """``c`` of class ``cls`` (a class with ``spot = false`` takes no spot)."""
-    j = c.job
+def _of_class(j: PendingJob, predicted_wait_s: float, cls: JobClass, price_ratio: float = 1.0,
+              startup_s: float | None = None) -> Candidate:
+    """A candidate of class ``cls`` (a class with ``spot = false`` takes no spot)."""
     if cls.spot is False and j.interruptible:
         j = replace(j, interruptible=False)
-    return Candidate(j, c.predicted_wait_s, c.price_ratio, c.startup_s, cls)
+    return Candidate(j, predicted_wait_s, price_ratio, startup_s, cls)
 
 
 def classed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates with their class set (a class with ``spot = false`` takes no spot)."""
     of = _class_of(cfg.classes)
-    return [c if c.job_class is not None else _with_class(c, of(c.job)) for c in candidates]
+    return [c if c.job_class is not None else _of_class(c.job, c.predicted_wait_s, of(c.job), c.price_ratio,
+                                                         c.startup_s) for c in candidates]
 
 
 def _allowed(cfg: TriggerConfig, candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -477,13 +478,7 @@ def candidates_from_snapshot(
             pred = predicted_wait_s[j.job_id]
         else:
             pred = j.waited_s + remaining[k]
-        if of is None:
-            out.append(Candidate(j, pred))
-            continue
-        cls = of(j)
-        if cls.spot is False and j.interruptible:  # as classed(): a class without spot
-            j = replace(j, interruptible=False)
-        out.append(Candidate(j, pred, 1.0, None, cls))
+        out.append(Candidate(j, pred) if of is None else _of_class(j, pred, of(j)))
     return out
 
 
