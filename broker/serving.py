@@ -180,8 +180,9 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     if on_port:
         on_port(port)
     try:
-        service = service or make_service()
-        _warm_up(service, process)
+        if service is None:  # a process > 0 made and warmed its own before it joined the port
+            service = make_service()
+            _warm_up(service, process)
     except BaseException:
         server.stop(grace=None)
         raise

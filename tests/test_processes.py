@@ -143,6 +143,8 @@ def test_two_processes_share_one_port_both_answer_and_the_leader_work_runs_once(
 
     started = served.events("background_started")
     assert len(started) == 2
+    # Each process warms up once, before it serves (a later process before it joins the port).
+    assert sorted(e["process"] for e in served.events("warmed_up")) == [0, 1]
     leading = [e for e in started if e["contends"]]
     assert len(leading) == 1 and "reconciler" in leading[0]["loops"]
     other = next(e for e in started if not e["contends"])
