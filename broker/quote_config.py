@@ -81,17 +81,12 @@ def _code() -> tuple:
     roots = tuple(str(Path(sys.modules[p].__file__ or "").parent) + os.sep for p in PACKAGES if p in sys.modules)
     files = sorted(f for m in list(sys.modules.values())
                    if (f := getattr(m, "__file__", None)) and f.startswith(roots))
-    return tuple((f, *_stat(f)) for f in files)
-
-
-def _stat(f: str) -> tuple[int, int, int]:
-    s = os.stat(f)
-    return (s.st_size, s.st_mtime_ns, s.st_ino)
+    return tuple((f, *catalog_cache.file_stamp(f)) for f in files)
 
 
 def _current(code: Any) -> bool:
     try:
-        return all(_stat(f) == tuple(rest) for f, *rest in code)
+        return all(catalog_cache.file_stamp(f) == tuple(rest) for f, *rest in code)
     except (OSError, TypeError, ValueError):
         return False
 

@@ -47,7 +47,8 @@ def cache_dir(environ: Any = None) -> Path:
     return Path(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "broker"
 
 
-def _stat(path: Path | str) -> tuple[int, int, int]:
+def file_stamp(path: Path | str) -> tuple[int, int, int]:
+    """A file's size, modification time (ns) and inode: what says it is the same file."""
     s = os.stat(path)
     return (s.st_size, s.st_mtime_ns, s.st_ino)
 
@@ -56,8 +57,8 @@ def key(data_dir: Path, code: tuple[str, ...] = ()) -> tuple:
     """What a copy must have been made from to stand for the catalog in ``data_dir`` (``code``:
     the modules that parse it besides this one and :mod:`providers.base`); OSError when a file
     cannot be seen (the parse then says which)."""
-    modules = tuple(_stat(m) for m in (__file__, _base.__file__, *code))
-    files = tuple((name, *_stat(data_dir / name)) for name in FILES)
+    modules = tuple(file_stamp(m) for m in (__file__, _base.__file__, *code))
+    files = tuple((name, *file_stamp(data_dir / name)) for name in FILES)
     return (FORMAT, sys.hexversion, str(data_dir.resolve()), modules, files)
 
 
