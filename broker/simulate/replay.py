@@ -87,12 +87,6 @@ class JobClasses:
         return self.by_code[self.codes[i]]
 
 
-def job_classes(jobs: Sequence[TraceJob], classes: Sequence[JobClass]) -> list[JobClass]:
-    """Each job's class from its trace label (one :func:`classify` per distinct label)."""
-    cls = JobClasses(JobTable.of(jobs), classes)
-    return [cls[i] for i in range(len(jobs))]
-
-
 class Replay:
     def __init__(self, jobs, catalog, policy, cfg, lifetimes, progress):
         jobs = JobTable.of(jobs)
