@@ -280,10 +280,14 @@ class Lifecycle(ShapeAttempts):
     def _refused(self, lease: Lease, t: Target, e: ProviderError, attempts: list) -> None:
         """After the last call on ``t`` failed with ``e`` (its attempt recorded): block what the
         error covers, naming it in that attempt, and roll back what the call may have made."""
-        blocked = self._block_for(e, t)
-        if blocked:  # the attempt names what it blocked
-            attempts[-1] = records.replace(attempts[-1], scope=blocked)
+        self._block_named(e, t, attempts)
         self._discard_attempt(lease, t)
+
+    def _block_named(self, e: ProviderError, t: Target, attempts: list) -> None:
+        """Block what ``e`` on ``t`` covers; the last attempt (``e``'s) names what it blocked."""
+        blocked = self._block_for(e, t)
+        if blocked:
+            attempts[-1] = records.replace(attempts[-1], scope=blocked)
 
     def failover_order(self, first: Target, alternatives: Sequence[Target]) -> list[Target]:
         """Where a launch tries, in order: the chosen offer in its zone, then in every other zone

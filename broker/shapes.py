@@ -10,7 +10,6 @@ from typing import Sequence
 
 import structlog
 
-from broker import records
 from broker.attempts import FLEET_MARKETS, ProviderFault, alive, attempt_record, launch_tries
 from broker.errors import BrokerError
 from broker.lease import Lease
@@ -86,9 +85,7 @@ class ShapeAttempts:
         for shape, refused in e.failures:
             t = self._target_of(shapes, shape)
             attempts.append(attempt_record(t, refused))
-            blocked = self._block_for(refused, t)
-            if blocked:
-                attempts[-1] = records.replace(attempts[-1], scope=blocked)
+            self._block_named(refused, t, attempts)
         log.warning("launch_failed", lease=lease.lease_id, provider=first.provider, region=first.region,
                     code=e.code, scope=str(e.scope), shapes=len(shapes))
         self._discard_attempt(lease, first)
