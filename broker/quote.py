@@ -33,13 +33,14 @@ if TYPE_CHECKING:
     from policies.bulk import Table
 
 QUOTE_TTL_S = 15 * 60
+LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
 
 
 def _registered() -> tuple[str, ...]:
+    """The registered clouds (the registry loads every cloud's settings schema: only on demand)."""
     from providers.registry import names
 
     return names()
-LAUNCHABLE_OFFERS = 20  # offers of a quote kept for Launch and failover
 
 
 def usd(micros: int) -> Decimal:
