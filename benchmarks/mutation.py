@@ -75,7 +75,10 @@ MODULES: dict[str, list[str]] = {
     "policies/spot_choice.py": ["tests/test_spot_choice.py"],
     "policies/tco.py": ["tests/test_tco.py"],
     "policies/triggers.py": ["tests/test_triggers.py", "tests/test_classes.py", "tests/test_policy_boundaries.py"],
-    "broker/lifecycle.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py"],
+    "broker/lifecycle.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
+                            "tests/test_lifecycle_paths.py"],
+    # only these in-memory tests reach a several-shape launch (the others go through the mocked clouds)
+    "broker/shapes.py": ["tests/test_lifecycle_paths.py"],
     # tests/test_reconciler_isolation.py is left out: one of its tests takes minutes (a launch resumed
     # again and again), which every mutant of the pass would rerun.
     "broker/reconciler.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",

@@ -7,7 +7,8 @@ tags every node with its lease, ``describe``/``list_managed`` show what still ex
 interrupted or stopped VM is still listed until it is terminated), ``terminate`` is safe to
 repeat. Failures are scripted: :meth:`FakeProvider.fail` makes the next call(s) of a method raise
 a given :class:`providers.base.ProviderError`; :attr:`FakeProvider.capacity` limits how many
-nodes of a shape a region can hold.
+nodes of a shape a region can hold. :class:`FakeShapes` launches several shapes in one request
+(EC2 Fleet, GCP bulkInsert) and :class:`FakeBlocks` sells Capacity Blocks, on the same terms.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from collections import defaultdict, deque
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from providers.base import TAG_LEASE, CapacityError, Instance, InstanceState, LaunchSpec, StopReason
+from providers.base import (TAG_LEASE, BlockOrder, BlockState, BoughtBlock, CapacityError, Instance, InstanceState,
+                            LaunchSpec, NoShapeAvailable, ProviderError, Shape, StopReason)
 
 
 class FakeProvider:
@@ -40,7 +42,8 @@ class FakeProvider:
         """The next ``times`` calls of ``method`` raise ``error`` — a :class:`ProviderError`, or
         anything an SDK lets escape — or call it with the argument, so a test can fail after a
         side effect (e.g. launch, then lose the answer)."""
-        assert method in ("launch", "describe", "list_managed", "terminate"), method
+        assert method in ("launch", "launch_shapes", "describe", "list_managed", "terminate", "buy_capacity_block",
+                          "capacity_block"), method
         self._failures[method].extend([error] * times)
 
     def interrupt(self, instance_id: str, detail: str = "spot capacity reclaimed") -> Instance:
@@ -118,3 +121,51 @@ class FakeProvider:
         with self._lock:
             for i in instances:
                 self.instances.pop(i.instance_id, None)
+
+
+class FakeShapes(FakeProvider):
+    """A cloud that launches one lease on the first of several shapes in one request, as an EC2
+    Fleet ``instant`` request or a GCP ``bulkInsert`` does (:class:`providers.base.ShapesProvider`):
+    each shape is tried in order as :meth:`FakeProvider.launch` would, and the first it has
+    capacity for is launched; when none is, :class:`NoShapeAvailable` names each refusal."""
+
+    def launch_shapes(self, spec: LaunchSpec, shapes: Sequence[Shape]) -> tuple[Shape, list[Instance]]:
+        self._scripted("launch_shapes", (spec, tuple(shapes)))
+        failures: list[tuple[Shape, ProviderError]] = []
+        for shape in shapes:
+            try:
+                return shape, self.launch(replace(spec, instance=shape.instance, zone=shape.zone, market=shape.market))
+            except CapacityError as e:
+                failures.append((shape, e))
+        raise NoShapeAvailable(f"none of {len(shapes)} shapes available", provider=self.name,
+                               code=failures[0][1].code, region=spec.region, failures=failures)
+
+
+class FakeBlocks(FakeProvider):
+    """A cloud that sells Capacity Blocks (:class:`providers.base.BlockBuyer`): a purchase is
+    idempotent on the lease and makes a scheduled block; :meth:`set_block` moves it on (active,
+    cancelled) as the cloud would at its start."""
+
+    def __init__(self, name: str, *, clock: Callable[[], float] = lambda: 0.0) -> None:
+        super().__init__(name, clock=clock)
+        self.blocks: dict[str, BoughtBlock] = {}  # lease id -> the block bought for it
+
+    def buy_capacity_block(self, order: BlockOrder, lease_id: str) -> BoughtBlock:
+        self._scripted("buy_capacity_block", (order, lease_id))
+        with self._lock:
+            if lease_id not in self.blocks:
+                self.blocks[lease_id] = BoughtBlock(f"cr-{len(self.blocks) + 1}", order.zone, BlockState.SCHEDULED,
+                                                    order.starts_at, order.starts_at + order.duration_h * 3600,
+                                                    order.max_fee_micros)
+            return self.blocks[lease_id]
+
+    def capacity_block(self, region: str, reservation_id: str) -> BoughtBlock:
+        self._scripted("capacity_block", (region, reservation_id))
+        with self._lock:
+            return next(b for b in self.blocks.values() if b.reservation_id == reservation_id)
+
+    def set_block(self, reservation_id: str, state: BlockState) -> None:
+        with self._lock:
+            for lease_id, b in self.blocks.items():
+                if b.reservation_id == reservation_id:
+                    self.blocks[lease_id] = replace(b, state=state)

@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from decimal import Decimal
 
 import pytest
 from structlog.testing import capture_logs
 
 from broker import records
-from broker.errors import NotFound
+from broker.budget import Budgets
+from broker.config import Budget
+from broker.errors import InvalidArgument, NotFound, OverBudget
 
 from broker.lease import LeaseState
 from broker.lifecycle import LeaseError, Lifecycle, Settings
 from broker.quote import QuoteEngine
 from broker.reconciler import Reconciler
-from broker.store import Store
+from broker.records import Job
+from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import Market, TransientError
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock
+
+S = LeaseState
 
 GRACE_S = 60.0
 ZONED_AWS = ("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 1)
@@ -313,3 +319,107 @@ def test_a_launch_repeated_after_a_crash_returns_the_lease_as_it_stands(kit):
     b.join(30)
     assert not b.is_alive() and out[0].state is LeaseState.PROVISIONING and out[0].lease_id == lease.lease_id
     assert [m for m, _ in clouds["aws"].calls if m == "launch"] == []
+
+
+# -- what the writes log, and how often bookkeeping is re-applied -----------------------------------------
+def test_each_state_change_is_logged_with_its_reason_and_bookkeeping_is_not(kit):
+    lc, _, _, clock = kit
+    with capture_logs() as logs:
+        lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+        lc.handoff(lease.lease_id, Job(job_id="j"))
+        clock.advance(60)
+        lc.release(lease.lease_id, "done")
+    changes = [e for e in logs if e["event"] == "lease_state"]
+    assert [(e["from_state"], e["to_state"], e["reason"]) for e in changes] == [
+        (S.REQUESTED, S.PROVISIONING, "launching 1 x p5.48xlarge (on_demand) in aws/us-east-1a, attempt 1"),
+        (S.PROVISIONING, S.RUNNING, "1 nodes running in aws/us-east-1a"),
+        (S.RUNNING, S.DRAINING, "done"), (S.DRAINING, S.RELEASED, "done")]
+    assert {(e["log_level"], e["lease"], e["provider"]) for e in changes} == {("info", lease.lease_id, "aws")}
+
+
+def test_a_release_with_no_reason_says_released(kit):
+    lc, _, _, _ = kit
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+    assert lc.release(lease.lease_id, "").state_reason == "released"
+
+
+def test_bookkeeping_that_keeps_losing_the_race_gives_up_after_three_tries(kit):
+    lc, _, _, clock = kit
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+    update, tries = lc.store.update_lease, []
+
+    def racing(lease, **kw):  # someone's bookkeeping lands first, every time
+        tries.append(lease.version)
+        fresh = lc.store.get_lease(lease.lease_id)
+        update(fresh, now=clock(), job_state=fresh.job_state)
+        return update(lease, **kw)
+
+    lc.store.update_lease = racing
+    with pytest.raises(StaleLease, match=f"^lease {lease.lease_id} keeps changing under us$"):
+        lc.handoff(lease.lease_id, Job(job_id="j"))
+    assert len(tries) == 3
+
+
+def test_a_hand_off_to_a_lease_released_meanwhile_is_stale_and_writes_nothing(kit):
+    lc, _, _, _ = kit
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+    lc.release(lease.lease_id, "done")
+    lc.get = lambda lease_id: lease  # the hand-off read the running row
+    with pytest.raises(StaleLease):
+        lc.handoff(lease.lease_id, Job(job_id="j"))
+    assert lc.store.get_lease(lease.lease_id).job == Job()
+
+
+def test_a_launch_of_a_lease_moved_on_meanwhile_leaves_it_as_it_is_now(kit):
+    lc, _, clouds, _ = kit
+    lease, _ = lc.create(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS))
+    lc.release(lease.lease_id, "not needed")  # before this launch of the requested row wrote anything
+    with capture_logs() as logs:
+        out = lc.provision(lease)
+    assert (out.state, out.state_reason, lc.inflight) == (S.RELEASED, "not needed", set())
+    assert [m for m, _ in clouds["aws"].calls if m == "launch"] == []
+    assert [e for e in logs if e["event"] == "provision_superseded"] == [
+        {"event": "provision_superseded", "log_level": "info", "lease": lease.lease_id, "provider": "aws"}]
+
+
+# -- what a new lease records, and the tenant's hourly cap at its edge ------------------------------------
+def test_a_new_lease_records_what_it_was_asked_for(kit):
+    lc, _, _, clock = kit
+    demand = H100x8.validate()
+    targets = [lc.target_explicit(p, r, "", t, "on_demand", 1) for p, r, t in OFFERS]
+    lease, created = lc.create(idempotency_key="k", tenant="team-a", target=targets[0], demand=demand,
+                               alternatives=targets[1:3], quote_id="q-1", offer_rank=2, job=Job(job_id="j"),
+                               bootstrap="slurm-node", replaces="l-old")
+    assert created and (lease.state, lease.tenant, lease.target, lease.demand, lease.alternatives) == \
+        (S.REQUESTED, "team-a", targets[0], demand, tuple(targets[1:3]))
+    assert (lease.quote_id, lease.offer_rank, lease.bootstrap, lease.replaces, lease.job_state) == \
+        ("q-1", 2, "slurm-node", "l-old", "running")
+    assert (lease.attempt, lease.client_token, lease.max_lifetime_s) == (0, f"{lease.lease_id}-1", 7 * 86400)
+    assert (lease.created_at, lease.updated_at, lease.state_since) == (clock(), clock(), clock())
+    again, created = lc.create(idempotency_key="k", tenant="team-a", target=targets[1])
+    assert not created and again.lease_id == lease.lease_id
+    assert lc.create(idempotency_key="k2", target=targets[0], max_lifetime_s=300)[0].max_lifetime_s == 300
+    with pytest.raises(InvalidArgument, match=r"^idempotency_key is required\.$"):
+        lc.create(idempotency_key="", target=targets[0])
+
+
+def test_a_launch_fits_a_tenants_hourly_cap_exactly_and_one_node_more_does_not(kit):
+    lc, _, _, _ = kit
+    lc.budgets = Budgets(lc.store, {"team-a": Budget("team-a", usd_per_hour=Decimal("196.64"))})
+    two = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 2)
+    one = dataclasses.replace(two, nodes=1)
+    assert lc.launch(idempotency_key="a", tenant="team-a", target=two).state is S.RUNNING
+    with pytest.raises(OverBudget) as e:
+        lc.launch(idempotency_key="b", tenant="team-a", target=one)
+    assert str(e.value) == ("budget team-a.usd_per_hour = 196.64 would be exceeded: 196.64 $/h already running "
+                            "+ 98.32 $/h requested.")
+    assert lc.store.lease_by_key("team-a", "b") is None
+    assert lc.launch(idempotency_key="b", tenant="team-b", target=one).state is S.RUNNING  # no cap of its own
+
+
+def test_a_launch_of_a_schedulers_nodes_gives_them_its_names_and_is_busy(kit):
+    lc, _, clouds, _ = kit
+    t = lc.target_explicit("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "on_demand", 2)
+    lease = lc.launch(idempotency_key="k", target=t, job=Job(node_names=("gpu-1", "gpu-2")))
+    assert sorted(i.node_name for i in lease.instances) == ["gpu-1", "gpu-2"] and lease.idle_since == 0.0
+    assert [m for m, _ in clouds["aws"].calls] == ["launch"]  # one call, nothing to clean up after it

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from decimal import Decimal
 
 import pytest
 from structlog.testing import capture_logs
 
-from broker.errors import FailedPrecondition, InvalidArgument, Unavailable
+from broker.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from broker.lease import EventKind, LeaseState
-from broker.lifecycle import LeaseError, Lifecycle, Settings
-from broker.quote import QuoteEngine
+from broker.lifecycle import LeaseError, Lifecycle, Settings, lease_view
+from broker.quote import QuoteEngine, StoredQuote
 from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.records import Job
+from broker.targets import Target
 from policies.demand import Demand
 from providers.base import (AuthError, CapacityError, InstanceState, Market, QuotaError, Scope, ThrottledError,
                             TransientError)
@@ -496,3 +498,88 @@ def test_a_cleanup_that_raises_no_provider_error_is_logged_by_its_class(kit):
             lc.launch(idempotency_key="k", target=h100(lc))
     (e,) = [e for e in logs if e["event"] == "attempt_cleanup_failed"]
     assert (e["code"], e["error"]) == ("RuntimeError", "boom")
+
+
+# -- what a caller names and is shown -----------------------------------------------------------------
+LONG = "x" * 70  # a name is quoted back at most 64 characters long
+
+
+@pytest.mark.parametrize("args, field, sentence", [
+    ((LONG, "us-east-1", "", "p5.48xlarge", "on_demand", 1), "provider",
+     f"provider {LONG[:64]!r} is not enabled (enabled: aws, azure, gcp)."),
+    (("aws", "us-east-1", "", "p5.48xlarge", "cheap", 1), "market",
+     "market must be on_demand, spot or reserved, got 'cheap'."),
+    (("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 0), "count", "count must be at least 1, got 0."),
+    (("aws", "us-east-1", "", LONG, "on_demand", 1), "instance_type",
+     f"instance_type {LONG[:64]!r} is not a known aws GPU type."),
+    (("aws", LONG, "", "p5.48xlarge", "on_demand", 1), "region", f"region {LONG[:64]!r} is not a known aws region."),
+    (("aws", "us-east-1", "", "p5.48xlarge", "reserved", 1), "market",
+     "no configured reservation for aws us-east-1 p5.48xlarge."),
+    (("aws", "eu-west-1", "", "p5.48xlarge", "spot", 1), "instance_type",
+     "aws sells no spot p5.48xlarge in eu-west-1."),
+    (("aws", "us-east-1", LONG, "p5.48xlarge", "on_demand", 1), "zone",
+     f"zone {LONG[:64]!r} is not a zone of us-east-1 (us-east-1a, us-east-1b)."),
+])
+def test_an_offering_that_cannot_be_launched_is_refused_naming_its_field(kit, args, field, sentence):
+    lc = kit[0]
+    with pytest.raises(InvalidArgument) as e:
+        lc.target_explicit(*args)
+    assert (str(e.value), e.value.field) == (f"offering.{field}: {sentence}", f"offering.{field}")
+
+
+def test_an_offering_of_no_enabled_cloud_says_none_is(kit):
+    lc = kit[0]
+    bare = Lifecycle(lc.store, {}, lc.engine, owner="test")
+    with pytest.raises(InvalidArgument, match=r"^offering.provider: provider 'aws' is not enabled \(enabled: none\).$"):
+        bare.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 1)
+
+
+def test_a_reserved_offering_is_launched_in_its_reservations_zone(kit, mini_catalog):
+    lc = kit[0]
+    on_demand = mini_catalog.find("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND)
+    held = dataclasses.replace(on_demand, market=Market.RESERVED, zones=("us-east-1b",), hourly_micros=60_000_000,
+                               reservation="cr-1")
+    lc.engine = QuoteEngine(mini_catalog.with_offerings((held,)))
+    assert lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "reserved", 2) == \
+        Target("aws", "us-east-1", "us-east-1b", "p5.48xlarge", Market.RESERVED, 2, 60_000_000, "cr-1")
+    with pytest.raises(InvalidArgument, match=r"zone 'us-east-1a' is not a zone of us-east-1 \(us-east-1b\)\.$"):
+        lc.target_explicit("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "reserved", 2)
+    assert lc.target_explicit("aws", "us-east-1", "us-east-1b", "p5.48xlarge", "on_demand", 1) == \
+        Target("aws", "us-east-1", "us-east-1b", "p5.48xlarge", Market.ON_DEMAND, 1, on_demand.hourly_micros)
+    zoneless = dataclasses.replace(held, region="eu-west-1", zones=(), market=Market.SPOT, reservation="")
+    lc.engine = QuoteEngine(mini_catalog.with_offerings((zoneless,)))  # a region whose zones the cloud keeps
+    assert [lc.target_explicit("aws", "eu-west-1", z, "p5.48xlarge", "spot", 1).zone for z in ("", "eu-1z")] == \
+        ["", "eu-1z"]
+
+
+def test_a_quotes_offer_is_launched_with_the_others_as_its_alternatives(kit):
+    lc, _, _, clock = kit
+    demand, targets = quoted(lc)
+    lc.store.save_quote(StoredQuote("q-1", clock(), clock() + 60, demand, tuple(targets[:3])))
+    assert lc.target_from_quote("q-1", 2) == (targets[1], demand, [targets[0], targets[2]])
+    clock.advance(61)  # the quote's validity is read on the lifecycle's clock
+    with pytest.raises(InvalidArgument, match="quote q-1 expired at "):
+        lc.target_from_quote("q-1", 1)
+    with pytest.raises(NotFound) as e:
+        lc.target_from_quote("q-nope", 1)
+    assert (str(e.value), e.value.field) == ("quote q-nope does not exist.", "quote_offer.quote_id")
+
+
+def test_a_lease_as_the_api_and_the_cli_show_it(kit):
+    lc, _, clouds, clock = kit
+    lease = lc.launch(idempotency_key="k", target=h100(lc, count=2), tenant="team-a", quote_id="q-1",
+                      job=Job(job_id="j"), replaces="l-old")
+    clock.advance(1800)
+    made = sorted(clouds["aws"].alive(), key=lambda i: i.node_name)
+    view = lease_view(lease, clock())
+    view["instances"] = sorted(view["instances"], key=lambda i: i["node_name"])
+    assert view == {
+        "lease_id": lease.lease_id, "state": "running", "state_reason": "2 nodes running in aws/us-east-1a",
+        "provider": "aws", "region": "us-east-1", "zone": "us-east-1a", "instance_type": "p5.48xlarge",
+        "market": "on_demand", "nodes": 2, "hourly_usd": Decimal("196.6400"), "cost_so_far_usd": Decimal("98.3200"),
+        "instances": [{"instance_id": i.instance_id, "node_name": f"{lease.lease_id}-1-{n}", "zone": "us-east-1a",
+                       "private_ip": i.private_ip, "state": "running", "region": "us-east-1"}
+                      for n, i in enumerate(made)],
+        "idempotency_key": "k", "tenant": "team-a", "quote_id": "q-1", "job": {"job_id": "j"},
+        "created_at": 1_800_000_000.0, "updated_at": 1_800_000_000.0, "replaces": "l-old", "attempts": (),
+    }
