@@ -23,7 +23,7 @@ from broker.reconciler import Reconciler
 from broker.records import Job
 from broker.store import StaleLease, Store
 from policies.demand import Demand
-from providers.base import Market, TransientError
+from providers.base import CapacityError, Market, Scope, TransientError
 from tests.fake_provider import FakeProvider
 from tests.lease_kit import Clock
 
@@ -423,3 +423,19 @@ def test_a_launch_of_a_schedulers_nodes_gives_them_its_names_and_is_busy(kit):
     lease = lc.launch(idempotency_key="k", target=t, job=Job(node_names=("gpu-1", "gpu-2")))
     assert sorted(i.node_name for i in lease.instances) == ["gpu-1", "gpu-2"] and lease.idle_since == 0.0
     assert [m for m, _ in clouds["aws"].calls] == ["launch"]  # one call, nothing to clean up after it
+
+
+@pytest.mark.parametrize("error, blocked", [
+    # names no region: the target's zone; an offer's scope: that type and market in the region
+    (CapacityError("x", provider="aws", code="InsufficientCapacity"), "aws/us-east-1/us-east-1a"),
+    (CapacityError("x", provider="aws", code="Unsupported", region="us-east-1", zone="us-east-1a", scope=Scope.OFFER),
+     "aws/us-east-1/p5.48xlarge/on_demand"),
+])
+def test_a_refused_launch_names_in_its_attempt_what_it_blocked(kit, error, blocked):
+    lc, _, clouds, clock = kit
+    clouds["aws"].fail("launch", error)
+    gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS), alternatives=[gcp])
+    assert lease.state is S.RUNNING
+    assert (lease.attempts[0].zone, lease.attempts[0].code, lease.attempts[0].scope) == ("us-east-1a", error.code, blocked)
+    assert lc.store.active_blocks(clock()) == {blocked: f"{error.code} on {blocked}"}

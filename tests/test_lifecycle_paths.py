@@ -291,6 +291,8 @@ def test_an_offer_that_can_no_longer_be_launched_fails_saying_why_and_the_launch
         ("azure", "ProviderDisabled", "invalidrequest", "azure", "provider azure is not enabled"),
         ("gcp", "UnknownInstanceType", "invalidrequest", "gcp/us-central1", "unknown instance type a9-gone-8g")]
     assert [e for e in logs if e["event"] == "attempt_cleanup_failed"] == []
+    assert [(e["provider"], e["code"], e["scope"]) for e in logs if e["event"] == "launch_failed"] == [
+        ("azure", "ProviderDisabled", "cloud"), ("gcp", "UnknownInstanceType", "offer")]  # the whole cloud is out
 
 
 def test_a_failover_to_an_offer_of_another_shape_takes_its_count_type_market_and_price(kit):
