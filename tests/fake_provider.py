@@ -19,7 +19,8 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from providers.base import (TAG_LEASE, BlockOrder, BlockState, BoughtBlock, CapacityError, Instance, InstanceState,
-                            LaunchSpec, NoShapeAvailable, ProviderError, Shape, StopReason)
+                            InvalidRequestError, LaunchSpec, NoShapeAvailable, ProviderError, Scope, Shape,
+                            StopReason)
 
 
 class FakeProvider:
@@ -84,6 +85,12 @@ class FakeProvider:
     # -- the protocol --------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[Instance]:
         self._scripted("launch", spec)
+        if spec.provider != self.name:  # the real providers refuse a spec made for another cloud
+            raise InvalidRequestError(f"launch spec is for provider {spec.provider!r}, not {self.name}",
+                                      provider=self.name, code="WrongProvider", scope=Scope.CLOUD)
+        if spec.count < 1 or len(spec.node_names) != spec.count:
+            raise InvalidRequestError(f"launch spec asks for {spec.count} nodes but names {len(spec.node_names)}",
+                                      provider=self.name, code="BadNodeCount", region=spec.region)
         with self._lock:
             made = self._tokens.get(spec.client_token)
             if made is not None:  # the same call again: what it made, not more
