@@ -281,8 +281,11 @@ def test_a_drain_from_a_row_that_moved_on_applies_its_bookkeeping_to_the_fresh_r
 
 def test_a_caller_stops_waiting_for_a_launch_in_progress_at_provision_timeout_s(tmp_path, mini_catalog):
     """The launch holding the lease hangs in the cloud call: a second caller of the key gets the lease
-    as it stands once provision_timeout_s has passed, instead of waiting for it for ever."""
+    as it stands once provision_timeout_s has passed, instead of waiting for it for ever, at most
+    half a second late (it looks again every half second, and at every write of the launch)."""
     lc, _, clouds, _, store = _kit(tmp_path, mini_catalog, provision_timeout_s=1.0)
+    waits, wait = [], store.wait_for_change
+    store.wait_for_change = lambda timeout: (waits.append(timeout), wait(timeout))[-1]
     gate, entered = threading.Event(), threading.Event()
 
     def hung(spec):
@@ -300,6 +303,7 @@ def test_a_caller_stops_waiting_for_a_launch_in_progress_at_provision_timeout_s(
         b.start()
         b.join(30)
         assert not b.is_alive() and second[0].state is LeaseState.PROVISIONING
+        assert waits and set(waits) == {0.5}
     finally:
         gate.set()
         a.join(30)

@@ -313,3 +313,19 @@ def test_each_retry_of_a_throttled_launch_is_logged_with_its_lease(kit):
     assert lease.state is S.RUNNING and lease.attempt == 3
     assert [e for e in logs if e["event"] == "launch_retry"] == 2 * [
         {"event": "launch_retry", "log_level": "info", "lease": lease.lease_id, "provider": "aws", "delay_s": 0.0}]
+
+
+def test_a_launch_in_progress_shows_the_attempts_that_failed_before_it(kit):
+    """Each attempt is written before its cloud call, with the failed ones so far: a lease read while
+    the broker is on its next offer says why (and a launch resumed after a crash keeps them)."""
+    lc, _, clouds, _ = kit
+    clouds["aws"].capacity[("us-east-1", "p5.48xlarge")] = 0
+    seen = []
+    clouds["gcp"]._failures["launch"].append(lambda spec: seen.append(lc.get(spec.lease_id)))
+    gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS), alternatives=[gcp])
+    (during,) = seen
+    assert during.state is S.PROVISIONING and (during.provider, during.attempt) == ("gcp", 3)
+    assert [(a.provider, a.zone, a.kind) for a in during.attempts] == \
+        [("aws", "us-east-1a", "capacity"), ("aws", "us-east-1b", "capacity")] == \
+        [(a.provider, a.zone, a.kind) for a in lease.attempts]
