@@ -184,8 +184,8 @@ def test_a_several_shape_request_is_one_offer_tried_and_each_refused_shape_block
 
 
 # -- a Capacity Block: bought, waited for, launched into at its start (or given up) -----------------------
-def _block_kit(tmp_path, catalog):
-    lc, _, clouds, clock, store = _kit(tmp_path, catalog)
+def _block_kit(tmp_path, catalog, **settings):
+    lc, _, clouds, clock, store = _kit(tmp_path, catalog, **settings)
     clouds["aws"] = lc.providers["aws"] = FakeBlocks("aws", clock=clock)
     start = clock() + 3600
     p5 = catalog.find("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND)
@@ -329,3 +329,56 @@ def test_a_launch_in_progress_shows_the_attempts_that_failed_before_it(kit):
     assert [(a.provider, a.zone, a.kind) for a in during.attempts] == \
         [("aws", "us-east-1a", "capacity"), ("aws", "us-east-1b", "capacity")] == \
         [(a.provider, a.zone, a.kind) for a in lease.attempts]
+
+
+# -- what counts as one offer against max_failover ---------------------------------------------------------
+@pytest.mark.parametrize("cap", [2, 3])
+def test_each_several_shape_request_counts_as_one_offer(tmp_path, mini_catalog, cap):
+    lc, clouds, store, p5, g5 = _shapes_kit(tmp_path, mini_catalog, max_failover=cap)
+    try:
+        clouds["gcp"] = lc.providers["gcp"] = FakeShapes("gcp", clock=lc.clock)
+        for name, region, itype in (("aws", "us-east-1", "p5.48xlarge"), ("aws", "us-east-1", "g5.xlarge"),
+                                    ("gcp", "us-central1", "a3-highgpu-8g"), ("gcp", "us-central1", "a2-highgpu-1g")):
+            clouds[name].capacity[(region, itype)] = 0
+        a3, a2 = [lc.target_explicit("gcp", "us-central1", "", t, "on_demand", 1)
+                  for t in ("a3-highgpu-8g", "a2-highgpu-1g")]
+        azure = lc.target_explicit("azure", "eastus", "", "Standard_ND96isr_H100_v5", "on_demand", 1)
+        if cap == 2:  # one request on each cloud: the third cloud is not tried
+            with pytest.raises(LeaseError):
+                lc.launch(idempotency_key="k", target=p5, alternatives=[g5, a3, a2, azure])
+        else:
+            assert lc.launch(idempotency_key="k", target=p5, alternatives=[g5, a3, a2, azure]).provider == "azure"
+        assert [[m for m, _ in clouds[c].calls if m == "launch_shapes"] for c in ("aws", "gcp")] == \
+            [["launch_shapes"], ["launch_shapes"]]
+    finally:
+        store.close()
+
+
+def test_the_capacity_blocks_of_one_type_and_region_are_one_offer(tmp_path, mini_catalog):
+    """With max_failover = 1, a second Capacity Block of the offer tried is still tried (it is the
+    same offer), while a new offer between them is not."""
+    lc, _, _, _, store = _kit(tmp_path, mini_catalog, max_failover=1)
+    try:
+        cb1, cb2 = [Target("aws", "us-east-1", "us-east-1a", "p5.48xlarge", Market.QUEUED, 1, 30_000_000, f"cb-{n}")
+                    for n in (1, 2)]
+        g5 = lc.target_explicit("aws", "us-east-1", "", "g5.xlarge", "on_demand", 1)
+        with pytest.raises(LeaseError):
+            lc.launch(idempotency_key="k", target=cb1, alternatives=[g5, cb2])
+        assert [(a.instance_type, a.code) for a in lc.store.lease_by_key("default", "k").attempts] == \
+            2 * [("p5.48xlarge", "CapacityBlockNotBought")]  # buying them is off
+    finally:
+        store.close()
+
+
+def test_another_reservation_of_a_given_up_blocks_offer_is_the_same_offer(tmp_path, mini_catalog):
+    lc, clouds, clock, store, target, _ = _block_kit(tmp_path, mini_catalog, max_failover=1)
+    try:
+        g5 = lc.target_explicit("aws", "us-east-1", "", "g5.xlarge", "on_demand", 1)
+        other = Target("aws", "us-east-1", "us-east-1a", "p5.48xlarge", Market.RESERVED, 1, 0, "cr-9")
+        lease = lc.launch(idempotency_key="k", target=target, alternatives=[g5, other])
+        clock.advance(3600)
+        clouds["aws"].set_block("cr-1", BlockState.CANCELLED)
+        out = lc.provision(lc.get(lease.lease_id))
+        assert (out.state, out.instance_type, out.reservation) == (S.RUNNING, "p5.48xlarge", "cr-9")
+    finally:
+        store.close()
