@@ -15,7 +15,7 @@ from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.targets import Target
 from policies.demand import Demand
-from providers.base import BlockState, Market, ThrottledError, TransientError
+from providers.base import AuthError, BlockState, Market, ThrottledError, TransientError
 from tests.fake_provider import FakeBlocks, FakeProvider, FakeShapes
 from tests.lease_kit import Clock
 
@@ -382,3 +382,24 @@ def test_another_reservation_of_a_given_up_blocks_offer_is_the_same_offer(tmp_pa
         assert (out.state, out.instance_type, out.reservation) == (S.RUNNING, "p5.48xlarge", "cr-9")
     finally:
         store.close()
+
+
+def test_a_launch_tries_each_zone_of_each_offer_once_in_rank_order_cloud_by_cloud(kit):
+    lc, _, _, _ = kit
+    p5a, p5b = [lc.target_explicit("aws", "us-east-1", z, "p5.48xlarge", "on_demand", 1)
+                for z in ("us-east-1a", "us-east-1b")]
+    a3 = lc.target_explicit("gcp", "us-central1", "us-central1-b", "a3-highgpu-8g", "on_demand", 1)
+    g5 = lc.target_explicit("aws", "us-east-1", "us-east-1b", "g5.xlarge", "on_demand", 1)
+    order = [(t.provider, t.instance_type, t.zone) for t in lc.failover_order(p5a, [p5b, a3, g5, p5a])]
+    assert order == [("aws", "p5.48xlarge", "us-east-1a"), ("aws", "p5.48xlarge", "us-east-1b"),
+                     ("aws", "g5.xlarge", "us-east-1b"), ("aws", "g5.xlarge", "us-east-1a"),
+                     ("gcp", "a3-highgpu-8g", "us-central1-b"), ("gcp", "a3-highgpu-8g", "us-central1-a")]
+
+
+def test_an_auth_error_without_a_code_is_named_as_one_on_the_offers_it_rules_out(kit):
+    lc, _, clouds, _ = kit
+    clouds["aws"].fail("launch", AuthError("denied", provider="aws"))
+    gcp = lc.target_explicit("gcp", "us-central1", "", "a3-highgpu-8g", "on_demand", 1)
+    lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS), alternatives=[gcp])
+    assert [(a.zone, a.code, a.message) for a in lease.attempts] == [
+        ("us-east-1a", "AuthError", "denied"), ("us-east-1b", "blocked", "auth error earlier in this launch")]
