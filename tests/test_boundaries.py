@@ -402,7 +402,11 @@ def test_a_new_lease_records_what_it_was_asked_for(kit):
     assert (lease.created_at, lease.updated_at, lease.state_since) == (clock(), clock(), clock())
     again, created = lc.create(idempotency_key="k", tenant="team-a", target=targets[1])
     assert not created and again.lease_id == lease.lease_id
-    assert lc.create(idempotency_key="k2", target=targets[0], max_lifetime_s=300)[0].max_lifetime_s == 300
+    bare, _ = lc.create(idempotency_key="k2", target=targets[0], max_lifetime_s=300)
+    assert (bare.max_lifetime_s, bare.tenant, bare.quote_id, bare.offer_rank, bare.bootstrap, bare.replaces) == \
+        (300, "default", "", 0, "", "")
+    assert (bare.demand, bare.alternatives, bare.job, bare.job_state) == (None, (), Job(), "")
+    assert lease.lease_id.startswith("l-") and bare.lease_id.startswith("l-") and bare.lease_id != lease.lease_id
     with pytest.raises(InvalidArgument, match=r"^idempotency_key is required\.$"):
         lc.create(idempotency_key="", target=targets[0])
 
@@ -419,6 +423,10 @@ def test_a_launch_fits_a_tenants_hourly_cap_exactly_and_one_node_more_does_not(k
                             "+ 98.32 $/h requested.")
     assert lc.store.lease_by_key("team-a", "b") is None
     assert lc.launch(idempotency_key="b", tenant="team-b", target=one).state is S.RUNNING  # no cap of its own
+    lc.release(lc.store.lease_by_key("team-a", "a").lease_id)
+    assert lc.launch(idempotency_key="c", tenant="team-a", target=one).state is S.RUNNING
+    with pytest.raises(OverBudget, match=r"98.32 \$/h already running \+ 196.64 \$/h requested.$"):
+        lc.launch(idempotency_key="d", tenant="team-a", target=two)  # the price of every node counts
 
 
 def test_a_launch_of_a_schedulers_nodes_gives_them_its_names_and_is_busy(kit):
