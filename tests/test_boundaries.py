@@ -412,8 +412,8 @@ def test_a_new_lease_records_what_it_was_asked_for(kit):
 
 
 def test_a_launch_fits_a_tenants_hourly_cap_exactly_and_one_node_more_does_not(kit):
-    lc, _, _, _ = kit
-    lc.budgets = Budgets(lc.store, {"team-a": Budget("team-a", usd_per_hour=Decimal("196.64"))})
+    caps = Budgets(kit[0].store, {"team-a": Budget("team-a", usd_per_hour=Decimal("196.64"))})
+    lc = Lifecycle(kit[0].store, kit[0].providers, kit[0].engine, owner="test", budgets=caps, clock=kit[3])
     two = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 2)
     one = dataclasses.replace(two, nodes=1)
     assert lc.launch(idempotency_key="a", tenant="team-a", target=two).state is S.RUNNING

@@ -15,7 +15,7 @@ from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.targets import Target
 from policies.demand import Demand
-from providers.base import AuthError, BlockState, Market, ThrottledError, TransientError
+from providers.base import TAG_LEASE, TAG_OWNER, AuthError, BlockState, Market, ThrottledError, TransientError
 from tests.fake_provider import FakeBlocks, FakeProvider, FakeShapes
 from tests.lease_kit import Clock
 
@@ -277,6 +277,7 @@ def test_a_lease_with_a_bootstrap_boots_its_rendered_script_and_one_without_none
     lc.launch(idempotency_key="b", target=t)
     assert [spec.boot_script for m, spec in clouds["aws"].calls if m == "launch"] == [
         f"#!/bin/sh\n# slurm-node: {booted.lease_id}-1-0", ""]
+    assert clouds["aws"].calls[0][1].tags == {TAG_LEASE: booted.lease_id, TAG_OWNER: "test"}  # whose nodes
 
 
 def test_an_offer_that_can_no_longer_be_launched_fails_saying_why_and_the_launch_goes_on(kit):
