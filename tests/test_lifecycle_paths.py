@@ -178,6 +178,7 @@ def test_a_several_shape_request_is_one_offer_tried_and_each_refused_shape_block
         assert [m for m, _ in aws.calls if m == "launch_shapes"] == ["launch_shapes"]  # none of them asked again
         assert [(a.instance_type, a.zone, a.kind, a.scope) for a in lease.attempts if a.provider == "aws"] == \
             [(t, z, "capacity", f"aws/us-east-1/{z}") for t, z in SHAPES]
+        assert sorted(lc.store.active_blocks(lc.clock())) == ["aws/us-east-1/us-east-1a", "aws/us-east-1/us-east-1b"]
         assert len([m for m, _ in clouds["gcp"].calls if m == "launch"]) == cap - 1  # the request was offer 1
     finally:
         store.close()
