@@ -405,3 +405,78 @@ def test_an_auth_error_without_a_code_is_named_as_one_on_the_offers_it_rules_out
     lease = lc.launch(idempotency_key="k", target=lc.target_explicit(*ZONED_AWS), alternatives=[gcp])
     assert [(a.zone, a.code, a.message) for a in lease.attempts] == [
         ("us-east-1a", "AuthError", "denied"), ("us-east-1b", "blocked", "auth error earlier in this launch")]
+
+
+# -- a several-shape request that fails as a whole ---------------------------------------------------------
+@pytest.mark.parametrize("raised, said", [(RuntimeError("  boom\nthe rest"), ": boom"),
+                                          (RuntimeError("y" * 300), ": " + "y" * 200), (RuntimeError(), "")])
+def test_a_crashing_several_shape_request_fails_its_cloud_in_one_line(tmp_path, mini_catalog, raised, said):
+    lc, clouds, store, p5, g5 = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        clouds["aws"].fail("launch_shapes", raised)
+        gcp = lc.target_explicit("gcp", "us-central1", "us-central1-a", "a3-highgpu-8g", "on_demand", 1)
+        with capture_logs() as logs:
+            lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp])
+        assert lease.target == gcp
+        assert [(a.instance_type, a.zone, a.code, a.kind, a.scope, a.message) for a in lease.attempts] == [
+            ("p5.48xlarge", "us-east-1a", "RuntimeError", "providerfault", "aws", f"aws raised RuntimeError{said}")]
+        (crash,) = [e for e in logs if e["event"] == "launch_crashed"]
+        assert crash.pop("at").endswith(" in _scripted") and crash == {
+            "event": "launch_crashed", "log_level": "error", "lease": lease.lease_id, "provider": "aws",
+            "region": "us-east-1", "error": f"RuntimeError{said or ': '}"}
+        assert [e for e in logs if e["event"] == "launch_failed"] == [
+            {"event": "launch_failed", "log_level": "warning", "lease": lease.lease_id, "provider": "aws",
+             "region": "us-east-1", "code": "RuntimeError", "scope": "cloud", "shapes": 4}]
+    finally:
+        store.close()
+
+
+def test_a_several_shape_request_retried_after_a_timeout_gives_back_what_the_lost_call_made(tmp_path, mini_catalog):
+    lc, clouds, store, p5, g5 = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        aws, made = clouds["aws"], []
+
+        def made_then_timed_out(request):
+            spec, shapes = request
+            made.extend(FakeProvider.launch(aws, dataclasses.replace(
+                spec, instance=shapes[2].instance, zone=shapes[2].zone, client_token="lost")))
+            raise TransientError("read timeout", provider="aws", code="RequestTimeout", region=spec.region)
+
+        aws.fail("launch_shapes", made_then_timed_out)
+        lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5])
+        assert (lease.state, lease.instance_type, lease.attempt) == (S.RUNNING, "p5.48xlarge", 2)
+        assert [(a.code, a.kind, a.message) for a in lease.attempts] == \
+            [("RequestTimeout", "transient", "read timeout")]
+        assert made and {i.instance_id for i in aws.alive()} == lease.instance_ids  # the lost call's node is gone
+    finally:
+        store.close()
+
+
+class PartialShapes(FakeShapes):
+    """A cloud whose several-shape request brings up one node fewer than asked."""
+
+    def launch_shapes(self, spec, shapes):
+        shape, made = super().launch_shapes(spec, shapes)
+        return shape, made[1:]
+
+
+def test_a_several_shape_request_that_brings_up_too_few_nodes_gives_them_back(tmp_path, mini_catalog):
+    lc, clouds, store, _, _ = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        aws = clouds["aws"] = lc.providers["aws"] = PartialShapes("aws", clock=lc.clock)
+        err = TransientError("503", provider="aws", code="ServiceUnavailable")
+        aws.fail("terminate", err)
+        p5, g5, gcp = [lc.target_explicit(p, r, z, t, "on_demand", 2) for p, r, z, t in (
+            ("aws", "us-east-1", "us-east-1a", "p5.48xlarge"), ("aws", "us-east-1", "", "g5.xlarge"),
+            ("gcp", "us-central1", "us-central1-a", "a3-highgpu-8g"))]
+        with capture_logs() as logs:
+            lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp])
+        assert lease.target == gcp and aws.alive() == []  # the give-back failed once, the clean-up went through
+        assert [(a.code, a.kind, a.scope, a.message) for a in lease.attempts] == [
+            ("PartialLaunch", "capacity", "aws/us-east-1/us-east-1a",
+             "only 1 of 2 nodes of one asked-for shape came up")]
+        assert [e for e in logs if e["event"] == "terminate_failed"] == [
+            {"event": "terminate_failed", "log_level": "warning", "lease": lease.lease_id, "provider": "aws",
+             "error": str(err)}]
+    finally:
+        store.close()
