@@ -15,7 +15,8 @@ from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.targets import Target
 from policies.demand import Demand
-from providers.base import TAG_LEASE, TAG_OWNER, AuthError, BlockState, Market, ThrottledError, TransientError
+from providers.base import (TAG_LEASE, TAG_OWNER, AuthError, BlockState, CapacityError, Market, ThrottledError,
+                            TransientError)
 from tests.fake_provider import FakeBlocks, FakeProvider, FakeShapes
 from tests.lease_kit import Clock
 
@@ -148,8 +149,10 @@ def test_several_shapes_go_out_in_one_request_and_the_lease_records_the_one_it_g
         aws.capacity[("us-east-1", "p5.48xlarge")] = 0
         lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5])
         ((_, shapes),) = [arg for m, arg in aws.calls if m == "launch_shapes"]
-        assert [(s.instance.name, s.zone, s.market) for s in shapes] == \
-            [(t, z, Market.ON_DEMAND) for t, z in shapes_asked]
+        prices = {"p5.48xlarge": p5.hourly_micros, "g5.xlarge": g5.hourly_micros}
+        assert [(s.instance.name, s.zone, s.market, s.hourly_micros) for s in shapes] == \
+            [(t, z, Market.ON_DEMAND, prices[t]) for t, z in shapes_asked]
+        assert "describe" not in [m for m, _ in aws.calls]  # one call: nothing of an earlier one to clean up
         assert (lease.state, lease.instance_type, lease.zone, lease.hourly_micros, lease.attempt, lease.attempts) == \
             (LeaseState.RUNNING, "g5.xlarge", "us-east-1a" if zoned else "us-east-1-a", g5.hourly_micros, 1, ())
         launching = [e.message for e in lc.store.events_of(lease.lease_id)
@@ -169,12 +172,16 @@ def test_a_several_shape_request_is_one_offer_tried_and_each_refused_shape_block
         for itype in ("p5.48xlarge", "g5.xlarge"):
             aws.capacity[("us-east-1", itype)] = 0
         gcp = lc.target_explicit("gcp", "us-central1", "us-central1-a", "a3-highgpu-8g", "on_demand", 1)
-        if cap == 1:
-            with pytest.raises(LeaseError):
-                lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp])
-        else:
-            assert lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp]).provider == "gcp"
+        with capture_logs() as logs:
+            if cap == 1:
+                with pytest.raises(LeaseError):
+                    lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp])
+            else:
+                assert lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp]).provider == "gcp"
         lease = lc.store.lease_by_key("default", "k")
+        assert [e for e in logs if e["event"] == "launch_failed"] == [
+            {"event": "launch_failed", "log_level": "warning", "lease": lease.lease_id, "provider": "aws",
+             "region": "us-east-1", "code": "InsufficientCapacity", "scope": "zone", "shapes": 4}]
         assert [m for m, _ in aws.calls if m == "launch_shapes"] == ["launch_shapes"]  # none of them asked again
         assert [(a.instance_type, a.zone, a.kind, a.scope) for a in lease.attempts if a.provider == "aws"] == \
             [(t, z, "capacity", f"aws/us-east-1/{z}") for t, z in SHAPES]
@@ -443,7 +450,10 @@ def test_a_several_shape_request_retried_after_a_timeout_gives_back_what_the_los
             raise TransientError("read timeout", provider="aws", code="RequestTimeout", region=spec.region)
 
         aws.fail("launch_shapes", made_then_timed_out)
-        lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5])
+        with capture_logs() as logs:
+            lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5])
+        assert [e for e in logs if e["event"] == "launch_retry"] == [
+            {"event": "launch_retry", "log_level": "info", "lease": lease.lease_id, "provider": "aws", "delay_s": 0.0}]
         assert (lease.state, lease.instance_type, lease.attempt) == (S.RUNNING, "p5.48xlarge", 2)
         assert [(a.code, a.kind, a.message) for a in lease.attempts] == \
             [("RequestTimeout", "transient", "read timeout")]
@@ -472,11 +482,35 @@ def test_a_several_shape_request_that_brings_up_too_few_nodes_gives_them_back(tm
         with capture_logs() as logs:
             lease = lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp])
         assert lease.target == gcp and aws.alive() == []  # the give-back failed once, the clean-up went through
+        assert lc.store.active_blocks(lc.clock()) == {
+            "aws/us-east-1/us-east-1a": "PartialLaunch on aws/us-east-1/us-east-1a"}
         assert [(a.code, a.kind, a.scope, a.message) for a in lease.attempts] == [
             ("PartialLaunch", "capacity", "aws/us-east-1/us-east-1a",
              "only 1 of 2 nodes of one asked-for shape came up")]
         assert [e for e in logs if e["event"] == "terminate_failed"] == [
             {"event": "terminate_failed", "log_level": "warning", "lease": lease.lease_id, "provider": "aws",
              "error": str(err)}]
+    finally:
+        store.close()
+
+
+def test_a_several_shape_request_records_the_market_of_the_shape_it_got(tmp_path, mini_catalog):
+    lc, clouds, store, p5, _ = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        clouds["aws"].fail("launch", CapacityError("full", provider="aws", code="InsufficientCapacity",
+                                                   region="us-east-1", zone="us-east-1a"), times=2)
+        spot = lc.target_explicit("aws", "us-east-1", "us-east-1a", "p5.48xlarge", "spot", 1)
+        lease = lc.launch(idempotency_key="k", target=p5, alternatives=[spot])
+        assert lease.target == spot  # the on-demand shape was refused in both zones
+    finally:
+        store.close()
+
+
+def test_queued_capacity_is_launched_alone_even_where_several_shapes_go_out_in_one_request(tmp_path, mini_catalog):
+    lc, clouds, store, _, g5 = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        flex = Target("aws", "us-east-1", "us-east-1a", "p5.48xlarge", Market.QUEUED, 1, 30_000_000)
+        assert lc.launch(idempotency_key="k", target=flex, alternatives=[g5]).market is Market.QUEUED
+        assert [m for m, _ in clouds["aws"].calls] == ["launch"]
     finally:
         store.close()
