@@ -15,7 +15,7 @@ from broker.reconciler import Reconciler
 from broker.store import Store
 from broker.targets import Target
 from policies.demand import Demand
-from providers.base import (TAG_LEASE, TAG_OWNER, AuthError, BlockState, CapacityError, Market, ThrottledError,
+from providers.base import (TAG_LEASE, TAG_OWNER, AuthError, BlockState, CapacityError, Market, Scope, ThrottledError,
                             TransientError)
 from tests.fake_provider import FakeBlocks, FakeProvider, FakeShapes
 from tests.lease_kit import Clock
@@ -512,5 +512,23 @@ def test_queued_capacity_is_launched_alone_even_where_several_shapes_go_out_in_o
         flex = Target("aws", "us-east-1", "us-east-1a", "p5.48xlarge", Market.QUEUED, 1, 30_000_000)
         assert lc.launch(idempotency_key="k", target=flex, alternatives=[g5]).market is Market.QUEUED
         assert [m for m, _ in clouds["aws"].calls] == ["launch"]
+    finally:
+        store.close()
+
+
+def test_a_refused_shape_blocks_what_its_error_covers(tmp_path, mini_catalog):
+    lc, clouds, store, p5, g5 = _shapes_kit(tmp_path, mini_catalog)
+    try:
+        aws = clouds["aws"]
+        aws.fail("launch", CapacityError("not sold here", provider="aws", code="Unsupported", region="us-east-1",
+                                         scope=Scope.OFFER))  # the first shape's refusal: its offer, every zone
+        for itype in ("p5.48xlarge", "g5.xlarge"):
+            aws.capacity[("us-east-1", itype)] = 0
+        gcp = lc.target_explicit("gcp", "us-central1", "us-central1-a", "a3-highgpu-8g", "on_demand", 1)
+        assert lc.launch(idempotency_key="k", target=p5, alternatives=[g5, gcp]).provider == "gcp"
+        assert lc.store.active_blocks(lc.clock()) == {
+            "aws/us-east-1/p5.48xlarge/on_demand": "Unsupported on aws/us-east-1/p5.48xlarge/on_demand",
+            "aws/us-east-1/us-east-1a": "InsufficientCapacity on aws/us-east-1/us-east-1a",
+            "aws/us-east-1/us-east-1b": "InsufficientCapacity on aws/us-east-1/us-east-1b"}
     finally:
         store.close()
