@@ -195,7 +195,9 @@ def needs_of(catalog: Any) -> list[QuotaNeed]:
 
 
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    from google.cloud import billing_v1, compute_v1
+    from google.cloud import billing_v1
+
+    from providers.gcp.sdk import compute_v1
 
     settings = provider_table(GcpSettings, "gcp", raw)
     billing_endpoint = settings.billing_api_endpoint
@@ -241,7 +243,7 @@ __all__ = ["fetch", "sku_key", "prices_from_skus", "is_loopback_url"]
 
 def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
     """Only ``region``'s GPU quotas, now (after a launch met a quota error there)."""
-    from google.cloud import compute_v1
+    from providers.gcp.sdk import compute_v1
 
     settings = provider_table(GcpSettings, "gcp", raw)
     options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
