@@ -38,6 +38,7 @@ class Service:
         from broker.budget import Budgets
         from broker.lifecycle import Lifecycle
         from broker.reconciler import Reconciler
+        from broker.engine import pool_size_for
         from broker.store import Store
         from broker.auth import Auth
         from broker.limits import Limits
@@ -46,7 +47,9 @@ class Service:
         self.clock = clock
         self.auth = Auth(config.auth_tokens)  # the config file's tokens checked before the store opens
         self.limits = Limits.from_settings(config.limits, config.workers)
-        self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s)
+        self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s,
+                           pool_size=pool_size_for(config.workers, config.store.pool_size),
+                           max_overflow=config.store.max_overflow)
         if config.auth is not None and config.auth.honours_store:
             from broker.tokens import IssuedTokens, TokenStore
 
