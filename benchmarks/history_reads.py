@@ -134,7 +134,7 @@ def churn(url: str, seconds: float, pool_size: int, overflow: int) -> tuple[floa
     """(connections opened/s, closed/s) after start-up, ``WORKERS`` threads reading at once."""
     store = Store(url, pool_size=pool_size, max_overflow=overflow)
     try:
-        store.open_connections()
+        store.open_connections(at_most=pool_size)  # steady state: the pool at its size
         opened, closed = [], []
         event.listen(store.engine, "connect", lambda *_: opened.append(1))
         event.listen(store.engine, "close", lambda *_: closed.append(1))

@@ -19,6 +19,8 @@ from sqlalchemy import create_engine, event
 BACKGROUND_THREADS = 8
 #: Connections a pool may open past its size for a burst (closed again when returned).
 MAX_OVERFLOW = 8
+#: Connections opened at start-up (Store.open_connections); the pool grows past them under load.
+WARM_CONNECTIONS = 10
 #: The pool of a store opened without a size (a command, a test): as before sizes were settings.
 DEFAULT_POOL = (10, 20)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from sqlalchemy import BigInteger, Index, Integer, String, Text, UniqueConstraint, delete, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, select
-from broker.engine import MAX_OVERFLOW, engine_for
+from broker.engine import MAX_OVERFLOW, WARM_CONNECTIONS, engine_for
 from broker.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -186,10 +186,12 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
-    def open_connections(self) -> int:
+    def open_connections(self, at_most: int = WARM_CONNECTIONS) -> int:
         """Open the pool's connections now (at start-up), not as the first calls arrive and each
-        waits for its own (a PostgreSQL connection is a new server process); returns how many."""
-        size = getattr(self.engine.pool, "size", lambda: 1)()
+        waits for its own (a PostgreSQL connection is a new server process); returns how many.
+        At most ``at_most``: a pool sized for every worker grows to its size under load and keeps
+        them, while replicas and tests that start together stay within the server's connections."""
+        size = min(at_most, getattr(self.engine.pool, "size", lambda: 1)())
         conns = []
         try:
             for _ in range(size):
