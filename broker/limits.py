@@ -139,7 +139,7 @@ FIELDS: dict[str, Rule] = {
     "WatchLeasesRequest.lease_id": ID, "WatchLeasesRequest.after_event_id": Rule(0, 2**62),
     "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, MAX_PAGE),
     "ListLeasesRequest.page_token": Rule(chars=1024),
-    "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, 100_000),
+    "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, MAX_PAGE),
     "ReleaseRequest.reason": Rule(chars=1024, text=True), "PendingJob.pending_reason": Rule(text=True),
     "ClusterNode.reason": Rule(text=True),
     "PendingJob.job_id": ID, "PendingJob.user": NAME, "PendingJob.queue": NAME, "PendingJob.gpus": Rule(0, 100_000),

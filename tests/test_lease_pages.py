@@ -122,3 +122,15 @@ def test_the_cli_lists_every_lease_with_limit_zero_and_refuses_a_negative_one(se
     out = cli("leases", "--limit", "-1", server=addr)
     assert out.returncode == 2 and out.stderr.strip().endswith("--limit must be zero (every lease) or more, got -1."), \
         out.stderr
+
+
+def test_a_decisions_page_is_bounded_too(server):
+    addr, _ = server
+    with grpc.insecure_channel(addr) as ch, pytest.raises(grpc.RpcError) as e:
+        pb_grpc.BrokerStub(ch).ListDecisions(pb.ListDecisionsRequest(limit=1001), timeout=30,
+                                             metadata=(("authorization", "Bearer tok-op"),))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith("limit must be at most 1,000"), e.value.details()
+    out = cli("decisions", "--limit", "1001", server=addr, token="tok-op")
+    assert out.returncode == 2 and out.stderr.strip() == "broker: --limit must be from 1 to 1,000, got 1001.", \
+        out.stderr
