@@ -451,3 +451,17 @@ def test_a_refused_launch_names_in_its_attempt_what_it_blocked(kit, error, block
     assert lease.state is S.RUNNING
     assert (lease.attempts[0].zone, lease.attempts[0].code, lease.attempts[0].scope) == ("us-east-1a", error.code, blocked)
     assert lc.store.active_blocks(clock()) == {blocked: f"{error.code} on {blocked}"}
+
+
+def test_a_months_cap_counts_only_what_was_spent_this_month(kit):
+    lc, _, _, clock = kit
+    caps = Budgets(lc.store, {"team-a": Budget("team-a", usd_per_month=Decimal("100"))})
+    lc = Lifecycle(lc.store, lc.providers, lc.engine, owner="test", budgets=caps, clock=clock)
+    t = lc.target_explicit(*ZONED_AWS)
+    old = lc.launch(idempotency_key="a", tenant="team-a", target=t)
+    clock.advance(2 * 3600)
+    assert lc.release(old.lease_id).accrued_micros == 2 * 98_320_000  # over the cap, in this month
+    with pytest.raises(OverBudget, match=r"^budget team-a.usd_per_month = 100 is spent: 196.64 \$ accrued"):
+        lc.launch(idempotency_key="b", tenant="team-a", target=t)
+    clock.advance(40 * 86400)  # the next month: last month's spend no longer counts
+    assert lc.launch(idempotency_key="c", tenant="team-a", target=t).state is S.RUNNING
