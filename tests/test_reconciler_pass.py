@@ -139,7 +139,7 @@ def test_every_lost_lease_of_a_pass_is_counted_with_its_full_reason(make):
 def test_a_lost_leases_reason_names_each_stopped_node_and_why_it_stopped(make):
     k = make()
     aws = k.clouds["aws"]
-    lease = k.launch("k", count=2)
+    lease, other = k.launch("k", count=2), k.launch("o")  # the other stays up: listed alive beside the stopped
     first, second = sorted(lease.instance_ids)
     aws.instances[first] = dataclasses.replace(aws.instances[first], state=InstanceState.TERMINATED,
                                                stop_reason=StopReason.USER, stop_detail="deleted in the console")
@@ -147,6 +147,7 @@ def test_a_lost_leases_reason_names_each_stopped_node_and_why_it_stopped(make):
     assert k.rec.run_pass().failed == 1
     assert k.lc.get(lease.lease_id).state_reason == (
         f"instances lost: {first}: user deleted in the console, {second}: stopping")
+    assert k.lc.get(other.lease_id).state is S.RUNNING
 
 
 def test_every_launch_resumed_in_a_pass_is_counted_and_each_that_fails(make):
@@ -498,15 +499,19 @@ def test_a_tenant_whose_budget_cannot_be_judged_stops_no_other_tenants_release(m
 
 
 # -- time ---------------------------------------------------------------------------------------------
-def test_a_leases_lifetime_counts_from_when_it_started_not_from_its_request(make):
+def test_a_leases_lifetime_counts_from_when_it_started_not_from_its_request(make, monkeypatch):
     k = make(idle_timeout_s=0)
+    aws = k.clouds["aws"]
     lease, _ = k.lc.create(idempotency_key="k", target=k.target(), max_lifetime_s=1000)
     k.clock.advance(5)
     assert k.rec.run_pass().resumed == 1  # a request left by a crash: launched 5 s after it was made
     started = k.lc.get(lease.lease_id)
     assert (started.state, started.created_at, started.started_at) == (S.RUNNING, T0, T0 + 5)
     k.clock.advance(999)
+    listed = aws.list_managed  # its node missing from a lagging listing: the lease is looked at in full
+    monkeypatch.setattr(aws, "list_managed", lambda regions=None: [i for i in listed(regions) if i.lease_id != lease.lease_id])
     assert k.rec.run_pass().expired == 0
+    monkeypatch.setattr(aws, "list_managed", listed)
     k.clock.advance(1)
     assert k.rec.run_pass().expired == 1
     assert k.lc.get(lease.lease_id).state_reason == "maximum lifetime of 1000 s reached"
