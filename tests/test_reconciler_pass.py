@@ -548,3 +548,34 @@ def test_a_pass_prunes_the_quotes_that_expired_a_day_ago_or_more(make):
     with k.store.engine.connect() as conn:
         left = sorted(conn.execute(select(QuoteRecord.__table__.c.quote_id)).scalars())
     assert left == ["q-edge", "q-new"]
+
+
+def test_quotes_that_cannot_be_pruned_are_counted_logged_and_stop_nothing(make, monkeypatch):
+    k = make()
+    lease = k.launch("k")
+    k.clock.advance(k.lc.settings.idle_timeout_s)
+
+    def locked(before):
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(k.store, "prune_quotes", locked)
+    with capture_logs() as logs:
+        report = k.rec.run_pass()
+    assert (report.errors, report.expired) == (1, 1) and k.errors == [("prune", "")]
+    (failed,) = [e for e in logs if e["event"].endswith("_failed")]
+    assert failed.pop("exc_info") is True and failed == {
+        "event": "prune_failed", "log_level": "error", "provider": "", "error": "RuntimeError('database is locked')"}
+    assert k.lc.get(lease.lease_id).state is S.RELEASED
+
+
+def test_a_lease_looked_at_in_full_and_found_steady_stops_no_later_leases_release(make, monkeypatch):
+    k = make()
+    aws = k.clouds["aws"]
+    steady = k.launch("s", job=Job(job_id="j"))  # busy: never idle
+    k.clock.advance(1)
+    idle = k.launch("i")
+    k.clock.advance(k.lc.settings.idle_timeout_s)
+    listed = aws.list_managed  # the steady lease's node missing from a lagging listing: read in full
+    monkeypatch.setattr(aws, "list_managed", lambda regions=None: [i for i in listed(regions) if i.lease_id != steady.lease_id])
+    assert k.rec.run_pass().expired == 1
+    assert [k.lc.get(x.lease_id).state for x in (steady, idle)] == [S.RUNNING, S.RELEASED]
