@@ -1,13 +1,14 @@
 """The autoscaler's diagnosis as the service asks for it (the source's allocation history within
-``history_s``, at the clock's time), a snapshot that names no source, and a hand-off that fails
-with an error naming no job; on the in-process service with clouds in memory
-(tests/test_autoscaler_fake.py's kit)."""
+``history_s``, at the clock's time), a snapshot that names no source, a hand-off that fails with
+an error naming no job, and what counts as a source's capacity in flight; on the in-process service
+with clouds in memory (tests/test_autoscaler_fake.py's kit)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from broker.records import Job
 from policies.queue import ClusterNode
 from tests import fake_scheduler as fake
 from tests.test_autoscaler_fake import T0, Kit, four, job, snap
@@ -67,3 +68,21 @@ def test_a_hand_off_that_fails_naming_no_job_leaves_every_job_free_to_burst_agai
     assert failed.reason == f"{d.reason}; hand-off failed: slurmctld unreachable"
     assert json.loads(failed.data) == {"source": "w"} and kit.decisions("burst") == []
     assert a.sources["w"].burst_jobs == set() and kit.store.list_leases() == []
+
+
+def test_every_lease_of_the_source_counts_whatever_leases_of_others_come_between(kit):
+    lc = kit.svc.lifecycle
+    t = lc.target_explicit("aws", "us-east-1", "", "g6.xlarge", "on_demand", 1)
+    lc.launch(idempotency_key="mine", target=t, job=Job(job_id="j", source="q"))
+    kit.clock.advance(1)
+    lc.launch(idempotency_key="theirs", target=t, job=Job(job_id="k", source="other"))  # listed first (newer)
+    assert kit.auto._cloud_state("q") == (1, {}) and kit.auto._cloud_state("other") == (1, {})
+
+
+def test_a_lease_of_an_instance_type_the_catalog_no_longer_has_counts_no_gpus(kit):
+    lc = kit.svc.lifecycle
+    t = lc.target_explicit("aws", "us-east-1", "", "g6.xlarge", "on_demand", 1)
+    gone = lc.launch(idempotency_key="gone", target=t, job=Job(job_id="j", source="q"))
+    kit.store.update_lease(gone, now=T0, instance_type="g1.retired")
+    lc.launch(idempotency_key="known", target=t, job=Job(job_id="k", source="q"))
+    assert kit.auto._cloud_state("q") == (1, {})

@@ -54,8 +54,10 @@ def test_a_tenant_whose_budget_cannot_be_judged_stops_no_other_tenants_release(m
 
     monkeypatch.setattr(k.lc.budgets, "releases", judged)
     k.lc.budgets.budgets["default"] = Budget("default", usd_per_hour=Decimal("0.01"))
-    report = k.rec.run_pass()
+    with capture_logs() as logs:
+        report = k.rec.run_pass()
     assert (report.errors, report.expired) == (1, 1) and k.errors == [("budget", "")]
+    assert [e["tenant"] for e in logs if e["event"] == "budget_failed"] == ["broken"]
     assert k.lc.get(broken.lease_id).state is S.RUNNING and k.lc.get(spent.lease_id).state is S.RELEASED
 
 

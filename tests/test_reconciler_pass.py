@@ -202,12 +202,15 @@ def test_orphans_of_every_cloud_are_counted_and_each_logged(make):
 
 def test_a_node_of_a_lease_that_ended_is_an_orphan(make):
     k = make()
+    launching, (theirs,) = k.crashed_launch("l")  # listed first: a launching lease's node, not an orphan
+    k.lc.inflight.add(launching.lease_id)
     lease = k.launch("k")
     k.lc.release(lease.lease_id)
     late = k.clouds["aws"].plant(lease.lease_id, "us-east-1", "p5.48xlarge", Market.ON_DEMAND)  # made after
     k.rec.run_pass()
     k.clock.advance(GRACE_S)
     assert k.rec.run_pass().orphans_terminated == 1 and late.instance_id not in k.clouds["aws"].instances
+    assert theirs.instance_id in k.clouds["aws"].instances
 
 
 def test_an_orphan_the_cloud_still_lists_after_its_terminate_waits_another_grace_period(make, monkeypatch):
@@ -376,10 +379,12 @@ def test_a_node_whose_lease_tag_cannot_be_read_stays_with_the_running_lease_that
     lost = k.launch("b", job=Job(job_id="j"))
     problem = "tag broker:lease holds characters the answer cannot carry: " + "\ufffd" * 600
     _garble(aws, k.node(mine), problem, lease_id="l-\ufffd")
-    aws.vanish(k.node(lost))  # the rest of the listing is reconciled as usual
+    aws.vanish(k.node(lost))  # the rest of the listing is reconciled as usual...
+    stray = aws.plant("l-gone", "us-east-1", "p5.48xlarge", Market.ON_DEMAND)  # ...its orphans too
     with capture_logs() as logs:
         report = k.rec.run_pass()
-    assert (report.errors, report.orphans_terminated, report.lost) == (1, 0, 1) and k.errors == [("list", "aws")]
+    assert (report.errors, report.orphans_terminated, report.lost) == (1, 1, 1) and k.errors == [("list", "aws")]
+    assert stray.instance_id not in aws.instances
     assert k.lc.get(mine.lease_id).state is S.RUNNING and k.node(mine) in aws.instances
     (told,) = k.events(mine.lease_id, "instance_unreadable")
     assert (told.message, told.at, json.loads(told.data)) == (problem[:500], T0, {"instance_id": k.node(mine)})
@@ -476,7 +481,11 @@ def test_a_lease_row_with_an_unreadable_instance_list_stops_no_other_lease(make,
     orphan = k.clouds["gcp"].plant("l-long-gone", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND)
     with k.store.engine.begin() as conn:
         conn.execute(text("UPDATE leases SET instances = :v WHERE lease_id = :id"), {"v": garbage, "id": bad.lease_id})
-    assert k.rec.run_pass().errors == 1 and k.errors == [("sync", "aws")]
+    with capture_logs() as logs:
+        assert k.rec.run_pass().errors == 1 and k.errors == [("sync", "aws")]
+    assert [e for e in logs if e["event"].endswith("_failed")] == [
+        {"event": "sync_failed", "log_level": "warning", "provider": "aws", "lease": bad.lease_id,
+         "error": f"lease {bad.lease_id}: its stored instance list cannot be read"}]
     k.clock.advance(GRACE_S)
     k.clouds["aws"].vanish(k.node(good))  # the good lease's node is gone: it must notice
     report = k.rec.run_pass()
