@@ -7,15 +7,12 @@ from typing import Mapping
 from broker.config import Budget
 from broker.jobs import running
 from broker.lease import LIVE, EventKind, Lease, LeaseState, cost_so_far
+from broker.spend import Counted
 from broker.store import Store
 from policies.budget import Caps, launch_refusal, purchase_refusal, to_release
 from providers.base import MICROS
 from broker.errors import OverBudget
 
-
-#: What spend and rate caps are computed from.
-SPEND_COLUMNS = ("lease_id", "state", "created_at", "started_at", "ended_at", "accrued_at", "accrued_micros",
-                 "hourly_micros", "nodes", "job_state")
 #: A tenant is warned as its spend crosses these fractions of a cap (events and a metric).
 WARN_AT = (0.8, 1.0)
 
@@ -54,16 +51,17 @@ class Budgets:
         to = lambda v: None if v is None else int(v * MICROS)  # noqa: E731
         return Caps(to(b.usd_per_hour), to(b.usd_per_month))
 
-    def _leases(self, tenant: str, now: float):
-        """The leases that can count against a cap now: live, or ended this month (the money
-        columns only, as plain rows: a tenant may have thousands)."""
-        return self.store.lease_rows(SPEND_COLUMNS, tenant=tenant, active_since=month_start(now))
+    def _counted(self, tenant: str, now: float) -> Counted:
+        """What counts against the tenant's caps now (broker.spend): its live leases and the ones
+        ended this month that started before it, as plain rows, and the summed spend of the rest."""
+        return self.store.counted(tenant, month_start(now))
 
-    def usage(self, tenant: str, now: float, leases: list[Lease] | None = None) -> tuple[int, int]:
+    def usage(self, tenant: str, now: float, counted: Counted | None = None) -> tuple[int, int]:
         """(live rate micros/h, month spend micros) for ``tenant``."""
         since = month_start(now)
-        rate = spend = 0
-        for l in self._leases(tenant, now) if leases is None else leases:
+        c = self._counted(tenant, now) if counted is None else counted
+        rate, spend = 0, c.settled_micros
+        for l in c.rows:
             if l.state in LIVE:
                 rate += l.hourly_micros * l.nodes
             if (l.ended_at or now) >= since:
@@ -71,14 +69,14 @@ class Budgets:
         return rate, spend
 
     def check_launch(self, tenant: str, new_rate_micros: int, now: float,
-                     leases: list[Lease] | None = None) -> None:
+                     counted: Counted | None = None) -> None:
         """Refuse (OverBudget) a launch at ``new_rate_micros`` that breaks a cap.
-        ``leases``: the tenant's counted leases as read inside the insert's transaction
-        (see :meth:`admission`); None reads them now."""
+        ``counted``: what counts against the tenant's caps as read inside the insert's
+        transaction (see :meth:`admission`); None reads it now."""
         caps = self.caps(tenant)
         if caps is None:
             return
-        rate, spend = self.usage(tenant, now, leases)
+        rate, spend = self.usage(tenant, now, counted)
         why = launch_refusal(tenant, caps, rate, spend, new_rate_micros)
         if why:
             raise OverBudget(why + ".")
@@ -88,7 +86,7 @@ class Budgets:
         check and the insert as one atomic step; ``(None, 0.0)`` for a tenant without caps."""
         if self.caps(tenant) is None:
             return None, 0.0
-        return (lambda leases: self.check_launch(tenant, new_rate_micros, now, leases)), month_start(now)
+        return (lambda counted: self.check_launch(tenant, new_rate_micros, now, counted)), month_start(now)
 
     def purchase_admission(self, tenant: str, fee_micros: int, now: float):
         """``(admit, counted_since)`` for :meth:`broker.store.Store.charge_lease`: the check that the
@@ -98,8 +96,8 @@ class Budgets:
         if caps is None:
             return None, 0.0
 
-        def admit(leases: list[Lease]) -> None:
-            _, spend = self.usage(tenant, now, leases)
+        def admit(counted: Counted) -> None:
+            _, spend = self.usage(tenant, now, counted)
             why = purchase_refusal(tenant, caps, spend, fee_micros)
             if why:
                 raise OverBudget(why + ".")
@@ -110,13 +108,13 @@ class Budgets:
         caps = self.caps(tenant)
         if caps is None:
             return {}
-        leases = self._leases(tenant, now)
-        rate, spend = self.usage(tenant, now, leases)
+        counted = self._counted(tenant, now)
+        rate, spend = self.usage(tenant, now, counted)
         self._warn(tenant, caps, rate, spend, now)
         # A running job finishes (the default) unless the operator asked for checkpoint_and_stop;
         # the reconciler requeues the jobs of the leases it releases (never a silent kill).
         keep = (lambda l: running(l)) if self.on_exhausted == "finish_running" else (lambda l: False)
-        candidates = sorted((l for l in leases if l.state == LeaseState.RUNNING and not keep(l)),
+        candidates = sorted((l for l in counted.rows if l.state == LeaseState.RUNNING and not keep(l)),
                             key=lambda l: (l.created_at, l.lease_id))
         return to_release(tenant, caps, [(l.lease_id, l.hourly_micros * l.nodes) for l in candidates], rate, spend)
 

@@ -7,6 +7,7 @@ import grpc
 
 from broker import convert
 from broker.errors import ANSWERED, FROM_STATUS, BrokerError, outcome
+from broker.paging import MAX_PAGE
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
@@ -149,8 +150,18 @@ class BrokerClient:
         return convert.lease_from_pb(self._call(self.stub.GetLease, pb.GetLeaseRequest(lease_id=lease_id), 30).lease)
 
     def list_leases(self, states: list[str] = (), tenant: str = "", limit: int = 0) -> list[dict[str, Any]]:
-        req = pb.ListLeasesRequest(states=[convert.STATE_TO_PB[s] for s in states], tenant=tenant, limit=limit)
-        return [convert.lease_from_pb(l) for l in self._call(self.stub.ListLeases, req, 30).leases]
+        """Leases newest first: at most ``limit`` (0 = every one that matches), read a page at a time."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            want = MAX_PAGE if not limit else min(MAX_PAGE, limit - len(out))
+            req = pb.ListLeasesRequest(states=[convert.STATE_TO_PB[s] for s in states], tenant=tenant, limit=want,
+                                       page_token=token)
+            page = self._call(self.stub.ListLeases, req, 30)
+            out += [convert.lease_from_pb(l) for l in page.leases]
+            token = page.next_page_token
+            if not token or (limit and len(out) >= limit):
+                return out
 
     def release(self, lease_id: str, reason: str = "") -> dict[str, Any]:
         return convert.lease_from_pb(self._call(self.stub.Release, pb.ReleaseRequest(lease_id=lease_id, reason=reason)).lease)

@@ -153,6 +153,12 @@ class StoreSettings(Table):
     #: How long opening a PostgreSQL connection may take before the store counts as unreachable
     #: (libpq's connect_timeout, whole seconds, at least 2); SQLite opens a file.
     connect_timeout_s: Annotated[float, Meta(ge=1, le=3600)] = 10.0
+    #: Connections the store keeps open per serving process (PostgreSQL, and a SQLite file); 0 = one
+    #: per [server] workers thread and 8 for the background threads (broker.engine). Each serving
+    #: process has its own: processes × (pool_size + max_overflow) must fit PostgreSQL's max_connections.
+    pool_size: Annotated[int, Meta(ge=0, le=4096)] = 0
+    #: Connections opened past pool_size for a burst, each closed again when its call returns.
+    max_overflow: Annotated[int, Meta(ge=0, le=4096)] = 8
 
     def __post_init__(self) -> None:
         if self.url and not re.match(r"(sqlite|postgresql(\+psycopg)?)://", self.url):

@@ -43,6 +43,7 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
 from broker.errors import ANSWERED, ConfigError, InvalidArgument
+from broker.paging import MAX_PAGE
 
 SERVICE_PREFIX = "/broker.v1.Broker/"
 TEN_YEARS_S = 10 * 365 * 24 * 3600
@@ -136,8 +137,9 @@ FIELDS: dict[str, Rule] = {
     "Job.job_id": ID, "Job.owner": NAME, "Job.queue": NAME, "Job.env": Rule(items=512),
     "GetLeaseRequest.lease_id": ID, "ReleaseRequest.lease_id": ID, "HandoffRequest.lease_id": ID,
     "WatchLeasesRequest.lease_id": ID, "WatchLeasesRequest.after_event_id": Rule(0, 2**62),
-    "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, 100_000),
-    "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, 100_000),
+    "ListLeasesRequest.tenant": NAME, "ListLeasesRequest.limit": Rule(0, MAX_PAGE),
+    "ListLeasesRequest.page_token": Rule(chars=1024),
+    "ListLeasesRequest.states": Rule(items=16), "ListDecisionsRequest.limit": Rule(0, MAX_PAGE),
     "ReleaseRequest.reason": Rule(chars=1024, text=True), "PendingJob.pending_reason": Rule(text=True),
     "ClusterNode.reason": Rule(text=True),
     "PendingJob.job_id": ID, "PendingJob.user": NAME, "PendingJob.queue": NAME, "PendingJob.gpus": Rule(0, 100_000),

@@ -73,7 +73,7 @@ def reader(db_url: str, connect_timeout_s: float = 10.0) -> Any:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     from sqlalchemy import create_engine
 
-    from broker.store import pg_connect_args
+    from broker.engine import pg_connect_args
 
     return create_engine(db_url, connect_args=pg_connect_args(connect_timeout_s))
 

@@ -91,8 +91,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         states = [convert.STATE_FROM_PB[s] for s in request.states if s in convert.STATE_FROM_PB]
         caller = self.auth.principal(context)
         tenant = request.tenant if caller.operator else caller.acting_for(request.tenant)
-        leases = self.svc.leases(states=states, tenant=tenant, limit=request.limit)
-        return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases])
+        leases, next_token = self.svc.leases(states=states, tenant=tenant, limit=request.limit,
+                                             page_token=request.page_token)
+        return pb.ListLeasesResponse(leases=[self._lease_pb(l) for l in leases], next_page_token=next_token)
 
     def WatchLeases(self, request: pb.WatchLeasesRequest, context) -> Iterator[pb.WatchLeasesResponse]:
         caller = self.auth.principal(context)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 import structlog
 
 from broker.config import Config
-from broker import market, market_store
+from broker import market, market_store, paging
 from broker.market import Refresher
 from broker.errors import ConfigError, FailedPrecondition, InvalidArgument, NotFound
 from broker.quote import LAUNCHABLE_OFFERS, DerivedCache, Quote, StoredQuote
@@ -38,6 +38,7 @@ class Service:
         from broker.budget import Budgets
         from broker.lifecycle import Lifecycle
         from broker.reconciler import Reconciler
+        from broker.engine import pool_size_for
         from broker.store import Store
         from broker.auth import Auth
         from broker.limits import Limits
@@ -46,7 +47,9 @@ class Service:
         self.clock = clock
         self.auth = Auth(config.auth_tokens)  # the config file's tokens checked before the store opens
         self.limits = Limits.from_settings(config.limits, config.workers)
-        self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s)
+        self.store = Store(config.db_url, connect_timeout_s=config.store.connect_timeout_s,
+                           pool_size=pool_size_for(config.workers, config.store.pool_size),
+                           max_overflow=config.store.max_overflow)
         if config.auth is not None and config.auth.honours_store:
             from broker.tokens import IssuedTokens, TokenStore
 
@@ -174,11 +177,15 @@ class Service:
         """The lease, or None."""
         return self.store.get_lease(lease_id)
 
-    def leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0) -> list:
-        """Leases newest first; ``tenant`` "" means every tenant's."""
-        if limit < 0:
-            raise InvalidArgument(f"limit must be zero or more, got {limit}.", field="limit")
-        return self.store.list_leases(states=states, tenant=tenant, limit=limit)
+    def leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
+               page_token: str = "") -> tuple[list, str]:
+        """One page of leases, newest first, and the token of the next page ("" after the last):
+        at most ``limit`` (0 = the default page size), after the page ``page_token`` ended
+        (broker.paging); ``tenant`` "" means every tenant's."""
+        size = paging.page_size(limit)
+        found = self.store.list_leases(states=states, tenant=tenant, limit=size + 1, before=paging.decode(page_token))
+        page = found[:size]
+        return page, (paging.encode(page[-1].created_at, page[-1].lease_id) if len(found) > size else "")
 
     def release(self, lease_id: str, reason: str = ""):
         return self.lifecycle.release(lease_id, reason or "released by request")

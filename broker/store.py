@@ -7,25 +7,23 @@ version it read, so two replicas can never both act on one lease.
 from __future__ import annotations
 
 import json
-import math
 import queue
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from sqlalchemy import (BigInteger, Index, Integer, String, Text, UniqueConstraint, delete, event, func, insert, text,
-                        update)
+from sqlalchemy import BigInteger, Index, Integer, String, Text, UniqueConstraint, delete, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Field, Session, SQLModel, select
+from broker.engine import MAX_OVERFLOW, WARM_CONNECTIONS, engine_for
 from broker.errors import Unavailable
 
 if TYPE_CHECKING:
     from broker.quote import StoredQuote
 
-from broker import records
-from broker.lease import LIVE, TRANSITIONS, EventKind, Lease, LeaseState, check_transition, encode
+from broker import records, spend
+from broker.lease import TRANSITIONS, EventKind, Lease, LeaseState, check_transition, encode
 
 
 #: Money (micro-dollars) and counters are 64-bit on every store: a 32-bit column of micro-dollars
@@ -51,16 +49,20 @@ class QuoteRecord(SQLModel, table=True):
 
 class LeaseRecord(SQLModel, table=True):
     __tablename__ = "leases"
-    # Listings are newest first and bounded (ListLeases' limit): both indexes let the store read
-    # only the rows it returns, however many ended leases it keeps; the second also serves every
-    # lookup by tenant (the budget's counted leases, an idempotency key's tenant).
+    # Listings are newest first (creation time, then id) and paged (ListLeases' limit and page
+    # token): the first two indexes let the store read only the rows it returns, however many
+    # ended leases it keeps; the second also serves every lookup by tenant. The last two read
+    # live leases by state, and ended ones from a time on (a tenant's month for its budget,
+    # /metrics' recent ones), without reading the ended leases before it.
     __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_lease_idempotency"),
-                      Index("ix_leases_created_at", "created_at"),
-                      Index("ix_leases_tenant_created_at", "tenant", "created_at"))
+                      Index("ix_leases_created_at_lease_id", "created_at", "lease_id"),
+                      Index("ix_leases_tenant_created_at_lease_id", "tenant", "created_at", "lease_id"),
+                      Index("ix_leases_tenant_state_ended_at", "tenant", "state", "ended_at"),
+                      Index("ix_leases_state_ended_at", "state", "ended_at"))
     lease_id: str = Field(primary_key=True)
     tenant: str = Field(default="default")
     idempotency_key: str = Field(index=True)
-    state: str = Field(index=True)
+    state: str
     state_reason: str = ""
     version: int = int64(1)
     provider: str
@@ -108,7 +110,7 @@ class LeaseEventRecord(SQLModel, table=True):
     __tablename__ = "lease_events"
     id: int | None = Field(default=None, primary_key=True, sa_type=INT64)
     lease_id: str = Field(index=True)
-    at: float
+    at: float = Field(index=True)  # /metrics counts the events of the last hour, the rest once
     kind: str  # an EventKind value (broker.lease)
     from_state: str = ""
     to_state: str = ""
@@ -151,42 +153,14 @@ class MarketSnapshotRecord(SQLModel, table=True):
     body: str = Field(sa_type=Text)
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
-
-
-def engine_for(url: str, *, create: bool = True, connect_timeout_s: float = 10.0):
-    """The store's engine for ``url``: SQLite in WAL mode (its directory made unless ``create``
-    is false), or a pooled engine for PostgreSQL whose connections give up after
-    ``connect_timeout_s`` (``[store] connect_timeout_s``). Raises SQLAlchemy's ArgumentError or
-    NoSuchModuleError on a URL it cannot use."""
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if create and path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
-                         connect_args=pg_connect_args(connect_timeout_s))
-
-
-def pg_connect_args(connect_timeout_s: float) -> dict[str, Any]:
-    """libpq's connect_timeout: whole seconds, and it treats less than 2 as 2."""
-    return {"connect_timeout": max(2, math.ceil(connect_timeout_s))}
-
-
 class Store:
     """All persistence. Thread-safe; every method is one transaction."""
 
-    def __init__(self, url: str, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, connect_timeout_s: float = 10.0, pool_size: int | None = None,
+                 max_overflow: int = MAX_OVERFLOW) -> None:
         self.url = url
-        self.engine = engine_for(url, connect_timeout_s=connect_timeout_s)
+        self.engine = engine_for(url, connect_timeout_s=connect_timeout_s, pool_size=pool_size,
+                                 max_overflow=max_overflow)
         self._create_schema()
         self._changed = threading.Condition()
         self._recent: OrderedDict[str, tuple] = OrderedDict()
@@ -212,10 +186,12 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
-    def open_connections(self) -> int:
+    def open_connections(self, at_most: int = WARM_CONNECTIONS) -> int:
         """Open the pool's connections now (at start-up), not as the first calls arrive and each
-        waits for its own (a PostgreSQL connection is a new server process); returns how many."""
-        size = getattr(self.engine.pool, "size", lambda: 1)()
+        waits for its own (a PostgreSQL connection is a new server process); returns how many.
+        At most ``at_most``: a pool sized for every worker grows to its size under load and keeps
+        them, while replicas and tests that start together stay within the server's connections."""
+        size = min(at_most, getattr(self.engine.pool, "size", lambda: 1)())
         conns = []
         try:
             for _ in range(size):
@@ -337,12 +313,12 @@ class Store:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def create_lease(self, lease: Lease, message: str = "lease requested", *,
-                     admit: Callable[[list[Lease]], None] | None = None,
+                     admit: Callable[[spend.Counted], None] | None = None,
                      counted_since: float = 0.0) -> tuple[Lease, bool]:
         """Insert ``lease`` unless the tenant already used its idempotency key.
 
-        ``admit`` (a budget check) is called with the tenant's leases that count against its caps
-        (live, or ended at or after ``counted_since``) and raises to refuse. The check and the
+        ``admit`` (a budget check) is called with what counts against the tenant's caps from
+        ``counted_since`` (:func:`broker.spend.counted`) and raises to refuse. The check and the
         insert are one atomic step: the transaction first takes the tenant's lock (a transaction
         advisory lock on PostgreSQL, the database write lock — ``BEGIN IMMEDIATE`` — on SQLite),
         so two launches at once cannot both fit under a cap that holds only one.
@@ -357,10 +333,7 @@ class Store:
                 if existing is not None:
                     return existing, False
                 if admit is not None:
-                    admit(self._read_leases(conn, select(t).where(
-                        t.c.tenant == lease.tenant,
-                        t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0)
-                        | (t.c.ended_at >= counted_since))))
+                    admit(spend.counted(conn, t, lease.tenant, counted_since))
                 conn.execute(insert(t).values(**lease.to_row()))
                 conn.execute(insert(LeaseEventRecord.__table__).values(
                     lease_id=lease.lease_id, at=lease.created_at, kind=EventKind.STATE_CHANGED.value, from_state="",
@@ -393,39 +366,46 @@ class Store:
             found = self._read_leases(conn, select(t).where(t.c.lease_id == lease_id))
         return found[0] if found else None
 
-    def _lease_query(self, q, states: Sequence[str], tenant: str, active_since: float | None):
+    def _lease_query(self, q, states: Sequence[str], tenant: str):
         t = self._leases
         if states:
             q = q.where(t.c.state.in_([LeaseState(s).value for s in states]))
         if tenant:
             q = q.where(t.c.tenant == tenant)
-        if active_since is not None:
-            q = q.where(t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= active_since))
         return q
 
     def list_leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
-                    active_since: float | None = None) -> list[Lease]:
-        """Leases newest first.
+                    before: tuple[float, str] | None = None) -> list[Lease]:
+        """Leases newest first (by creation time, then id), at most ``limit`` (0 = all).
 
-        ``active_since``: only leases that are live, have not ended, or ended at or after it.
+        ``before``: only leases after this ``(created_at, lease_id)`` in that order, the last one
+        of a previous page. Either way the database walks ``ix_leases_created_at_lease_id`` (or
+        the tenant's) and stops at the limit, whatever history the store keeps.
         """
         t = self._leases
-        q = self._lease_query(select(t), states, tenant, active_since).order_by(t.c.created_at.desc())
+        q = self._lease_query(select(t), states, tenant).order_by(t.c.created_at.desc(), t.c.lease_id.desc())
+        if before is not None:
+            at, lease_id = before
+            q = q.where(t.c.created_at <= at, (t.c.created_at < at) | (t.c.lease_id < lease_id))
         if limit:
             q = q.limit(limit)
         with self.engine.connect() as conn:
             return self._read_leases(conn, q)
 
-    def lease_rows(self, columns: Sequence[str], states: Sequence[str] = (), tenant: str = "",
-                   active_since: float | None = None) -> list[Any]:
+    def lease_rows(self, columns: Sequence[str], states: Sequence[str] = (), tenant: str = "") -> list[Any]:
         """Only ``columns`` of the matching leases, as plain rows (attribute access, values as
         stored: ``state`` a string, JSON columns text), in no particular order. For passes over
-        every lease (the reconciler, budgets), which read the full :class:`Lease` only of the
-        few they act on: at 100,000 leases this is a fraction of the time and memory."""
+        every live lease (the reconciler, notices), which read the full :class:`Lease` only of
+        the few they act on: at 100,000 leases this is a fraction of the time and memory."""
         t = self._leases
-        q = self._lease_query(select(*(t.c[c] for c in columns)), states, tenant, active_since)
+        q = self._lease_query(select(*(t.c[c] for c in columns)), states, tenant)
         with self.engine.connect() as conn:
             return conn.execute(q).all()
+
+    def counted(self, tenant: str, since: float) -> spend.Counted:
+        """What counts against ``tenant``'s budget caps from ``since`` (:func:`broker.spend.counted`)."""
+        with self.engine.connect() as conn:
+            return spend.counted(conn, self._leases, tenant, since)
 
     def update_lease(self, lease: Lease, *, now: float, state: LeaseState | None = None,
                      message: str = "", event_kind: EventKind | None = None, event_data: dict | None = None,
@@ -446,21 +426,19 @@ class Store:
         self._notify()
         return fresh
 
-    def charge_lease(self, lease: Lease, *, now: float, admit: Callable[[list[Lease]], None] | None,
+    def charge_lease(self, lease: Lease, *, now: float, admit: Callable[[spend.Counted], None] | None,
                      counted_since: float = 0.0, state: LeaseState | None = None, message: str = "",
                      event_kind: EventKind | None = None, event_data: dict | None = None,
                      **fields: Any) -> Lease:
         """:meth:`update_lease` with a spend the tenant's budget must cover: ``admit`` is called with
-        the tenant's counted leases (as :meth:`create_lease` does) under the tenant's lock, in the
+        what counts against the tenant's caps (as :meth:`create_lease` does) under its lock, in the
         transaction that writes ``fields`` — two purchases at once cannot both fit under a cap that
         holds only one. ``admit`` raises to refuse (nothing is written then)."""
         t = self._leases
         with self.engine.begin() as conn:
             self._lock_tenant(conn, lease.tenant)
             if admit is not None:
-                admit(self._read_leases(conn, select(t).where(
-                    t.c.tenant == lease.tenant,
-                    t.c.state.in_([s.value for s in LIVE]) | (t.c.ended_at == 0) | (t.c.ended_at >= counted_since))))
+                admit(spend.counted(conn, t, lease.tenant, counted_since))
             fresh = self._update(conn, lease, now=now, state=state, message=message, event_kind=event_kind,
                                  event_data=event_data, events=(), fields=fields)
         self._notify()

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
@@ -329,6 +329,7 @@ class StoreCollector:
         self.catalog = catalog
         self.budgets = budgets
         self.clock = clock  # the service's clock: budget use as the budgets themselves count it
+        self._reader: Any = None  # broker.store_metrics.StoreReader, made at the first scrape
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -346,42 +347,38 @@ class StoreCollector:
 
     def _families(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-        from sqlalchemy import func
-        from sqlmodel import Session, select
 
         from broker.lease import LIVE, LeaseState
-        from broker.store import DecisionRecord, LeaseEventRecord, LeaseRecord
+        from broker.store_metrics import StoreReader
 
-        with Session(self.store.engine) as s:
-            rows = s.exec(select(LeaseRecord.state, LeaseRecord.provider, LeaseRecord.market, LeaseRecord.instance_type,
-                                 func.count(), func.sum(LeaseRecord.nodes),
-                                 func.sum(LeaseRecord.hourly_micros * LeaseRecord.nodes),
-                                 func.sum(LeaseRecord.accrued_micros))
-                          .group_by(LeaseRecord.state, LeaseRecord.provider, LeaseRecord.market,
-                                    LeaseRecord.instance_type)).all()
-            ev = s.exec(select(LeaseEventRecord.kind, func.count()).group_by(LeaseEventRecord.kind)).all()
-            dec = s.exec(select(DecisionRecord.action, func.count()).group_by(DecisionRecord.action)).all()
+        if self._reader is None:
+            self._reader = StoreReader(self.store.engine)
+        got = self._reader.read()  # the live leases, and the history's totals kept between scrapes
         counts: dict = {}
         rate: dict = {}
         gpus: dict = {}
-        spend: dict = {}
-        for state, provider, market, itype, n, nodes, hourly, accrued in rows:
+        spend: dict = {}  # micro-dollars
+        for state, provider, market, itype, n, nodes, hourly, accrued in got.live:
             add(counts, (state, provider, market), _num(n))
-            add(spend, (provider,), _num(accrued) / 1e6)
+            spend[(provider,)] = spend.get((provider,), 0) + int(accrued or 0)
             if state in LIVE:
                 it = self.catalog.instance(provider, itype)
                 add(gpus, (provider, market), _num(nodes) * (it.gpus if it else 0))
             if state == LeaseState.RUNNING:
                 add(rate, (provider, market), _num(hourly) / 1e6)
+        for (state, provider, market), (n, accrued) in got.ended.items():
+            add(counts, (state, provider, market), float(n))
+            spend[(provider,)] = spend.get((provider,), 0) + accrued
         yield family(GaugeMetricFamily, "broker_leases", "Leases by state", ["state", "provider", "market"], counts)
         yield family(GaugeMetricFamily, "broker_spend_rate_usd_per_hour", "Running leases' price",
                      ["provider", "market"], rate)
         yield family(GaugeMetricFamily, "broker_cloud_gpus", "GPUs of live leases", ["provider", "market"], gpus)
-        yield family(CounterMetricFamily, "broker_spend_usd", "Spend accrued by leases", ["provider"], spend)
+        yield family(CounterMetricFamily, "broker_spend_usd", "Spend accrued by leases", ["provider"],
+                     {k: v / 1e6 for k, v in spend.items()})
         yield family(CounterMetricFamily, "broker_lease_events", "Lease events by kind", ["kind"],
-                     {(k,): _num(n) for k, n in ev})
+                     {k: float(n) for k, (n,) in got.events.items()})
         yield family(CounterMetricFamily, "broker_decisions", "Autoscaler decisions by action", ["action"],
-                     {(a,): _num(n) for a, n in dec})
+                     {k: float(n) for k, (n,) in got.decisions.items()})
         now = self.clock()
         yield from self._budgets(now)
         yield from self._market(now)
@@ -415,15 +412,16 @@ class StoreCollector:
         from sqlalchemy import or_, select
 
         from broker.budget import month_start
-        from broker.lease import LIVE
+        from broker.lease import ENDED, LIVE
         from broker.store import LeaseRecord
 
         named = {t for t in self.budgets.budgets if t != "default"}
         if "default" in self.budgets.budgets:
             t = LeaseRecord.__table__.c
-            with self.store.engine.connect() as conn:
-                named |= {r[0] for r in conn.execute(select(t.tenant).distinct().where(
-                    or_(t.state.in_([s.value for s in LIVE]), t.ended_at >= month_start(now))))}
+            with self.store.engine.connect() as conn:  # both by ix_leases_state_ended_at
+                named |= {r[0] for r in conn.execute(select(t.tenant).distinct().where(or_(
+                    t.state.in_([s.value for s in LIVE]),
+                    t.state.in_([s.value for s in ENDED]) & (t.ended_at >= month_start(now)))))}
         return sorted(named)
 
     def _market(self, now: float):

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import BigInteger, Index, Integer, MetaData, create_engine, inspect, text
 
 from broker import migrate, schema
-from broker.store import Store, engine_for
+from broker.engine import engine_for
+from broker.store import Store
 from tests.stores import db_url, pg_url_or_skip  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,9 +133,12 @@ def test_a_database_at_a_revision_newer_than_the_code_is_refused(db_url, tmp_pat
 #: Columns of the store's tables that revisions after the baseline added (0003: leases.job_state,
 #: 0004: leases.starts_at).
 LATER_COLUMNS = {"leases": ("job_state", "starts_at")}
-#: Indexes revisions after the baseline made (0005), and the baseline's ones they replaced.
-LATER_INDEXES = {"leases": ("ix_leases_created_at", "ix_leases_tenant_created_at")}
-EARLIER_INDEXES = {"leases": (("ix_leases_tenant", "tenant"),)}
+#: Indexes revisions after the baseline made (0005, replaced by 0006's), and the baseline's ones they
+#: replaced.
+LATER_INDEXES = {"leases": ("ix_leases_created_at_lease_id", "ix_leases_tenant_created_at_lease_id",
+                            "ix_leases_tenant_state_ended_at", "ix_leases_state_ended_at"),
+                 "lease_events": ("ix_lease_events_at",)}
+EARLIER_INDEXES = {"leases": (("ix_leases_tenant", "tenant"), ("ix_leases_state", "state"))}
 
 
 def _old_schema(url: str, *, market_refreshed: bool) -> None:

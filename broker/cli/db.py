@@ -67,7 +67,7 @@ def _engine(url: str, *, create: bool, connect_timeout_s: float):
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from broker.migrate import where
-    from broker.store import engine_for
+    from broker.engine import engine_for
 
     if not create and url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]

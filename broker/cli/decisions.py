@@ -18,10 +18,11 @@ def decisions(
     server: Optional[str] = typer.Option(None, "--server", help="Broker address host:port (env BROKER_SERVER)."),
 ) -> None:
     from broker.client import BrokerClient, ClientError
+    from broker.paging import MAX_PAGE
 
     check_format(fmt)
-    if limit <= 0:
-        exit_usage(f"--limit must be at least 1, got {limit}.")
+    if not 1 <= limit <= MAX_PAGE:
+        exit_usage(f"--limit must be from 1 to {MAX_PAGE:,}, got {limit}.")
     try:
         with BrokerClient(server or server_option_default()) as c:
             rows = c.decisions(limit)

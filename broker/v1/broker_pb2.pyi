@@ -467,20 +467,24 @@ class GetLeaseResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
-    __slots__ = ("states", "tenant", "limit")
+    __slots__ = ("states", "tenant", "limit", "page_token")
     STATES_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[LeaseState]
     tenant: str
     limit: int
-    def __init__(self, states: _Optional[_Iterable[_Union[LeaseState, str]]] = ..., tenant: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[LeaseState, str]]] = ..., tenant: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListLeasesResponse(_message.Message):
-    __slots__ = ("leases",)
+    __slots__ = ("leases", "next_page_token")
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
-    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchLeasesRequest(_message.Message):
     __slots__ = ("lease_id", "after_event_id")

@@ -122,7 +122,8 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListLeases(self, request, context):
-        """ListLeases returns leases, newest first, optionally filtered.
+        """ListLeases returns one page of leases, newest first, optionally filtered; next_page_token
+        continues with the older ones.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

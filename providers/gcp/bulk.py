@@ -15,7 +15,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.base import (
     AuthError,

@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 from google.api_core.client_options import ClientOptions
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.base import LABEL_LEASE, LABEL_OWNER, Market, TransientError
 from providers.gcp.errors import NAME, map_error, note_status

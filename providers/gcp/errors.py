@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 from google.protobuf import json_format
 
 from providers.base import (

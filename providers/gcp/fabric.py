@@ -9,7 +9,7 @@ default ``broker-gpu``): the operator creates those networks once, as Google's A
 A single node or an Ethernet type keeps the one default NIC."""
 from __future__ import annotations
 
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.base import Fabric, LaunchSpec
 

@@ -8,7 +8,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from google.api_core import exceptions as gexc
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.base import LABEL_LEASE, Instance, InstanceState, Market, ProviderError, StopReason, TransientError
 from providers.gcp.client import ComputeClient, _region_of, _Seen, _tail, log

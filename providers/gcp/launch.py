@@ -6,7 +6,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from google.api_core import exceptions as gexc
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.base import (
     LABEL_LEASE,

@@ -16,7 +16,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any, Sequence
 
-from google.cloud import compute_v1
+from providers.gcp.sdk import compute_v1
 
 from providers.gcp.errors import NAME, map_error
 from providers.notices import Notice, NoticeKind

@@ -26,6 +26,7 @@ from providers.gcp.settings import GcpSettings
 from providers.settings import is_loopback_url, provider_table
 from providers.gcp.credentials import load_credentials
 from providers.gcp.errors import map_error
+from providers.gcp.sdk import compute_v1
 from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot, Zones, instance_types
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -195,7 +196,7 @@ def needs_of(catalog: Any) -> list[QuotaNeed]:
 
 
 def fetch(raw: Mapping[str, Any], catalog: Any, now: float) -> Snapshot:
-    from google.cloud import billing_v1, compute_v1
+    from google.cloud import billing_v1
 
     settings = provider_table(GcpSettings, "gcp", raw)
     billing_endpoint = settings.billing_api_endpoint
@@ -241,7 +242,6 @@ __all__ = ["fetch", "sku_key", "prices_from_skus", "is_loopback_url"]
 
 def fetch_quotas(raw: Mapping[str, Any], catalog: Any, region: str) -> list[Quota]:
     """Only ``region``'s GPU quotas, now (after a launch met a quota error there)."""
-    from google.cloud import compute_v1
 
     settings = provider_table(GcpSettings, "gcp", raw)
     options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
