@@ -82,10 +82,11 @@ MODULES: dict[str, list[str]] = {
     # tests/test_reconciler_isolation.py is left out: one of its tests takes minutes (a launch resumed
     # again and again), which every mutant of the pass would rerun.
     "broker/reconciler.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
-                             "tests/test_reconciler_losses.py", "tests/test_reconciler_rules.py"],
+                             "tests/test_reconciler_losses.py", "tests/test_reconciler_rules.py",
+                             "tests/test_reconciler_pass.py", "tests/test_reconciler_limits.py"],
     # tests/test_autoscaler.py walks the same code through gRPC on the mocked clouds, several seconds a
     # test; tests/test_autoscaler_fake.py reaches every branch in process, on clouds in memory.
-    "broker/autoscaler.py": ["tests/test_autoscaler_fake.py"],
+    "broker/autoscaler.py": ["tests/test_autoscaler_fake.py", "tests/test_autoscaler_edges.py"],
 }
 
 # mutmut's exit codes for a mutant (mutmut/stats.py): what each counts as here.

@@ -117,7 +117,7 @@ class Autoscaler:
             if st.burst_jobs:  # none: nothing to filter
                 st.burst_jobs.intersection_update({j.job_id for j in snap.pending}
                                                   | {r.job_id for r in snap.running})
-            in_flight, idle = self._cloud_state(source, now)
+            in_flight, idle = self._cloud_state(source)
             if st.offloaded:
                 st.offloaded.intersection_update({j.job_id for j in snap.pending})
             self._offload(source, snap, diag, st, now)
@@ -140,7 +140,7 @@ class Autoscaler:
         return diagnose(snap, hist, now=now, thresholds=self.diagnose_cfg)
 
     # -- cloud state for the trigger -------------------------------------------------------------
-    def _cloud_state(self, source: str, now: float) -> tuple[int, dict[str, float]]:
+    def _cloud_state(self, source: str) -> tuple[int, dict[str, float]]:
         """Cloud GPUs in flight for this source, and its running leases with no job (idle since).
 
         Only leases burst for this source count (``job.source``, which the autoscaler alone

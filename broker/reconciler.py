@@ -303,7 +303,7 @@ class Reconciler:
                            for i in stopped) or "instances vanished"
         if running(lease):  # a job the broker keeps alive: requeued, whatever took its nodes
             report.lost += 1
-            return self._lost(lease, Loss(loss_cause(stopped, vanished), detail), report)
+            return self._lost(lease, Loss(loss_cause(stopped), detail), report)
         report.failed += 1
         return self.lc.drain(lease, f"instances lost: {detail}"), None
 
@@ -463,7 +463,7 @@ class Reconciler:
         return None
 
 
-def loss_cause(stopped: list[Instance], vanished: bool) -> str:
+def loss_cause(stopped: list[Instance]) -> str:
     """A lost lease's cause in a few words, from why the cloud says its instances stopped."""
     reasons = {i.stop_reason for i in stopped}
     if StopReason.USER in reasons:

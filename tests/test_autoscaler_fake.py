@@ -265,9 +265,9 @@ def test_only_this_sources_leases_count_as_gpus_in_flight(tmp_path):
     try:
         k.auto.on_snapshot(snap("a", T0, *four()))
         assert len(k.store.list_leases()) == 2  # the limit
-        gpus, idle = k.auto._cloud_state("a", T0)
+        gpus, idle = k.auto._cloud_state("a")
         assert (gpus, idle) == (2, {})
-        assert k.auto._cloud_state("b", T0) == (0, {})
+        assert k.auto._cloud_state("b") == (0, {})
         k.clock.advance(10)
         _, held = k.auto.on_snapshot(snap("a", T0 + 10, *four(4, 5, 6, 7)))
         assert held.action == "hold" and "2 cloud GPUs are already in flight (limit 2)" in held.reason
@@ -286,8 +286,8 @@ def _idle_lease(k, source: str, key: str = "idle"):
 def test_an_idle_lease_of_the_source_is_scaled_in_after_the_idle_window(kit):
     lease = _idle_lease(kit, "q")
     assert lease.state is LeaseState.RUNNING and lease.idle_since == T0
-    assert kit.auto._cloud_state("q", T0) == (1, {lease.lease_id: T0})
-    assert kit.auto._cloud_state("other", T0) == (0, {})
+    assert kit.auto._cloud_state("q") == (1, {lease.lease_id: T0})
+    assert kit.auto._cloud_state("other") == (0, {})
     idle_s = kit.auto.trigger_cfg.scale_in_idle_s
     kit.clock.advance(idle_s - 1)
     _, d = kit.auto.on_snapshot(snap("q", T0 + idle_s - 1))
@@ -307,7 +307,7 @@ def test_a_lease_with_a_job_or_scheduler_nodes_is_not_idle(kit):
     t = lc.target_explicit("aws", "us-east-1", "", "g6.xlarge", "on_demand", 1)
     lc.launch(idempotency_key="busy", target=t, job=Job(job_id="j", source="q"))
     lc.launch(idempotency_key="nodes", target=t, job=Job(node_names=("n1",), source="q"))
-    assert kit.auto._cloud_state("q", T0) == (2, {})
+    assert kit.auto._cloud_state("q") == (2, {})
 
 
 def test_a_watched_source_that_hands_bursts_over_counts_its_schedulers_own_nodes_in_flight(kit):
@@ -316,15 +316,15 @@ def test_a_watched_source_that_hands_bursts_over_counts_its_schedulers_own_nodes
     lc.launch(idempotency_key="resumed", target=t, job=Job(node_names=("cloud-1",)))  # no source
     lc.launch(idempotency_key="plain", target=t, job=Job())  # no source, no nodes: nobody's
     handing = kit.scaler(fake.Capable(source="w"))
-    assert handing._cloud_state("w", T0) == (1, {})
+    assert handing._cloud_state("w") == (1, {})
     plain = kit.scaler(fake.Plain(source="w"))
-    assert plain._cloud_state("w", T0) == (0, {})
+    assert plain._cloud_state("w") == (0, {})
 
 
 def test_a_released_lease_is_no_longer_in_flight(kit):
     lease = _idle_lease(kit, "q")
     kit.svc.lifecycle.release(lease.lease_id)
-    assert kit.auto._cloud_state("q", T0) == (0, {})
+    assert kit.auto._cloud_state("q") == (0, {})
 
 
 # -- what is decided on -------------------------------------------------------------------------------

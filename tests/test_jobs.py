@@ -312,10 +312,10 @@ def test_the_cause_of_a_loss_is_named_from_the_clouds_stop_reason():
         return Instance("aws", "i-1", "r", "z", "t", Market.ON_DEMAND, InstanceState.TERMINATED, "l",
                         stop_reason=reason)
 
-    assert loss_cause([stopped(StopReason.USER)], False) == "outside termination"
-    assert loss_cause([stopped(StopReason.ERROR)], False) == "host failure"
-    assert loss_cause([stopped(StopReason.CAPACITY)], True) == "host failure"
-    assert loss_cause([], True) == "lost instance"
+    assert loss_cause([stopped(StopReason.USER)]) == "outside termination"
+    assert loss_cause([stopped(StopReason.ERROR)]) == "host failure"
+    assert loss_cause([stopped(StopReason.CAPACITY)]) == "host failure"
+    assert loss_cause([]) == "lost instance"
 
 
 @pytest.mark.parametrize("job, demand_hours, left", [

@@ -4,6 +4,8 @@ a launch abandoned between the cloud's answer and its record, launches that time
 of earlier attempts, and a unit of a pass that fails without stopping the others."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from broker.lease import LeaseState
@@ -93,6 +95,7 @@ def test_a_running_job_is_warned_before_its_lease_ends_then_requeued(tmp_path, m
         (ev,) = [e for e in store.events_of(lease.lease_id) if e.kind == "lifetime_warning"]
         assert ev.message == ("job j: the lease reaches its maximum lifetime of 1000 s in 100 s; "
                               "checkpoint now")
+        assert (ev.at, json.loads(ev.data)) == (clock(), {"job_id": "j"})
         clock.advance(50)
         rec.run_pass()  # warned once
         assert len([e for e in store.events_of(lease.lease_id) if e.kind == "lifetime_warning"]) == 1
@@ -100,9 +103,10 @@ def test_a_running_job_is_warned_before_its_lease_ends_then_requeued(tmp_path, m
         report = rec.run_pass()
         assert report.expired == 1 and report.replaced == 1
         old = lc.get(lease.lease_id)
-        assert old.state is S.RELEASED
-        assert old.state_reason.startswith("maximum lifetime")
         (new,) = [l for l in store.list_leases() if l.replaces == lease.lease_id]
+        assert old.state is S.RELEASED and old.state_reason == (
+            "maximum lifetime: maximum lifetime of 1000 s reached with job j running; "
+            f"replacement lease {new.lease_id} requested")
         assert new.job.job_id == "j"
     finally:
         store.close()
@@ -123,6 +127,7 @@ def test_a_running_job_at_the_limit_extends_the_lease_when_so_configured(tmp_pat
         assert not more.job.lifetime_warned and not more.job.checkpoint_requested
         (ev,) = [e for e in store.events_of(lease.lease_id) if e.kind == "lifetime_extended"]
         assert ev.message == "maximum lifetime of 1000 s reached with job j running: extended by 500 s"
+        assert ev.at == clock()
         assert clouds["aws"].alive() != []
     finally:
         store.close()
@@ -307,8 +312,8 @@ def test_a_lost_leases_cause_follows_why_the_cloud_stopped_it():
         return Instance("aws", "i-1", "us-east-1", "us-east-1a", "p5.48xlarge", Market.ON_DEMAND,
                         InstanceState.TERMINATED, "l-1", "", "", stop_reason=reason)
 
-    assert loss_cause([stopped(StopReason.USER), stopped(StopReason.ERROR)], False) == "outside termination"
-    assert loss_cause([stopped(StopReason.ERROR)], False) == "host failure"
-    assert loss_cause([stopped(StopReason.CAPACITY)], True) == "host failure"
-    assert loss_cause([stopped(StopReason.INTERRUPTED)], False) == "lost instance"
-    assert loss_cause([], True) == "lost instance"
+    assert loss_cause([stopped(StopReason.USER), stopped(StopReason.ERROR)]) == "outside termination"
+    assert loss_cause([stopped(StopReason.ERROR)]) == "host failure"
+    assert loss_cause([stopped(StopReason.CAPACITY)]) == "host failure"
+    assert loss_cause([stopped(StopReason.INTERRUPTED)]) == "lost instance"
+    assert loss_cause([]) == "lost instance"
