@@ -14,10 +14,15 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from broker import config as cfgmod
+from broker.lifecycle import Lifecycle, Settings
+from broker.quote import QuoteEngine
+from broker.reconciler import Reconciler
 from broker.serving import build_server
 from broker.service import Service
+from broker.store import Store
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
+from tests.fake_provider import FakeProvider
 
 # Fast, deterministic defaults for tests: short backoff, the reconciler only when a test runs it.
 TEST_LIFECYCLE = {"backoff_s": 0.05}
@@ -269,3 +274,14 @@ def created_by_lease(clouds) -> dict[str, set[tuple[str, str]]]:
             lease = (c.body.get("tags") or {}).get("broker:lease", "")
             out.setdefault(lease, set()).add(("azure", c.path.rsplit("/", 1)[1].lower()))
     return out
+
+
+def lifecycle_kit(tmp_path: Path, catalog, *, grace_s: float, **settings: Any):
+    """A Lifecycle on three in-memory clouds (``tests.fake_provider``) and a SQLite store, with a
+    hand-driven clock and no back-off: (lifecycle, reconciler, clouds, clock, store)."""
+    clock = Clock(1_800_000_000.0)
+    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
+    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
+    lc = Lifecycle(store, clouds, QuoteEngine(catalog), owner="test", clock=clock,
+                   settings=Settings(backoff_s=0.0, **settings), sleep=lambda s: None)
+    return lc, Reconciler(lc, orphan_grace_s=grace_s, clock=clock), clouds, clock, store

@@ -19,13 +19,12 @@ from broker.errors import InvalidArgument, NotFound, OverBudget
 from broker.lease import LeaseState
 from broker.lifecycle import LeaseError, Lifecycle, Settings
 from broker.quote import QuoteEngine
-from broker.reconciler import Reconciler
 from broker.records import Job
 from broker.store import StaleLease, Store
 from policies.demand import Demand
 from providers.base import CapacityError, Market, Scope, TransientError
 from tests.fake_provider import FakeProvider
-from tests.lease_kit import Clock
+from tests.lease_kit import Clock, lifecycle_kit
 
 S = LeaseState
 
@@ -40,12 +39,7 @@ OFFERS = [("aws", "us-east-1", "p5.48xlarge"), ("aws", "eu-west-1", "p5.48xlarge
 
 
 def _kit(tmp_path, catalog, **settings):
-    clock = Clock(1_800_000_000.0)
-    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
-    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
-    lc = Lifecycle(store, clouds, QuoteEngine(catalog), owner="test", clock=clock,
-                   settings=Settings(backoff_s=0.0, **settings), sleep=lambda s: None)
-    return lc, Reconciler(lc, orphan_grace_s=GRACE_S, clock=clock), clouds, clock, store
+    return lifecycle_kit(tmp_path, catalog, grace_s=GRACE_S, **settings)
 
 
 @pytest.fixture

@@ -9,16 +9,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from broker.lease import LeaseState
-from broker.lifecycle import LeaseError, Lifecycle, Settings
+from broker.lifecycle import LeaseError
 from broker.quote import QuoteEngine
-from broker.reconciler import Reconciler
-from broker.store import Store
 from broker.targets import Target
 from policies.demand import Demand
 from providers.base import (TAG_LEASE, TAG_OWNER, AuthError, BlockState, CapacityError, Market, Scope, ThrottledError,
                             TransientError)
 from tests.fake_provider import FakeBlocks, FakeProvider, FakeShapes
-from tests.lease_kit import Clock
+from tests.lease_kit import lifecycle_kit
 
 S = LeaseState
 GRACE_S = 60.0
@@ -27,12 +25,7 @@ H100x8 = Demand(gpus=8, hours=1, gpu_model="H100")
 
 
 def _kit(tmp_path, catalog, **settings):
-    clock = Clock(1_800_000_000.0)
-    clouds = {name: FakeProvider(name, clock=clock) for name in ("aws", "gcp", "azure")}
-    store = Store(f"sqlite:///{tmp_path / 'broker.db'}")
-    lc = Lifecycle(store, clouds, QuoteEngine(catalog), owner="test", clock=clock,
-                   settings=Settings(backoff_s=0.0, **settings), sleep=lambda s: None)
-    return lc, Reconciler(lc, orphan_grace_s=GRACE_S, clock=clock), clouds, clock, store
+    return lifecycle_kit(tmp_path, catalog, grace_s=GRACE_S, **settings)
 
 
 @pytest.fixture
