@@ -250,11 +250,10 @@ class Service:
             return self.autoscaler.diagnose(snap)
         return diagnose(snap, now=self.clock())
 
-    def decisions(self, limit: int = 100, since: float = 0.0) -> list:
-        """The autoscaler's decisions, newest first."""
-        if limit < 0:
-            raise InvalidArgument(f"limit must be zero or more, got {limit}.", field="limit")
-        return self.store.list_decisions(limit=limit or 100, since=since or 0.0)
+    def decisions(self, limit: int = 0, since: float = 0.0) -> list:
+        """The autoscaler's decisions, newest first: at most ``limit`` (0 = the default page size,
+        as a lease listing's page: broker.paging)."""
+        return self.store.list_decisions(limit=paging.page_size(limit), since=since or 0.0)
 
     # -- boot scripts ----------------------------------------------------------------------------
     def boot_template(self, name: str) -> str:
