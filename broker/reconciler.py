@@ -337,8 +337,7 @@ class Reconciler:
                 lease = live.get(i.lease_id)
                 if i.instance_id in claimed:
                     continue  # its lease tag is unreadable, but a running lease lists it
-                if lease is not None and (lease.state != LeaseState.RUNNING or i.lease_id in known.unreadable
-                                          or i.instance_id in known.ids(i.lease_id)):
+                if lease is not None and (lease.state != LeaseState.RUNNING or i.lease_id in known.unreadable):
                     continue
                 seen.add(i.instance_id)
                 first = self._first_seen.setdefault(i.instance_id, now)
