@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from broker.config import ReconcilerSettings  # noqa: E402
 from broker.lifecycle import Lifecycle  # noqa: E402
 from broker.quote import QuoteEngine  # noqa: E402
 from broker.reconciler import PASS_COLUMNS, Reconciler  # noqa: E402
@@ -138,7 +139,7 @@ def main() -> None:
         listings = listings_for(args.leases, now)
         providers = {p: ListingProvider(p, insts) for p, insts in listings.items()}
         lc = Lifecycle(store, providers, QuoteEngine(bundled()), owner="bench", clock=lambda: now)
-        rec = Reconciler(lc, clock=lambda: now)
+        rec = Reconciler(lc, orphan_grace_s=ReconcilerSettings().orphan_grace_s, clock=lambda: now)
 
         def baseline() -> None:
             by_lease: dict[str, list] = {}

@@ -71,12 +71,12 @@ class PassReport:
 
 
 class Reconciler:
-    def __init__(self, lifecycle: Lifecycle, *, orphan_grace_s: float = 120.0,
+    def __init__(self, lifecycle: Lifecycle, *, orphan_grace_s: float,
                  clock: Callable[[], float] = time.time,
                  on_error: Callable[[str, str], None] | None = None) -> None:
         self.lc = lifecycle
         self.store = lifecycle.store
-        self.orphan_grace_s = orphan_grace_s
+        self.orphan_grace_s = orphan_grace_s  # [reconciler] orphan_grace_s: no default of its own
         self.clock = clock
         self.on_error = on_error  # (phase, provider): a unit of the pass failed
         self._first_seen: dict[str, float] = {}  # orphan instance id -> first time seen

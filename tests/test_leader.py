@@ -208,7 +208,7 @@ def test_the_reconciler_checks_the_fence_before_every_step(tmp_path, mini_catalo
     try:
         lc = Lifecycle(store, clouds, QuoteEngine(mini_catalog), owner="test", clock=clock,
                        settings=Settings(backoff_s=0.0), sleep=lambda s: None)
-        rec = Reconciler(lc, clock=clock)
+        rec = Reconciler(lc, orphan_grace_s=120.0, clock=clock)
         target = lc.target_explicit("aws", "us-east-1", "", "p5.48xlarge", "on_demand", 1)
         leases = [lc.launch(idempotency_key=f"k{i}", target=target, max_lifetime_s=60) for i in range(3)]
         clock.advance(61)  # every lease is past its lifetime: three releases are due

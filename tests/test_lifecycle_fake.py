@@ -180,7 +180,7 @@ def test_spend_past_2_to_the_31_micro_dollars_accrues_and_releases(db_url, mini_
     store = Store(db_url)
     try:
         lc = Lifecycle(store, {"aws": aws}, QuoteEngine(mini_catalog), owner="test", clock=clock)
-        rec = Reconciler(lc, clock=clock)
+        rec = Reconciler(lc, orphan_grace_s=120.0, clock=clock)
         lease = lc.launch(idempotency_key="big", target=h100(lc, count=2), job=Job(job_id="j0"))  # busy: not idle
         clock.advance(30 * 3600)  # 2 x $98.32/h x 30 h = $5,899.20
         rec.run_pass()

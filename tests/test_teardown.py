@@ -29,7 +29,7 @@ def make(tmp_path, mini_catalog):
         stores.append(store)
         lc = Lifecycle(store, {"aws": cloud}, QuoteEngine(mini_catalog), owner="test", clock=clock,
                        settings=Settings(**settings), sleep=lambda _: None)
-        return lc, Reconciler(lc, clock=clock), cloud, clock
+        return lc, Reconciler(lc, orphan_grace_s=120.0, clock=clock), cloud, clock
 
     yield _make
     for s in stores:
