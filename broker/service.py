@@ -173,10 +173,6 @@ class Service:
         """The lease, or NotFound."""
         return self.lifecycle.get(lease_id)
 
-    def find_lease(self, lease_id: str):
-        """The lease, or None."""
-        return self.store.get_lease(lease_id)
-
     def leases(self, states: Sequence[str] = (), tenant: str = "", limit: int = 0,
                page_token: str = "") -> tuple[list, str]:
         """One page of leases, newest first, and the token of the next page ("" after the last):
