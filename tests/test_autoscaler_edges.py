@@ -210,3 +210,19 @@ def test_a_lease_being_torn_down_is_in_flight_but_never_idle_capacity(kit):
     kit.clock.advance(idle_s)
     _, d = kit.auto.on_snapshot(snap("q", T0 + idle_s))
     assert d.action == "hold" and d.scale_in == () and kit.decisions("scale_in") == []
+
+
+def test_jobs_moved_already_are_not_moved_or_named_again_while_the_queue_still_shows_them(kit):
+    """A scheduler's next report may still show the jobs it was told to move (a pushed source
+    moves them itself; a watcher's move takes a moment): they are neither named in a second
+    offload decision nor asked to move again."""
+    queue = (*EVALS, *four())
+    w = fake.Capable(source="w", snap=snap("w", T0, *queue))
+    a = kit.scaler(w)
+    a.tick()
+    a.tick()
+    assert [c for c in w.calls if c[0] == "offload"] == [("offload", ("e0", "e1"))]
+    kit.auto.on_snapshot(snap("q", T0, *queue))
+    kit.auto.on_snapshot(snap("q", T0 + 1, *queue))
+    by_source = [(json.loads(d.data)["source"], sorted(json.loads(d.job_ids))) for d in kit.decisions("offload")]
+    assert sorted(by_source) == [("q", ["e0", "e1"]), ("w", ["e0", "e1"])]
