@@ -55,6 +55,7 @@ class Service:
 
             issued = IssuedTokens(TokenStore(self.store.engine, clock), config.auth.store_cache_s, clock)
             self.auth = Auth(config.auth_tokens, issued=issued)
+        self.market_seen = market.market_version(self.store.engine)  # what self.engine was built from
         self.engine = market.quote_engine(config, self.store.engine)
         try:
             # Lazily: the clouds' SDKs cost ~3 s of start-up with all three enabled; they are
@@ -373,7 +374,7 @@ class Service:
                                         self._leading(self.autoscaler.tick)))
         # The leader refreshes the live market; every replica re-prices when it changes.
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
-                              clock=self.clock, on_source_error=lambda provider, source:
+                              clock=self.clock, seen=self.market_seen, on_source_error=lambda provider, source:
                               self.metrics.market_source_errors.labels(provider, source).inc())
         loops.append(self._loop("market", refresher.poll_s, refresher.tick))
         self._threads.extend(loops)
@@ -437,8 +438,15 @@ class Service:
 
         threading.Thread(target=run, name=f"quota-{provider}-{region}", daemon=True).start()
 
+    #: How long a new market's engine may spend pricing the demands callers asked for lately
+    #: before it is installed (:meth:`broker.quote.QuoteEngine.warm_from`).
+    WARM_ENGINE_S = 2.0
+
     def install_engine(self, engine) -> None:
-        """Quote with ``engine`` from now on (a new live market), here and in failover."""
+        """Quote with ``engine`` from now on (a new live market), here and in failover; the
+        demands the current engine has cached are priced on it first, in this (background)
+        thread."""
+        engine.warm_from(self.engine, self.WARM_ENGINE_S, self.clock())
         self.engine = engine
         self.lifecycle.engine = engine
 
