@@ -343,6 +343,9 @@ class Service:
         built = threading.Event()
         self._build_providers(then=built.set)
         self.store.open_connections()
+        past = self.store.connections_past_server(self.config.server.processes)
+        if past:
+            log.warning("store.pool_past_max_connections", detail=past)
         engine = self.engine
         try:
             q = engine.quote(engine.validate(self.WARM_DEMAND, self.clock()), now=self.clock(),
