@@ -5,6 +5,8 @@ ReportQueue, Launch followed by Release (real SDK calls against the three mocked
 loopback), and ListLeases, for ``--seconds`` (default 600). The server runs as a subprocess, as a
 user starts it, and so do the mocked clouds (``--clouds process``, the default: they then share
 neither a process nor its GIL with the clients; ``--clouds inline`` runs them in this process).
+The clock starts once the server's first market refresh has answered for every cloud (seen on its
+/metrics), so the run measures a server pricing from the live market, not its start-up step.
 The server's resident memory (VmRSS) and threads are sampled every second, and its own RPC
 timings are read from its /metrics every ``--window`` seconds (default 60).
 
@@ -351,6 +353,29 @@ def settle(address: str, clouds, within_s: float) -> dict[str, int]:
             time.sleep(2.0)
 
 
+def wait_for_market(metrics_url: str, providers: list[str], within_s: float = 60.0) -> str:
+    """Wait until the server's first market refresh has answered for every provider (a sample of
+    ``broker_market_age_seconds`` or ``broker_market_source_errors_total`` names it on /metrics),
+    so the clock starts on a server pricing from the live market, not on its start-up step;
+    returns what was seen, as a sentence."""
+    t, seen, body = time.monotonic(), set(), ""
+    while time.monotonic() - t < within_s:
+        try:
+            body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+        except OSError:
+            body = ""
+        seen = {p for p in providers for line in body.splitlines()
+                if line.startswith(("broker_market_age_seconds{", "broker_market_source_errors_total{"))
+                and f'provider="{p}"' in line}
+        if seen == set(providers):
+            break
+        time.sleep(0.1)
+    failed = sorted(p for p in seen if f'broker_market_source_errors_total{{provider="{p}"' in body)
+    return (f"the first market refresh answered for {', '.join(sorted(seen)) or 'no provider'} after "
+            f"{time.monotonic() - t:.1f} s" + (f" ({', '.join(failed)} with errors)" if failed else "")
+            + ("" if seen == set(providers) else f"; still waiting for {', '.join(sorted(set(providers) - seen))}"))
+
+
 def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]], timings: ServerTimings) -> None:
     t0 = time.monotonic()
     while not stop.is_set():
@@ -410,6 +435,8 @@ def soak(store: str, args) -> dict:
                 seed_ended_leases(url, args.seed_ended_leases)
                 print(f"{store}: the store starts with {args.seed_ended_leases} ended leases")
             serve = ServeProcess(cfg, tmpd).start(timeout=90)
+            enabled = sorted(p for p, t in clouds.provider_tables().items() if t.get("enabled", True))
+            print(f"{store}: {wait_for_market(f'http://{metrics}/metrics', enabled)}")
             rss: list[tuple[float, float]] = []
             stop = threading.Event()
             load = Load(serve.address, args.clients, args.seconds, args.seed)

@@ -34,6 +34,11 @@ class SizedLRU:
     def __len__(self) -> int:
         return len(self._items)
 
+    def keys(self) -> list[Hashable]:
+        """The keys, most recently used first."""
+        with self._lock:
+            return list(reversed(self._items))
+
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
             hit = self._items.get(key)

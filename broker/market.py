@@ -226,13 +226,15 @@ class Refresher:
     every replica rebuilds its quote engine when the stored market changes."""
 
     def __init__(self, config: Any, db: Any, is_leader: Callable[[], bool], install: Callable[[Any], None],
-                 clock: Callable[[], float] = time.time, poll_s: float = 30.0,
+                 clock: Callable[[], float] = time.time, poll_s: float = 30.0, seen: float = -1.0,
                  on_source_error: Callable[[str, str], None] | None = None) -> None:
+        """``seen``: the stored market's version (:func:`market_version`) the current engine was
+        built from; the first poll rebuilds it only when the store has moved on since."""
         self.config, self.db, self.is_leader, self.install, self.clock = config, db, is_leader, install, clock
         self.on_source_error = on_source_error
         self.settings = config.catalog
         self.poll_s = max(0.05, min(poll_s, self.settings.refresh_interval_s or poll_s))
-        self._seen = -1.0
+        self._seen = seen
 
     def due(self) -> bool:
         from broker import market_store
@@ -254,6 +256,13 @@ class Refresher:
         if v != self._seen:
             self._seen = v
             self.install(quote_engine(self.config, self.db, self.clock()))
+
+
+def market_version(db: Any) -> float:
+    """The stored market's version: it changes whenever a provider's market is written."""
+    from broker import market_store
+
+    return market_store.version(db)
 
 
 def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float | None = None) -> list[Any]:

@@ -393,6 +393,24 @@ class QuoteEngine:
                 keep.append(p)
         return keep
 
+    def warm_from(self, old: "QuoteEngine", budget_s: float, now: float | None = None) -> int:
+        """Price what ``old`` has cached (most recently asked first) into this engine's cache,
+        for at most ``budget_s`` seconds; returns how many. Done before a new market is
+        installed, so callers keep meeting a warm cache: otherwise every demand is priced again
+        by its first callers, several at once, while the server is under load. A demand the new
+        catalog refuses (its GPU gone) is left out."""
+        deadline = time.monotonic() + budget_s
+        n = 0
+        for d, top, blocked, held in old._cache.keys():
+            if time.monotonic() >= deadline:
+                break
+            try:
+                self.quote(d, now, top, dict(blocked) or None, dict(held) or None)
+            except DemandError:
+                continue
+            n += 1
+        return n
+
     def _cache_get(self, key):
         return self._cache.get(key)
 

@@ -5,6 +5,7 @@ the port is bound a fraction of a second after the process starts (``benchmarks/
 """
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -144,7 +145,8 @@ def open_server(config, listen: str, reuse_port: bool = False) -> tuple[grpc.Ser
 
 
 def serve(config, listen: str, make_service, *, ready: threading.Event | None = None, on_port=None,
-          stop: threading.Event | None = None, process: int = 0, ready_fd: int | None = None) -> None:
+          stop: threading.Event | None = None, process: int = 0, ready_fd: int | None = None,
+          settle_heap: bool = False) -> None:
     """Listen first (health NOT_SERVING), then build the service with ``make_service()`` (the
     store, the clouds' SDKs, the providers) and serve it; run until SIGTERM/SIGINT, then stop
     taking RPCs, finish in-flight ones and stop the background loops.
@@ -156,7 +158,9 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     sharing the port (:mod:`broker.processes` starts them). Process 0 runs the leader's work and
     /metrics; the others serve RPCs and re-price, and build the service before they listen (the
     port already answers), so a connection the kernel hands them is never told "starting". ``ready_fd``: a pipe to write one line to once
-    SERVING (how the parent process learns it)."""
+    SERVING (how the parent process learns it). ``settle_heap``: this process only serves (`broker
+    serve`), so what start-up built is moved out of the garbage collector's view once warmed up
+    (:func:`_warm_up`); never in a process that goes on to do other work (tests, in-process use)."""
     stop = stop or threading.Event()
 
     def _term(signum, _frame) -> None:
@@ -170,7 +174,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     service = None
     if process > 0:  # the port already answers (process 0): join it only once able to serve
         service = make_service()
-        _warm_up(service, process)
+        _warm_up(service, process, settle_heap)
         if stop.is_set():
             service.stop()
             return
@@ -182,12 +186,13 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     try:
         if service is None:  # a process > 0 made and warmed its own before it joined the port
             service = make_service()
-            _warm_up(service, process)
+            _warm_up(service, process, settle_heap)
     except BaseException:
         server.stop(grace=None)
         raise
     gate.open(service)
-    service.start_background(lead=process == 0)
+    service.start_background(lead=process == 0,
+                             after_first_market_poll=(lambda: _freeze(process, "market")) if settle_heap else None)
     callback = _start_callback(config, service, server) if process == 0 else None
     metrics_listen = config.telemetry.metrics_listen
     if metrics_listen and process == 0:
@@ -219,18 +224,40 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     log.info("stopped", process=process)
 
 
-def _warm_up(service, process: int) -> None:
+def _warm_up(service, process: int, settle_heap: bool = False) -> None:
     """Build the providers, open the store's connections and price a quote before SERVING
     (``[server] warm_up_s``; 0: none): under load from the first second, what the first calls
     would otherwise wait for (a quote's p99 of seconds in the first 15 s of a soak, then a few
-    hundred ms)."""
+    hundred ms).
+
+    ``settle_heap``: then collect once and freeze what is left (:func:`gc.freeze`). The ~380,000
+    objects start-up leaves (the clouds' SDKs, the catalog, the quote engine) live as long as the
+    process; while the collector tracks them, each full collection scans them all with every
+    thread stopped, 150–300 ms about once a minute under load (``benchmarks/load.py``); frozen,
+    a full collection scans what calls made since, 20–30 ms. The market loop freezes once more
+    after its first poll. What is frozen and later dropped (the start-up quote engine, once the
+    first market refresh replaces it) is freed by its reference counts; a part of it held in
+    reference cycles stays for the process's life (once: nothing is frozen after that)."""
     within = service.config.server.warm_up_s
-    if not within:
-        return
     t = time.monotonic()
-    left = service.warm_up(within)
-    log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,
-             **({"providers_still_building": left} if left else {}))
+    left = service.warm_up(within) if within else []
+    frozen = {"frozen_objects": _freeze()} if settle_heap else {}
+    if within or settle_heap:
+        log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,
+                 **({"providers_still_building": left} if left else {}), **frozen)
+
+
+def _freeze(process: int | None = None, after: str = "") -> int:
+    """Collect once, then freeze what is left (:func:`gc.freeze`); returns how many objects are
+    frozen. Called twice in `broker serve`: after the warm-up, and after the first market poll
+    (the engine of the live market, ~100,000 objects, built a second after SERVING)."""
+    t = time.monotonic()
+    gc.collect()
+    gc.freeze()
+    if after:
+        log.info("heap_frozen", after=after, objects=gc.get_freeze_count(), process=process,
+                 seconds=round(time.monotonic() - t, 3))
+    return gc.get_freeze_count()
 
 
 def start_callback(config, service):

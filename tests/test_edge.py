@@ -321,3 +321,14 @@ def test_cache_budgets_are_limits_keys(tmp_path, mini_catalog_dir):
     for key, value in (("quote_cache_bytes", -1), ("quote_cache_entries", 10**7), ("derived_cache_bytes", "x")):
         with pytest.raises(ConfigError, match=f"limits.{key}"):
             cfgmod.load(None, environ={}, overrides={f"limits.{key}": value})
+
+
+def test_a_sized_lru_lists_its_keys_most_recently_used_first():
+    from broker.lru import SizedLRU
+
+    c = SizedLRU(3, 10_000)
+    for k in "abc":
+        c.put(k, k)
+    c.get("a")
+    c.put("d", "d")  # "b" is the least recently used: it leaves
+    assert c.keys() == ["d", "a", "c"]

@@ -172,3 +172,44 @@ def test_catalog_settings_are_checked(tmp_path):
 
     with pytest.raises(ConfigError, match=r"catalog\.max_age_h must be a number"):
         load(None, environ={}, overrides={"catalog.max_age_h": "soon"})
+
+
+def test_a_refresher_started_on_the_market_its_engine_was_built_from_does_not_rebuild_it(config):
+    """`broker serve` builds its engine from the stored market, then starts the refresher: its
+    first poll must not build the same engine again (and drop every cached quote) unless the
+    store moved on since."""
+    store = Store(config.db_url)
+    market.refresh(config, store.engine, fetcher=fake_fetch(snapshot(prices=[])), now=NOW - 60)
+    built_from = market.market_version(store.engine)
+    installed: list = []
+    r = market.Refresher(config, store.engine, lambda: False, installed.append, clock=lambda: NOW,
+                         seen=built_from)
+    r.tick()
+    assert installed == []
+    market.refresh(config, store.engine, fetcher=fake_fetch(snapshot(prices=[])), now=NOW)  # another replica's
+    assert market.market_version(store.engine) != built_from
+    r.tick()
+    assert len(installed) == 1
+
+
+def test_a_new_market_is_installed_with_the_demands_callers_asked_for_already_priced(config):
+    """The quotes cached on the old engine are priced on the new one before it serves, so the
+    first callers after a market change meet a warm cache; a demand the new catalog cannot
+    price is left out, not an error."""
+    service = Service(config)
+    try:
+        for d in (H100_8, Demand(gpus=16, hours=3, gpu_model="H100").validate()):
+            service.engine.quote(d, NOW, top=5)
+        new = market.quote_engine(config, service.store.engine, NOW)
+        priced: list = []
+        real = new._price
+        new._price = lambda *a, **k: priced.append(a[0]) or real(*a, **k)
+        service.install_engine(new)
+        assert sorted(d.gpus for d in priced) == [8, 16]  # both, most recently asked first
+        assert [d.gpus for d in priced] == [16, 8]
+        n = len(priced)
+        q = service.engine.quote(H100_8, NOW, top=5)  # served from the warm cache: no pricing
+        assert len(priced) == n and q.offers
+        assert new.warm_from(new, 0.0) == 0  # no time: nothing priced
+    finally:
+        service.stop()

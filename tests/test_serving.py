@@ -2,6 +2,7 @@
 UNAVAILABLE ("starting") until the store and providers are ready, then SERVING."""
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -63,6 +64,9 @@ def test_listens_not_serving_until_the_service_is_built(cfg):
         assert health(addr) == health_pb2.HealthCheckResponse.SERVING
         with grpc.insecure_channel(addr) as ch:
             assert list(pb_grpc.BrokerStub(ch).ListLeases(pb.ListLeasesRequest(), timeout=5).leases) == []
+        # Served inside a process that goes on (this one): its heap is not frozen (only `broker
+        # serve` asks for that, for a process that only serves).
+        assert gc.get_freeze_count() == 0
     finally:
         release.set()
         stop.set()

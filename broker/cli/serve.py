@@ -84,7 +84,7 @@ def serve(
     from broker.serving import serve as run
 
     try:  # listens first (health NOT_SERVING), then builds the service: both are start-up
-        run(cfg, cfg.listen, lambda: _service(cfg), process=process or 0, ready_fd=ready_fd)
+        run(cfg, cfg.listen, lambda: _service(cfg), process=process or 0, ready_fd=ready_fd, settle_heap=True)
     except BrokerError as e:
         exit_usage(str(e))
     except (OSError, RuntimeError) as e:  # binding the API port
