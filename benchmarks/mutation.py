@@ -74,6 +74,7 @@ MODULES: dict[str, list[str]] = {
     "policies/spot.py": ["tests/test_spot.py", "tests/test_cost.py"],
     "policies/spot_choice.py": ["tests/test_spot_choice.py"],
     "policies/tco.py": ["tests/test_tco.py"],
+    "policies/waits.py": ["tests/test_waits.py", "tests/test_triggers.py"],
     "policies/triggers.py": ["tests/test_triggers.py", "tests/test_classes.py", "tests/test_policy_boundaries.py"],
     "broker/lifecycle.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
                             "tests/test_lifecycle_paths.py"],
