@@ -75,3 +75,20 @@ def test_distributions_leave_out_a_cloud_never_seen_preempted():
     assert list(d) == ["azure", "gcp"]
     assert d["gcp"] == LifetimeDist.from_observations(((700.0, False), (5000.0, True)))
     assert d["azure"] == LifetimeDist.from_observations(((30.0, False),))
+
+
+def test_censored_draws_draw_again_independently_of_the_first():
+    """Three of four observations censored: a draw is still censored after its eight picks with
+    chance (3/4)^8 = 10 %, whatever u it started from, and u2 moves every later pick."""
+    lt = Lifetimes({"aws": ((1.0, True), (2.0, True), (3.0, True), (1000.0, False))})
+    draws = [lt.draw("aws", (i + 0.5) / 1000, 0.37) for i in range(1000)]
+    never = sum(d < 1000.0 for d in draws) / len(draws)
+    assert 0.08 <= never <= 0.12, never
+    gcp = Lifetimes({"gcp": ((100.0, True), (200.0, False))})
+    # (0.49 * 7919 + 0.25) % 1 = 0.56: index 1 (u2 added, not taken away: 0.06 would pick index 0 again)
+    assert gcp.draw("gcp", 0.49, 0.25) == 100.0 + 200.0
+
+
+def test_observations_under_a_second_are_kept():
+    merged = Lifetimes({}).with_observations({"aws": [(0.5, False)]})
+    assert merged.by_cloud == {"aws": ((0.5, False),)}
