@@ -223,3 +223,24 @@ def test_reserved_capacity_goes_first_even_when_it_costs_more(mini_catalog):
     assert reserved.cost.total > gcp.cost.total > spot.cost.total
     assert first_choice([spot, gcp, reserved], SpotModel(), {}, 0.5) is reserved
     assert first_choice([gcp, spot, od], SpotModel(), {}, 0.5) is spot
+
+
+def test_the_spot_verdict_is_the_gangs_outlook_against_the_deadline_and_its_edge(mini_catalog):
+    from policies.spot import LifetimeDist, outlook
+    from policies.spot_choice import SpotModel, late_on_spot, verdict
+
+    spot, od, _ = _priced_h100(mini_catalog)
+    lives = LifetimeDist((0.4, 0.9, 2.0, 6.0))
+    model = SpotModel({"aws": lives}, confidence=0.75)
+    gang = spot._replace(nodes=2)
+    v = verdict(gang, model, 0.2, 0.5, None)
+    finish = outlook(lives, 10, 0.5, 0.2, 2).finish_by_h(0.75)
+    assert v == (finish <= 20.2, finish, pytest.approx(20.2)) and finish != verdict(spot, model, 0.2, 0.5, None)[1]
+    assert verdict(gang, model, 0.2, 0.5, finish) == (True, finish, finish)  # finishing on the deadline is in time
+    assert verdict(od, model, 0.2, 0.5, None) is None  # not spot
+    assert verdict(spot, SpotModel({"gcp": lives}), 0.2, 0.5, None) is None  # no lifetimes for AWS
+    assert late_on_spot([spot, od], SpotModel(), {"aws": 0.2}, 0.5, 1.0) == ([spot, od], [])
+    # the start-up is the offer's cloud's: the implied deadline is 2 h + 10 h x 2
+    never = SpotModel({"aws": LifetimeDist((0.1, 0.2))})
+    assert late_on_spot([spot], never, {"aws": 2.0, "gcp": 5.0}, 0.5, None)[1][0].reason.endswith(
+        "after the deadline of 22.0 h")
