@@ -190,3 +190,12 @@ def test_a_configured_class_replaces_the_built_in_one_of_its_name():
     merged = merge_classes({"interactive": JobClass("interactive", 60.0)})
     assert [c.name for c in merged] == [c.name for c in DEFAULT_CLASSES]
     assert merged[1].max_wait_s == 60.0
+
+
+def test_a_job_with_no_label_is_of_the_default_class_whatever_the_classes_are_named():
+    from policies.classes import fmt_wait
+
+    for name in ("xxxx", "none", "unknown"):
+        assert classify((JobClass(name), *DEFAULT_CLASSES)).name == "default"
+        assert classify((JobClass(name), *DEFAULT_CLASSES), "", "", "").name == "default"
+    assert fmt_wait(1_000_000) == "277.8 h"
