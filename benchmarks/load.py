@@ -435,7 +435,8 @@ def soak(store: str, args) -> dict:
                 seed_ended_leases(url, args.seed_ended_leases)
                 print(f"{store}: the store starts with {args.seed_ended_leases} ended leases")
             serve = ServeProcess(cfg, tmpd).start(timeout=90)
-            print(f"{store}: {wait_for_market(f'http://{metrics}/metrics', sorted(clouds.provider_tables()))}")
+            enabled = sorted(p for p, t in clouds.provider_tables().items() if t.get("enabled", True))
+            print(f"{store}: {wait_for_market(f'http://{metrics}/metrics', enabled)}")
             rss: list[tuple[float, float]] = []
             stop = threading.Event()
             load = Load(serve.address, args.clients, args.seconds, args.seed)

@@ -343,6 +343,9 @@ class Service:
         built = threading.Event()
         self._build_providers(then=built.set)
         self.store.open_connections()
+        past = self.store.connections_past_server(self.config.server.processes)
+        if past:
+            log.warning("store.pool_past_max_connections", detail=past)
         engine = self.engine
         try:
             q = engine.quote(engine.validate(self.WARM_DEMAND, self.clock()), now=self.clock(),
@@ -354,11 +357,12 @@ class Service:
         return sorted(n for n, p in self.providers.items() if isinstance(p, LazyProvider) and not p.built)
 
     # -- background loops ------------------------------------------------------------------------
-    def start_background(self, lead: bool = True) -> None:
+    def start_background(self, lead: bool = True, after_first_market_poll: Callable[[], Any] | None = None) -> None:
         """Run the reconciler (and the autoscaler) on the leader replica only. ``lead=False``:
         a serving process beside the host's leading one (``broker serve --processes N``): it
         never contends for leadership and runs no leader loop, only re-pricing when the stored
-        market changes."""
+        market changes. ``after_first_market_poll`` runs once, in the market loop, after its
+        first poll (a refresh, if due, and the engine it installed)."""
         from broker.leader import Leadership
 
         self.leadership = Leadership(self.store, ttl_s=self.config.leader.ttl_s, renew_s=self.config.leader.renew_s,
@@ -376,7 +380,13 @@ class Service:
         refresher = Refresher(self.config, self.store.engine, self.leadership.is_leader, self.install_engine,
                               clock=self.clock, seen=self.market_seen, on_source_error=lambda provider, source:
                               self.metrics.market_source_errors.labels(provider, source).inc())
-        loops.append(self._loop("market", refresher.poll_s, refresher.tick))
+        first: list[Callable[[], Any]] = [after_first_market_poll] if after_first_market_poll else []
+
+        def market_poll() -> None:
+            refresher.tick()
+            while first:
+                first.pop()()
+        loops.append(self._loop("market", refresher.poll_s, market_poll))
         self._threads.extend(loops)
         log.info("background_started", loops=[t.name for t in loops], contends=lead)
         # The interruption notices need the built providers: their loops start once they are.

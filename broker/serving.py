@@ -191,7 +191,8 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         server.stop(grace=None)
         raise
     gate.open(service)
-    service.start_background(lead=process == 0)
+    service.start_background(lead=process == 0,
+                             after_first_market_poll=(lambda: _freeze(process, "market")) if settle_heap else None)
     callback = _start_callback(config, service, server) if process == 0 else None
     metrics_listen = config.telemetry.metrics_listen
     if metrics_listen and process == 0:
@@ -233,21 +234,30 @@ def _warm_up(service, process: int, settle_heap: bool = False) -> None:
     objects start-up leaves (the clouds' SDKs, the catalog, the quote engine) live as long as the
     process; while the collector tracks them, each full collection scans them all with every
     thread stopped, 150–300 ms about once a minute under load (``benchmarks/load.py``); frozen,
-    a full collection scans what calls made since, 20–30 ms. What is frozen and later dropped
-    (the start-up quote engine, once the first market refresh replaces it) is freed by its
-    reference counts; a part of it held in reference cycles stays for the process's life (once:
-    nothing is frozen after start-up)."""
+    a full collection scans what calls made since, 20–30 ms. The market loop freezes once more
+    after its first poll. What is frozen and later dropped (the start-up quote engine, once the
+    first market refresh replaces it) is freed by its reference counts; a part of it held in
+    reference cycles stays for the process's life (once: nothing is frozen after that)."""
     within = service.config.server.warm_up_s
     t = time.monotonic()
     left = service.warm_up(within) if within else []
-    frozen = {}
-    if settle_heap:
-        gc.collect()
-        gc.freeze()
-        frozen = {"frozen_objects": gc.get_freeze_count()}
+    frozen = {"frozen_objects": _freeze()} if settle_heap else {}
     if within or settle_heap:
         log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,
                  **({"providers_still_building": left} if left else {}), **frozen)
+
+
+def _freeze(process: int | None = None, after: str = "") -> int:
+    """Collect once, then freeze what is left (:func:`gc.freeze`); returns how many objects are
+    frozen. Called twice in `broker serve`: after the warm-up, and after the first market poll
+    (the engine of the live market, ~100,000 objects, built a second after SERVING)."""
+    t = time.monotonic()
+    gc.collect()
+    gc.freeze()
+    if after:
+        log.info("heap_frozen", after=after, objects=gc.get_freeze_count(), process=process,
+                 seconds=round(time.monotonic() - t, 3))
+    return gc.get_freeze_count()
 
 
 def start_callback(config, service):

@@ -186,6 +186,25 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
+    def connections_past_server(self, processes: int) -> str:
+        """On PostgreSQL, a sentence when ``processes`` pools of this size (``[store] pool_size``
+        plus ``max_overflow`` each) could open more connections than the server takes
+        (``max_connections`` less ``superuser_reserved_connections``), else "" (and on SQLite).
+        Replicas on other hosts come on top, so this is the least a deployment needs."""
+        pool = self.engine.pool
+        if self.engine.dialect.name != "postgresql" or not hasattr(pool, "size"):
+            return ""
+        most = processes * (pool.size() + max(0, pool._max_overflow))
+        with self.engine.connect() as conn:
+            limit = int(conn.exec_driver_sql("SHOW max_connections").scalar() or 0)
+            reserved = int(conn.exec_driver_sql("SHOW superuser_reserved_connections").scalar() or 0)
+        if most <= limit - reserved:
+            return ""
+        return (f"{processes} serving process(es) x ([store] pool_size {pool.size()} + max_overflow "
+                f"{pool._max_overflow}) = {most} connections at most, but the PostgreSQL server takes "
+                f"{limit - reserved} (max_connections {limit} less {reserved} reserved): under load, "
+                f"calls past that fail; lower [store] pool_size or raise max_connections.")
+
     def open_connections(self, at_most: int = WARM_CONNECTIONS) -> int:
         """Open the pool's connections now (at start-up), not as the first calls arrive and each
         waits for its own (a PostgreSQL connection is a new server process); returns how many.

@@ -19,7 +19,9 @@ jobs wait), neither trigger bursts by default, and the decision says "did not bu
 scheduling-bound: …" with the diagnosis' causes and their fix. Sending the longest waiters out
 anyway is an opt-in (``burst_overdue_when_scheduling_bound``): it buys cloud GPUs for a queue
 that on-prem GPUs could serve. Under *mixed*, only the jobs more capacity would start count as
-pending and may go.
+pending and may go. Schedule first holds a job only up to its class target, though: a job that
+has waited past its class's ``max_wait_s`` goes by the wait rule under any verdict (the scheduling fix is the operator's, and nobody may have applied it; the class's
+target is the wait its owner was promised). Its runtime share alone does not release it.
 
 Both are bounded by ``max_gpus_in_flight`` (cloud GPUs launching or running) and by a token
 bucket of ``max_burst_gpus_per_hour``. Cloud nodes idle for ``scale_in_idle_s`` are torn down.
@@ -75,8 +77,9 @@ class TriggerConfig:
       start-up is wasteful churn, much longer pays for idle GPUs.
     - ``wait_runtime_ratio`` (0.5): the wait trigger's ratio (see module doc).
     - ``burst_overdue_when_scheduling_bound`` (false): schedule first — under a scheduling-bound
-      verdict the wait trigger holds too. true: it still sends the overdue jobs (the longest
-      waiters) out, paying cloud prices for waits the on-prem GPUs could have served.
+      verdict the wait trigger holds a job until it has waited past its class target (not its
+      runtime share). true: it sends every overdue job (the longest waiters) out at its wait
+      target, paying cloud prices for waits the on-prem GPUs could have served.
     - ``threshold_trigger`` / ``wait_trigger``: turn either trigger off.
     - ``burst_verdicts`` (resource-bound, mixed): diagnoses under which the threshold trigger
       may fire. Under mixed only the jobs more capacity would start count and go (see
@@ -205,6 +208,8 @@ class _Pass:
         self.why_not: list[str] = []
         self.wake: list[float | None] = []
         self.fired: list[str] = []
+        self.threshold_pool = allowed  # what the threshold trigger may send (under mixed: capacity's)
+        self.released: list[Candidate] = []  # overdue jobs schedule first let go at their class target
 
     def take(self, c: Candidate) -> bool:
         if c.job.job_id in self.taken or c.job.gpus > self.left:
@@ -213,6 +218,14 @@ class _Pass:
         self.taken.add(c.job.job_id)
         self.left -= c.job.gpus
         return True
+
+    def refill_wake(self) -> None:
+        """Nothing went for the burst-rate limit: wake when the bucket holds the smallest job."""
+        cfg = self.cfg
+        if not self.chosen and self.tokens < cfg.max_burst_gpus_per_hour and any(
+                "burst-rate" in w for w in self.why_not):
+            need = min((c.job.gpus for c in self.allowed), default=1)
+            self.wake.append(self.now + max(0.0, need - self.tokens) * 3600.0 / cfg.max_burst_gpus_per_hour)
 
     def limit_reason(self, pool: Sequence[Candidate]) -> str:
         return _limit_reason(self.cfg, self.signals, self.tokens, self.room,
@@ -226,9 +239,12 @@ class _Pass:
             overdue = [c for c in overdue if c.job.runtime_s > 0]
         return overdue
 
-    def wait_trigger(self) -> None:
-        """Every overdue, eligible job."""
+    def wait_trigger(self, gated: bool = False) -> None:
+        """Every overdue, eligible job; ``gated`` (schedule first holds the queue): only those
+        past their class target (:func:`past_class_target`)."""
         overdue = self.overdue()
+        if gated:
+            overdue = [c for c in overdue if past_class_target(self.cfg, c)]
         n_before = len(self.chosen)
         for c in overdue:
             self.take(c)
@@ -255,9 +271,11 @@ class _Pass:
                                 f"(cooldown {cfg.cooldown_s:.0f} s)")
             self.wake.append(state.last_burst_at + cfg.cooldown_s)
         else:
-            excess = pending_gpus - cfg.pending_gpus_threshold - sum(c.job.gpus for c in self.chosen)
+            gone = {c.job.job_id for c in self.released}  # not among the pending GPUs that count
+            excess = pending_gpus - cfg.pending_gpus_threshold - sum(c.job.gpus for c in self.chosen
+                                                                     if c.job.job_id not in gone)
             n_before = len(self.chosen)
-            for c in self.allowed:
+            for c in self.threshold_pool:
                 if excess <= 0:
                     break
                 if self.take(c):
@@ -266,19 +284,31 @@ class _Pass:
                 self.fired.append("threshold")
                 return True
             if excess > 0:
-                if not self.allowed:
+                if not self.threshold_pool:
                     self.why_not.append("no pending job is worth sending: each would wait only "
                                         "briefly on-prem or run too short for a cloud start-up"
                                         if self.candidates else "no pending job was offered")
                 else:
-                    self.why_not.append(self.limit_reason(self.allowed))
+                    self.why_not.append(self.limit_reason(self.threshold_pool))
         return False
+
+
+def _class(cfg: TriggerConfig, c: Candidate) -> JobClass:
+    return c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
 
 
 def target_s(cfg: TriggerConfig, c: Candidate) -> float:
     """The wait after which the wait rule sends ``c`` out (see :mod:`policies.classes`)."""
-    cls = c.job_class or classify(cfg.classes, c.job.job_class, c.job.qos, c.job.queue, c.job.priority or None)
-    return wait_target_s(c.job.est_runtime_s, c.job.time_limit_s, cls, cfg.wait_runtime_ratio)
+    return wait_target_s(c.job.est_runtime_s, c.job.time_limit_s, _class(cfg, c), cfg.wait_runtime_ratio)
+
+
+def past_class_target(cfg: TriggerConfig, c: Candidate) -> bool:
+    """Whether ``c`` has waited past its class's ``max_wait_s``: the longest schedule first may
+    hold it (a runtime share under that target does not count). The wait suffered, not the
+    predicted one: the predictor counts GPUs, and on a queue that waits on scheduling it is
+    wrong both ways (a whole-node job beside scattered free GPUs "starts now"; with no end times
+    reported, the queue-ahead estimate ignores the free GPUs)."""
+    return c.job.waited_s > _class(cfg, c).max_wait_s
 
 
 def _class_of(classes: Sequence[JobClass]) -> Callable[[PendingJob], JobClass]:
@@ -337,19 +367,24 @@ def evaluate(
     neither trigger bursts (unless ``burst_overdue_when_scheduling_bound`` or ``burst_verdicts``
     opt in) and the decision says why with ``scheduling_causes`` (the diagnosis' causes and
     their fix). Under ``mixed``, only the jobs in ``capacity_jobs`` (those more capacity would
-    start; None: not known, every job) count as pending and may go.
+    start; None: not known, every job) count as pending (the signals' less the GPUs of the
+    other candidates: pass every job that waits on scheduling) and may go. Schedule first holds
+    a job only up to its class target (:func:`past_class_target`), then it goes by the wait
+    rule whatever the verdict, and the decision names the class and its target.
     """
     verdict = Verdict.parse(verdict)
     pending_gpus = signals.pending_gpus
+    candidates = classed(cfg, candidates) if cfg.order != "fifo" else candidates
+    past: list[Candidate] = []  # under mixed, jobs waiting on scheduling past their class target
     if verdict == Verdict.MIXED and capacity_jobs is not None:
-        candidates = [c for c in candidates if c.job.job_id in capacity_jobs]
-        pending_gpus = min(pending_gpus, sum(c.job.gpus for c in candidates))
+        candidates, past, pending_gpus = _capacity_split(cfg, candidates, capacity_jobs, pending_gpus)
     above = pending_gpus > cfg.pending_gpus_threshold
     above_since = (state.above_since if state.above_since is not None else now) if above else None
 
-    candidates = classed(cfg, candidates) if cfg.order != "fifo" else candidates
-    allowed = _allowed(cfg, candidates)
+    allowed = _allowed(cfg, [*candidates, *past])
     p = _Pass(cfg, state, now, signals, candidates, allowed)
+    if past:  # they go by the wait rule alone: the threshold counts and sends capacity's jobs
+        p.threshold_pool = _allowed(cfg, candidates)
 
     # Scale-in: idle cloud nodes past the window.
     scale_in = tuple(n for n, since in signals.idle_cloud_nodes if now - since >= cfg.scale_in_idle_s)
@@ -360,13 +395,8 @@ def evaluate(
     if held:
         p.why_not.append("scheduling-bound: " + (scheduling_causes.rstrip(". ") or
                                                  "GPUs are free or wasted while jobs wait"))
-    if cfg.wait_trigger and (not held or cfg.burst_overdue_when_scheduling_bound):
-        p.wait_trigger()
-    elif cfg.wait_trigger and (overdue := p.overdue()):
-        p.why_not.append(f"{_plural(len(overdue), 'job')} ({_plural(sum(c.job.gpus for c in overdue), 'GPU')}) "
-                         f"{'waits' if len(overdue) == 1 else 'wait'} past {_targets(cfg, overdue)}: "
-                         "burst_overdue_when_scheduling_bound = true would send "
-                         f"{'it' if len(overdue) == 1 else 'them'} anyway")
+    if cfg.wait_trigger:
+        _wait_rule(p, held)
     n_wait = len(p.chosen)
     threshold_fired = False
     # under a gated scheduling-bound verdict the reason is said above, with the causes
@@ -374,10 +404,7 @@ def evaluate(
                                       and Verdict.SCHEDULING_BOUND not in cfg.burst_verdicts):
         threshold_fired = p.threshold_trigger(pending_gpus, above_since, verdict)
 
-    if not p.chosen and p.tokens < cfg.max_burst_gpus_per_hour and any(
-            "burst-rate" in w for w in p.why_not):
-        need = min((c.job.gpus for c in allowed), default=1)
-        p.wake.append(now + max(0.0, need - p.tokens) * 3600.0 / cfg.max_burst_gpus_per_hour)
+    p.refill_wake()
 
     spent = sum(c.job.gpus for c in p.chosen)
     new_state = TriggerState(
@@ -391,6 +418,9 @@ def evaluate(
         reason = (f"burst {len(p.chosen)} job(s), {spent} GPUs, because "
                   + " and ".join(_fired_reason(t, cfg, pending_gpus, verdict, p.chosen[:n_wait])
                                  for t in p.fired))
+        if p.released:
+            reason += (f"; the queue is {verdict}, but schedule first holds a job only up to its class "
+                       f"target, and {_plural(len(p.released), 'job')} passed it")
         return Decision(BURST, tuple(p.chosen), scale_in, reason, "+".join(p.fired), wake,
                         n_wait), new_state
     reason = "did not burst, because " + ("; ".join(dict.fromkeys(p.why_not)) if p.why_not
@@ -399,6 +429,38 @@ def evaluate(
         reason = f"scale in {len(scale_in)} idle cloud node(s); " + reason
         return Decision(SCALE_IN, (), scale_in, reason, "", wake), new_state
     return Decision(HOLD, (), (), reason, "", wake), new_state
+
+
+def _capacity_split(cfg: TriggerConfig, candidates: Sequence[Candidate], capacity_jobs: Collection[str],
+                    pending_gpus: int) -> tuple[list[Candidate], list[Candidate], int]:
+    """Under mixed: the jobs more capacity would start, the others past their class target (the
+    wait rule may still send those), and the pending GPUs that count: ``pending_gpus`` less the
+    GPUs of the candidates that wait on scheduling (with every pending job a candidate, as the
+    service passes them: capacity's own)."""
+    cap = [c for c in candidates if c.job.job_id in capacity_jobs]
+    others = [c for c in candidates if c.job.job_id not in capacity_jobs]
+    past = [c for c in others if past_class_target(cfg, c)]
+    return cap, past, max(0, pending_gpus - sum(c.job.gpus for c in others))
+
+
+def _wait_rule(p: _Pass, held: bool) -> None:
+    """The wait trigger under the verdict. Schedule first (``held``: a scheduling-bound queue;
+    under mixed, the jobs that wait on scheduling are offered only once past their class
+    target) holds an overdue job only until it passes its class target
+    (:func:`past_class_target`); ``burst_overdue_when_scheduling_bound`` lets every overdue job
+    of a scheduling-bound queue go."""
+    cfg = p.cfg
+    gated = held and not cfg.burst_overdue_when_scheduling_bound
+    n_before = len(p.chosen)
+    p.wait_trigger(gated=gated)
+    pool = {c.job.job_id for c in p.threshold_pool}
+    p.released = [c for c in p.chosen[n_before:] if gated or c.job.job_id not in pool]
+    if gated and (kept := [c for c in p.overdue() if not past_class_target(cfg, c)]):
+        p.why_not.append(f"{_plural(len(kept), 'job')} ({_plural(sum(c.job.gpus for c in kept), 'GPU')}) "
+                         f"{'waits' if len(kept) == 1 else 'wait'} past {_targets(cfg, kept)} but within "
+                         f"{'its' if len(kept) == 1 else 'their'} class target, up to which schedule first "
+                         "holds a job: burst_overdue_when_scheduling_bound = true would send "
+                         f"{'it' if len(kept) == 1 else 'them'} anyway")
 
 
 def _targets(cfg: TriggerConfig, jobs: Sequence[Candidate]) -> str:

@@ -10,8 +10,13 @@ wait for more GPUs and are backfilled around), so the queue is played once per j
 shapes are left out.
 
 Runtimes nobody reports are guessed from the ones the queue does report, not from a constant: a
-pending job without one holds its GPUs for the median reported runtime; a running job without
-one runs as long again as it has run, and at least to that median.
+pending job without one holds its GPUs for the typical runtime; a running job without one runs
+as long again as it has run, and at least to the typical runtime. The typical runtime is the
+median of the runtimes reported by the queued jobs and by the running ones, each running job
+counted in inverse proportion to its runtime (:func:`typical_runtime_s`): the jobs running at
+one moment are a length-biased sample (a week-long service is on the pool for a whole week, a
+one-hour job for an hour), so a plain median of them is the runtime of the services, not of a
+job. Weighted so, the running jobs give the median of the runtimes jobs are submitted with.
 
 When the scheduler reports no end times at all (GPUs allocated, no running job with a runtime
 or limit), it falls back to the queue-ahead estimate (:func:`fluid_wait_s`): the queued work
@@ -42,11 +47,30 @@ def fluid_wait_s(gpus: int, work_ahead_gpu_s: float, free_gpus: int, capacity_gp
     return max(0.0, work_ahead_gpu_s) / capacity_gpus
 
 
-def _median(values: list[int]) -> int:
-    if not values:
-        return 0
-    values.sort()
-    return values[(len(values) - 1) // 2]
+def typical_runtime_s(queued: list[int], running: list[int]) -> int:
+    """The median runtime of the jobs as submitted: the queued jobs' runtimes (each counted
+    once) and the running jobs' (together counted as many times as there are of them, each in
+    inverse proportion to its runtime, undoing the length bias of a sample of running jobs).
+    The lower median, as a plain median of equal weights; 0 when no runtime is reported."""
+    queued.sort()
+    if not running:
+        return queued[(len(queued) - 1) // 2] if queued else 0
+    running.sort()
+    inv = math.fsum(1.0 / r for r in running)
+    scale = len(running) / inv  # running job of runtime r weighs scale / r
+    half = (len(queued) + len(running)) / 2.0
+    acc, qi, ri = 0.0, 0, 0
+    while True:  # merge the two sorted lists until half the weight is passed
+        if ri < len(running) and (qi >= len(queued) or running[ri] <= queued[qi]):
+            value = running[ri]
+            acc += scale / value
+            ri += 1
+        else:
+            value = queued[qi]
+            acc += 1.0
+            qi += 1
+        if acc >= half * (1 - 1e-12) or (qi >= len(queued) and ri >= len(running)):
+            return value
 
 
 def forecast(queue: Sequence[tuple[int, int]], running: Sequence[tuple[int, int, int]],
@@ -61,7 +85,7 @@ def forecast(queue: Sequence[tuple[int, int]], running: Sequence[tuple[int, int,
     allocated = capacity_gpus - free_gpus
     if allocated > 0 and not any(r[2] > 0 for r in running):
         return _fluid(queue, free_gpus, capacity_gpus)
-    typical = _median([r for _, r in queue if r > 0] + [r for _, _, r in running if r > 0])
+    typical = typical_runtime_s([r for _, r in queue if r > 0], [r for _, _, r in running if r > 0])
     ends: list[tuple[int, int]] = []
     for gpus, ran, runtime in running:
         if gpus > 0:

@@ -90,10 +90,62 @@ def test_higher_classes_go_first_when_the_limits_leave_room_for_one():
     assert d.job_ids == ("ls",)
 
 
-def test_schedule_first_still_holds_for_a_class_past_its_target():
+def test_schedule_first_holds_a_job_up_to_its_class_target_and_not_a_second_past_it():
+    """Scheduling-bound: the scheduling fix is the operator's and may never come, so schedule
+    first holds an overdue job only while the wait it has suffered is within its class's
+    target; past it, the job goes and the decision names the class and the target."""
     cfg = TriggerConfig(threshold_trigger=False, selection=SEL)
+    # a 20-minute production job, overdue at 10 min (its runtime share), held up to 30 min
+    at = cand("p", runtime=1200, waited=1800, pred=1800, qos="prod")
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [at], "scheduling-bound")
+    assert d.action == HOLD and "scheduling-bound" in d.reason and "but within its class target" in d.reason
+    past = cand("p", runtime=1200, waited=1801, pred=0, qos="prod")
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [past], "scheduling-bound")
+    assert d.action == BURST and d.job_ids == ("p",) and d.trigger == "wait"
+    assert d.reason == ("burst 1 job(s), 8 GPUs, because the wait exceeds the wait target (class production "
+                        "30 min; the lesser of the class target and 0.5 x runtime); the queue is "
+                        "scheduling-bound, but schedule first holds a job only up to its class target, "
+                        "and 1 job passed it")
+    # predicted past it is not enough: on a queue that waits on scheduling the GPU-count
+    # predictor is no guide (the wait rule would send it at once on any other queue)
     d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("svc", pred=1e5, qos="prod")], "scheduling-bound")
-    assert d.action == HOLD and "scheduling-bound" in d.reason and "class production 30 min" in d.reason
+    assert d.action == HOLD and "class production 30 min" in d.reason
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("svc", pred=1e5, qos="prod")], "resource-bound")
+    assert d.action == BURST
+    # past its runtime share (2 h of a 4 h job) but within the default class's 4 hours: held
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("b", runtime=4 * 3600, waited=7201)],
+                    "scheduling-bound")
+    assert d.action == HOLD and "but within its class target" in d.reason
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("b", runtime=4 * 3600, waited=14401)],
+                    "scheduling-bound")
+    assert d.action == BURST and "class default 4.0 h" in d.reason
+
+
+def test_schedule_first_never_releases_a_class_with_no_target_or_one_that_never_bursts():
+    cfg = TriggerConfig(threshold_trigger=False, selection=SEL,
+                        classes=(JobClass("onprem", 600.0, burst=False), JobClass("default")))
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("x", waited=10 ** 7)], "scheduling-bound")
+    assert d.action == HOLD  # no class target: the runtime share alone, which schedule first holds
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(), [cand("y", waited=10 ** 7, job_class="onprem")],
+                    "scheduling-bound")
+    assert d.action == HOLD
+
+
+def test_under_mixed_a_job_waiting_on_scheduling_goes_past_its_class_target_and_counts_for_no_threshold():
+    """Mixed: a whole-node job the free GPUs hold by count waits on scheduling, so it neither
+    counts as pending nor goes, until its wait passes its class target; then the wait rule
+    sends it, and the threshold still counts only the capacity jobs' GPUs."""
+    cfg = TriggerConfig(pending_gpus_threshold=8, stabilization_s=0, selection=SEL)
+    frag = cand("frag", runtime=1200, waited=1000, qos="prod")  # overdue by its runtime share
+    cap = [cand(f"c{i}", waited=10, pred=10) for i in range(2)]  # 16 GPUs of capacity's
+    sig = Signals(24, 512, 480)
+    d, _ = evaluate(cfg, TriggerState(), 0, sig, [frag, *cap], "mixed", capacity_jobs={"c0", "c1"})
+    assert d.job_ids == ("c0",) and "16 GPUs pending" in d.reason  # frag neither counts nor goes
+    late = cand("frag", runtime=1200, waited=1801, qos="prod")
+    d, _ = evaluate(cfg, TriggerState(), 0, sig, [late, *cap], "mixed", capacity_jobs={"c0", "c1"})
+    assert d.job_ids == ("frag", "c0") and d.n_wait == 1 and d.trigger == "wait+threshold"
+    assert "class production 30 min" in d.reason and "16 GPUs pending" in d.reason
+    assert "the queue is mixed, but schedule first holds a job only up to its class target" in d.reason
 
 
 def test_snapshot_candidates_carry_their_class():

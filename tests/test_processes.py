@@ -148,6 +148,12 @@ def test_two_processes_share_one_port_both_answer_and_the_leader_work_runs_once(
     # ... and then moves what start-up built out of the collector's view (tens of thousands of
     # objects: the clouds' SDKs, the catalog), so a full collection does not scan them again.
     assert all(e["frozen_objects"] > 10_000 for e in served.events("warmed_up"))
+    # and once more after its first market poll (the live market's engine).
+    end = time.monotonic() + 60
+    while len(served.events("heap_frozen")) < 2 and time.monotonic() < end:
+        time.sleep(0.1)
+    frozen = served.events("heap_frozen")
+    assert sorted(e["process"] for e in frozen) == [0, 1] and {e["after"] for e in frozen} == {"market"}
     leading = [e for e in started if e["contends"]]
     assert len(leading) == 1 and "reconciler" in leading[0]["loops"]
     other = next(e for e in started if not e["contends"])

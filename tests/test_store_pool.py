@@ -63,3 +63,39 @@ def test_every_worker_at_once_opens_no_connection_once_the_pool_has_grown(tmp_pa
 def test_the_pool_settings_reach_the_engine(tmp_path, db_url, settings, size, overflow):  # noqa: F811
     with running_server(tmp_path, config={"store.url": db_url, "server.workers": WORKERS, **settings}) as (_a, svc):
         assert (svc.store.engine.pool.size(), svc.store.engine.pool._max_overflow) == (size, overflow)
+
+
+def test_pools_that_could_open_more_connections_than_postgresql_takes_are_named_at_start(tmp_path, db_url):  # noqa: F811
+    """Each serving process has its own pool: `processes x (pool_size + max_overflow)` past the
+    server's `max_connections` (less the reserved ones) fails calls under load, so start-up
+    says so, with the figures and what to change; SQLite has no such limit."""
+    from structlog.testing import capture_logs
+
+    from broker.config import load
+    from broker.service import Service
+    from broker.store import Store
+
+    small = Store(db_url, pool_size=2, max_overflow=1)
+    try:
+        if not db_url.startswith("postgresql"):
+            assert small.connections_past_server(1000) == ""
+            return
+        with small.engine.connect() as conn:
+            takes = (int(conn.exec_driver_sql("SHOW max_connections").scalar())
+                     - int(conn.exec_driver_sql("SHOW superuser_reserved_connections").scalar()))
+        assert small.connections_past_server(takes // 3) == ""  # 3 each: exactly what it takes, or less
+        said = small.connections_past_server(takes // 3 + 1)
+        assert f"= {3 * (takes // 3 + 1)} connections at most" in said and f"takes {takes} " in said
+        assert "[store] pool_size" in said and "max_connections" in said
+    finally:
+        small.engine.dispose()
+    cfg = load(None, environ={}, overrides={"store.url": db_url, "server.processes": 2,
+                                            "store.pool_size": takes, "store.max_overflow": 0})
+    svc = Service(cfg, providers={})
+    try:
+        with capture_logs() as logs:
+            svc.warm_up(1.0)
+        [warned] = [e for e in logs if e["event"] == "store.pool_past_max_connections"]
+        assert f"2 serving process(es) x ([store] pool_size {takes} + max_overflow 0) = {2 * takes}" in warned["detail"]
+    finally:
+        svc.stop()

@@ -67,7 +67,8 @@ def test_scheduling_bound_queue_bursts_nothing_by_default_and_overdue_jobs_only_
     assert d.reason == ("did not burst, because scheduling-bound: 1 node drained with 8 GPUs out of "
                         "service (g3: ECC). Fix: Repair the drained nodes; 1 job (8 GPUs) waits past "
                         "the wait target (class default 4.0 h; the lesser of the class target and 0.5 x "
-                        "runtime): burst_overdue_when_scheduling_bound = true would send it anyway")
+                        "runtime) but within its class target, up to which schedule first holds a job: "
+                        "burst_overdue_when_scheduling_bound = true would send it anyway")
     # the explicit opt-in sends the longest waiters anyway
     opt_in = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, selection=SEL,
                            burst_overdue_when_scheduling_bound=True)
@@ -94,8 +95,8 @@ def test_mixed_queue_bursts_only_what_capacity_can_fix():
                                   wait_trigger=False, burst_verdicts=("mixed",)),
                     TriggerState(), 0, busy(40, allocated=480), everyone, "mixed", capacity_jobs={"c0", "c1"})
     assert d.job_ids == ("c0",) and "16 GPUs pending" in d.reason
-    # no capacity-bound job: nothing goes, even overdue
-    d, _ = evaluate(cfg, TriggerState(), 0, busy(40, allocated=480), frag, "mixed", capacity_jobs=set())
+    # no capacity-bound job: nothing goes, even overdue (within its class target)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(24, allocated=480), frag, "mixed", capacity_jobs=set())
     assert d.action == HOLD and "0 GPUs pending is not over the threshold" in d.reason
     # without the diagnosis' job list (the simulator's allocation-only verdict) every job counts
     d, _ = evaluate(cfg, TriggerState(), 0, busy(40, allocated=480), everyone, "mixed")
@@ -372,7 +373,8 @@ def test_several_overdue_jobs_held_by_a_scheduling_bound_queue_are_them():
     d, _ = evaluate(cfg, TriggerState(), 0, busy(12, allocated=100), old, "scheduling-bound")
     assert d.reason == ("did not burst, because scheduling-bound: GPUs are free or wasted while jobs wait; "
                         "2 jobs (12 GPUs) wait past the wait target (class default 4.0 h: 2 jobs" + TARGETS
-                        + ": burst_overdue_when_scheduling_bound = true would send them anyway")
+                        + " but within their class target, up to which schedule first holds a job: "
+                        "burst_overdue_when_scheduling_bound = true would send them anyway")
 
 
 def test_a_burst_names_each_trigger_and_its_verdict_and_carries_the_scale_in():

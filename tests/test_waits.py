@@ -11,7 +11,7 @@ from broker.watchers.snapshot_json import dumps, snapshot_from_dict
 from policies.queue import ClusterNode, PendingJob, QueueSnapshot, RunningJob
 from policies.triggers import (BURST, HOLD, Signals, TriggerConfig, TriggerState,
                                candidates_from_snapshot, evaluate)
-from policies.waits import fluid_wait_s, forecast, snapshot_waits
+from policies.waits import fluid_wait_s, forecast, snapshot_waits, typical_runtime_s
 
 
 def test_a_queued_job_starts_when_the_running_jobs_ahead_of_it_end():
@@ -58,6 +58,34 @@ def test_runtimes_nobody_reports_are_taken_from_the_ones_reported():
     assert forecast([(4, 0)], [(4, 5000, 0), (4, 0, 1000)], 0, 8) == [1000.0]
     # (the lower median of 600 and 1,000)
     assert forecast([(8, 0), (8, 600)], [(8, 0, 1000)], 0, 8) == [1000.0, 1600.0]
+
+
+def test_the_typical_runtime_is_not_the_running_services_length():
+    """The jobs running at one moment are a length-biased sample: 10 week-long services and 6
+    90-minute jobs on the pool say the jobs run 90 minutes, not 161 hours (the plain median),
+    so a job with no runtime that has just started is expected to end within the hour and
+    a half, not in a week."""
+    services, batch = [580_000] * 10, [5_400] * 6
+    assert typical_runtime_s([], services + batch) == 5_400
+    running = [(1, 300_000, 580_000)] * 10 + [(1, 0, 5_400)] * 6 + [(2, 60, 0)]
+    # 8 GPUs: the six batch jobs' and the unknown job's (the plain median: 280,000 s, a service's end)
+    assert forecast([(8, 600)], running, 0, 18) == [5_400.0]
+
+
+@pytest.mark.parametrize("queued,running,typical", [
+    ([], [], 0),
+    ([300, 100, 200], [], 200),  # the queue alone: its median
+    ([100, 200, 300, 400], [], 200),  # the lower median, as before
+    ([], [7_200], 7_200),
+    ([], [1_000, 1_000, 9_000], 1_000),
+    ([600], [1_000], 600),  # one running job weighs as one queued job: the lower median
+    ([], [100, 10_000], 100),  # the short one weighs 100 times the long one
+    # a 100-second job running beside three services stands for most of what arrives
+    ([5_000, 5_000, 5_000], [100, 600_000, 600_000, 600_000], 100),
+    ([5_000, 5_000, 5_000], [600_000, 600_000, 600_000], 5_000),  # 3 and 3: the lower median
+])
+def test_the_typical_runtime_at_its_edges(queued, running, typical):
+    assert typical_runtime_s(list(queued), list(running)) == typical
 
 
 def test_gpus_held_by_work_nobody_reported_fall_back_for_the_jobs_they_block():

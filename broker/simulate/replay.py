@@ -9,7 +9,8 @@ trigger, the jobs it would send first; a decision's ``wake_at`` adds a tick. Wai
 The verdict is :func:`policies.triggers.allocation_verdict` (the allocation alone); under
 *mixed* the replay does what the service does with the diagnosis' capacity jobs: the oldest
 pending jobs the free GPUs could hold by count wait on scheduling (fragmentation, a drain for a
-whole-node job), so they neither count as pending nor go, and the rest are the capacity jobs
+whole-node job), so they neither count as pending nor go until they have waited past their
+class target (schedule first holds a job no longer, as the service's trigger), and the rest are the capacity jobs
 (``tests/test_workloads.py`` hands the replay's queue to the service's path at every tick and
 gets the same decisions). The threshold trigger's pool is ranked as
 :func:`policies.selection.rank_key` ranks, job kind included.
@@ -373,24 +374,34 @@ class Replay:
         # Under mixed, as the diagnosis: the oldest jobs the free GPUs could hold by count wait
         # on scheduling, not capacity; they neither count as pending nor go.
         sched = self.scheduling_jobs() if verdict == Verdict.MIXED else set()
+        full = sig
         if sched:
             sig = replace(sig, pending_gpus=sig.pending_gpus - sum(self.jobs.gpus[i] for i in sched))
         # Overdue jobs (wait rule), oldest first, then what the threshold trigger would send.
         od = [i for i in dict.fromkeys(self.overdue) if state[i] == PENDING and i not in self.no_offer]
         self.overdue = []
         held_all = verdict == Verdict.SCHEDULING_BOUND and not tc.burst_overdue_when_scheduling_bound
+        # Schedule first holds a job only up to its class target (policies.triggers.evaluate).
+        past = {i for i in od if (held_all or i in sched) and self.past_class_target(i, t)}
         for i in od:
-            if held_all or i in sched:
+            if (held_all or i in sched) and i not in past:
                 self.held[i] = True
-        chosen = [i for i in od if i not in sched]
+        chosen = [i for i in od if i not in sched or i in past]
         popped: list = []
         excess = sig.pending_gpus - tc.pending_gpus_threshold
         if tc.threshold_trigger and excess > 0:
             chosen += self.threshold_jobs(excess, set(od) | sched, popped)
-        cands = [self.candidate(i, t) for i in chosen]
-        idx = {c.job.job_id: i for c, i in zip(cands, chosen)}
+        # Under mixed, once a scheduling job is past its class target, every scheduling job is a
+        # candidate too, as the service's are: evaluate counts the pending GPUs without them and
+        # sends those past their target (before that, the same decision without building them).
+        release = any(self.past_class_target(i, t) for i in sched)
+        offered = chosen + [i for i in sched if i not in past] if release else chosen
+        cands = [self.candidate(i, t) for i in offered]
+        idx = {c.job.job_id: i for c, i in zip(cands, offered)}
         cands.sort(key=lambda c: -c.job.waited_s)
-        decision, self.tstate = evaluate(tc, self.tstate, t, sig, cands, verdict)
+        capacity = {c.job.job_id for c in cands if idx[c.job.job_id] not in sched} if release else None
+        decision, self.tstate = evaluate(tc, self.tstate, t, full if release else sig, cands, verdict,
+                                         capacity_jobs=capacity)
         for item in popped:
             if state[item[1]] == PENDING:
                 heapq.heappush(self.pool, item)
@@ -403,6 +414,11 @@ class Replay:
             self.push(decision.wake_at, E_TICK, "wake")
         if cl.pending_jobs and (cl.pending_gpus > tc.pending_gpus_threshold or self.overdue or self.watch):
             self.want_tick(t, after=True)
+
+    def past_class_target(self, i: int, t: float) -> bool:
+        """Whether pending job i has waited past its class's target
+        (:func:`policies.triggers.past_class_target`, on the candidate's own figures)."""
+        return int(t - self.jobs.submit[i]) > self.cls[i].max_wait_s
 
     def scheduling_jobs(self) -> set[int]:
         """The pending jobs, oldest first, that the free GPUs could hold by count (each claims
