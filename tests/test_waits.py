@@ -222,3 +222,21 @@ def test_the_service_counts_every_gpu_job_running_on_prem_and_no_gpu_free_one():
               RunningJob("r0", 0, nodes=("n1",), runtime_s=10, time_limit_s=3600)],
              [PendingJob("p1", 8, est_runtime_s=600), PendingJob("p2", 8, est_runtime_s=60)])
     assert snapshot_waits(s, s.pending) == [0.0, 600.0]
+
+
+def test_the_typical_runtime_weighs_each_running_job_against_its_length():
+    from policies.waits import typical_runtime_s
+
+    assert typical_runtime_s([], []) == 0
+    assert typical_runtime_s([30, 10, 20], []) == 20
+    # running jobs of 1 min, 10 min and 100 min: the minute-long ones are the most jobs as
+    # submitted (weights 2.70, 0.27, 0.03 of 3), not the plain median's 10 minutes
+    assert typical_runtime_s([], [60, 600, 6000]) == 60
+    # weights 1.98 and 0.02 for the running 100 s and 10,000 s; half of 4 is passed at 1,000 s
+    assert typical_runtime_s([1000, 3000], [100, 10000]) == 1000
+    # the running job alone is one of four: the half is passed at the first queued one
+    assert typical_runtime_s([5000, 6000, 7000], [100]) == 5000
+    assert typical_runtime_s([10, 20, 30], [1000]) == 20  # each queued job weighs one
+    assert typical_runtime_s([10, 20, 30, 40, 50], [1000]) == 30
+    # weights 1.64, 0.82, 0.55: the three running jobs together are exactly the half of 6
+    assert typical_runtime_s([10000, 20000, 30000], [100, 200, 300]) == 300
