@@ -80,8 +80,8 @@ def test_select_respects_the_gpu_budget_and_lets_smaller_jobs_through():
 def test_eligibility_edges_and_full_reasons():
     from policies.classes import JobClass
 
-    def why(job, wait=0.0, cfg=SelectionConfig(), **kw):
-        return eligibility(Candidate(job, wait, **kw), cfg)
+    def why(job, wait=0.0, cfg=None, **kw):
+        return eligibility(Candidate(job, wait, **kw), cfg or SelectionConfig())
 
     assert why(PendingJob("j", 1, est_runtime_s=1)) == "job j runs 1 s, under 1 cloud start-up(s) of 120 s"
     assert why(PendingJob("j", 1, est_runtime_s=120), 6) is None  # exactly one start-up; wait 5 % of it
