@@ -66,7 +66,8 @@ MODULES: dict[str, list[str]] = {
     "policies/cost.py": ["tests/test_cost.py", "tests/test_policy_boundaries.py"],
     "policies/demand.py": ["tests/test_cost.py", "tests/test_quote_encoding.py"],
     "policies/diagnose.py": ["tests/test_diagnose.py", "tests/test_policy_boundaries.py"],
-    "policies/lifetimes.py": ["tests/test_spot_choice.py", "tests/test_simulate.py"],
+    # tests/test_lifetimes.py reaches every function in process; tests/test_simulate.py (a replay per test) is left out
+    "policies/lifetimes.py": ["tests/test_lifetimes.py", "tests/test_spot_choice.py"],
     "policies/offload.py": ["tests/test_workloads.py"],
     "policies/placement.py": ["tests/test_diagnose.py"],
     "policies/queue.py": ["tests/test_diagnose.py", "tests/test_selection.py"],
@@ -74,6 +75,7 @@ MODULES: dict[str, list[str]] = {
     "policies/spot.py": ["tests/test_spot.py", "tests/test_cost.py"],
     "policies/spot_choice.py": ["tests/test_spot_choice.py"],
     "policies/tco.py": ["tests/test_tco.py"],
+    "policies/waits.py": ["tests/test_waits.py", "tests/test_triggers.py"],
     "policies/triggers.py": ["tests/test_triggers.py", "tests/test_classes.py", "tests/test_policy_boundaries.py"],
     "broker/lifecycle.py": ["tests/test_lifecycle_fake.py", "tests/test_boundaries.py",
                             "tests/test_lifecycle_paths.py"],

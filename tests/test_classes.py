@@ -197,3 +197,57 @@ def test_a_careless_class_table_is_refused_with_one_sentence(tmp_path, text, key
     with pytest.raises(ConfigError) as e:
         _cfg(tmp_path, text)
     assert key in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_job_class_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match=r"^name of a job class must be 1 to 64 characters, got ''$"):
+        JobClass("")
+    with pytest.raises(ValueError, match=r"^name of a job class must be 1 to 64 characters, got 'x{65}'$"):
+        JobClass("x" * 65)
+    assert JobClass("x" * 64).name == "x" * 64
+    with pytest.raises(ValueError, match=r"^max_wait_s must be zero or positive, got -1$"):
+        JobClass("a", max_wait_s=-1)
+    assert JobClass("a", max_wait_s=0).max_wait_s == 0
+
+
+def test_wait_targets_are_written_in_seconds_minutes_or_hours_at_their_edges():
+    from policies.classes import fmt_wait
+
+    assert [fmt_wait(s) for s in (math.inf, 119, 120, 5400, 7199, 7200, 9000)] == [
+        "none", "119 s", "2 min", "90 min", "120 min", "2.0 h", "2.5 h"]
+
+
+def test_an_unknown_class_name_is_the_default_class():
+    from policies.classes import class_named
+
+    assert class_named(DEFAULT_CLASSES, "interactive") is DEFAULT_CLASSES[1]
+    assert class_named(DEFAULT_CLASSES, "nope") is DEFAULT_CLASSES[-1]
+    assert class_named((JobClass("a"),), "nope") == JobClass("default")
+
+
+def test_classify_by_name_and_by_the_highest_priority_bar_reached():
+    heavy = JobClass("Gpu-Heavy", match=("big",))
+    assert classify((heavy,), label="gpu-heavy") is heavy  # its name names it too, in any case
+    low, high, zero = JobClass("low", min_priority=10), JobClass("high", min_priority=100), JobClass("zero", min_priority=0)
+    classes = (low, high, *DEFAULT_CLASSES)
+    assert classify(classes, priority=150) is high and classify(classes, priority=100) is high
+    assert classify(classes, priority=99) is low
+    assert classify(classes, label="150") is high  # a numeric label is a priority
+    assert classify(classes, qos="150").name == "default"  # a numeric QOS is not
+    assert classify((zero, JobClass("one", min_priority=1)), priority=5).name == "one"
+    assert classify((zero,), priority=0.5) is zero
+
+
+def test_a_configured_class_replaces_the_built_in_one_of_its_name():
+    merged = merge_classes({"interactive": JobClass("interactive", 60.0)})
+    assert [c.name for c in merged] == [c.name for c in DEFAULT_CLASSES]
+    assert merged[1].max_wait_s == 60.0
+
+
+def test_a_job_with_no_label_is_of_the_default_class_whatever_the_classes_are_named():
+    from policies.classes import fmt_wait
+
+    for name in ("xxxx", "none", "unknown"):
+        assert classify((JobClass(name), *DEFAULT_CLASSES)).name == "default"
+        assert classify((JobClass(name), *DEFAULT_CLASSES), "", "", "").name == "default"
+    assert fmt_wait(1_000_000) == "277.8 h"

@@ -234,3 +234,59 @@ def test_a_huge_quote_prices_its_sla_risk_under_its_compute():
     assert priced
     for p in priced:
         assert p.cost.sla_risk <= p.cost.compute, (p.offering.instance.name, p.nodes, p.cost)
+
+
+def test_a_demand_is_refused_with_one_sentence_naming_the_field_and_its_edge():
+    clouds = ("aws", "gcp")
+
+    def refused(**kw):
+        with pytest.raises(DemandError) as e:
+            Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"), clouds)
+        return e.value.field, str(e.value)
+
+    def ok(**kw):
+        return Demand(**{"gpus": 8, "hours": 1, "gpu_model": "H100", **kw}).validate(("A100", "H100"), clouds)
+
+    assert refused(gpus=0) == ("gpus", "gpus must be a positive whole number, got 0.")
+    assert refused(gpus=2.0) == ("gpus", "gpus must be a positive whole number, got 2.0.")
+    assert ok(gpus=1).gpus == 1
+    assert refused(hours=0) == ("hours", "hours must be a positive number of at most 87840 (ten years), got 0.")
+    assert refused(hours=87_840.5)[1].endswith("got 87840.5.")
+    assert refused(hours="1")[0] == "hours"
+    assert ok(hours=87_840).hours == 87_840 and ok(hours=0.01).hours == 0.01
+    assert refused(nodes=-1) == ("nodes", "nodes must be zero (choose) or positive, got -1.")
+    assert refused(nodes=3) == ("nodes", "8 GPUs do not split evenly over 3 nodes.")
+    assert ok(nodes=2).nodes == 2 and ok(nodes=0).nodes == 0
+    assert refused(data_in_gb=-0.5) == ("data_in_gb", "data_in_gb must be zero or positive and at most 1e+09, got -0.5.")
+    assert refused(data_out_gb=1e9 + 1) == (
+        "data_out_gb", "data_out_gb must be zero or positive and at most 1e+09, got 1000000001.0.")
+    assert refused(min_sla_pct=float("nan"))[0] == "min_sla_pct"
+    assert ok(data_in_gb=1e9, data_out_gb=0).data_in_gb == 1e9
+    assert refused(min_sla_pct=100.5) == ("min_sla_pct", "min_sla_pct is a percentage, got 100.5.")
+    assert ok(min_sla_pct=100).min_sla_pct == 100
+    assert refused(min_gpu_memory_gb=-1) == (
+        "min_gpu_memory_gb", "min_gpu_memory_gb must be zero or positive, got -1.")
+    assert refused(checkpoint_minutes=-1) == (
+        "checkpoint_minutes", "checkpoint_minutes must be zero or positive, got -1.")
+    assert refused(gpu_model=" ") == ("gpu_model", "name a GPU model (e.g. H100) or a minimum GPU memory.")
+    assert ok(gpu_model="", min_gpu_memory_gb=40).gpu_model == ""
+    assert refused(gpu_model="h101") == ("gpu_model", "unknown GPU model 'h101'; known: A100, H100.")
+    assert Demand(gpus=1, hours=1, gpu_model="h101").validate().gpu_model == "H101"  # no catalog: any name
+    assert refused(providers=("aws", " IBM ")) == ("providers", "unknown provider 'ibm'; known: aws, gcp.")
+    assert refused(data_location="us-east-1") == (
+        "data_location", "data_location must be 'onprem' or PROVIDER:REGION, got 'us-east-1'.")
+    assert refused(data_location=" azure:eastus ")[1].endswith("got 'azure:eastus'.")
+    assert ok(data_location="gcp:us-central1:a").data_location == "gcp:us-central1:a"
+    assert Demand(gpus=1, hours=1, gpu_model="H100", providers=("ibm",), data_location="ibm:x").validate(
+        ("H100",)).data_location == "ibm:x"  # clouds not given: names unchecked
+
+
+def test_a_valid_demand_comes_back_normalised():
+    d = Demand(gpus=8, hours=1, gpu_model=" h100 ", providers=(" AWS", "gcp", "aws", ""),
+               regions=(" us-east-1", "us-east-1 ", "", "eu-west-1"), residency=("EU", " eu", "us"),
+               data_location="  ", tenant="").validate(("H100",), ("aws", "gcp"))
+    assert (d.gpu_model, d.providers, d.regions, d.residency, d.data_location, d.tenant) == (
+        "H100", ("aws", "gcp"), ("us-east-1", "eu-west-1"), ("eu", "us"), "onprem", "default")
+    assert Demand(gpus=1, hours=1, gpu_model="H100", tenant="t1").validate().tenant == "t1"
+    assert Demand(gpus=1, hours=1, interruptible=True).checkpoint_hours == 1.0
+    assert Demand(gpus=1, hours=1, checkpoint_minutes=30).checkpoint_hours == 0.5

@@ -75,3 +75,49 @@ def test_select_respects_the_gpu_budget_and_lets_smaller_jobs_through():
     reasons = {c.job.job_id: why for c, why in kept}
     assert "only 8 left" in reasons["big"]
     assert "start-up" in reasons["tiny"]
+
+
+def test_eligibility_edges_and_full_reasons():
+    from policies.classes import JobClass
+
+    def why(job, wait=0.0, cfg=None, **kw):
+        return eligibility(Candidate(job, wait, **kw), cfg or SelectionConfig())
+
+    assert why(PendingJob("j", 1, est_runtime_s=1)) == "job j runs 1 s, under 1 cloud start-up(s) of 120 s"
+    assert why(PendingJob("j", 1, est_runtime_s=120), 6) is None  # exactly one start-up; wait 5 % of it
+    assert why(PendingJob("j", 1, est_runtime_s=60), 3, startup_s=30.0) is None  # the offer's own start-up
+    cls = JobClass("batch", max_wait_s=600)
+    assert why(PendingJob("j", 1), 600, job_class=cls) is None  # no runtime, at its class's target
+    assert why(PendingJob("j", 1), 599, job_class=cls) == "job j has no runtime estimate"
+    assert why(PendingJob("j", 1, est_runtime_s=60), 700, job_class=cls) is None  # short, but past its target
+    assert why(PendingJob("j", 1, est_runtime_s=60), 100, job_class=cls) == (
+        "job j runs 60 s, under 1 cloud start-up(s) of 120 s, and waits 100 s, under its class's 600 s target")
+    assert why(PendingJob("j", 1, est_runtime_s=10_000), 0, job_class=cls) == (
+        "job j is predicted to wait 0 s on-prem, under 0.05 of its 10000 s runtime")
+    assert why(PendingJob("j", 1, est_runtime_s=1000), 50) is None  # exactly 5 % of its runtime
+    assert why(PendingJob("j", 1, est_runtime_s=1000), 60, price_ratio=2.0) is None  # the share is capped at 5 %
+    data = SelectionConfig(max_data_gb=10)
+    assert why(PendingJob("j", 1, est_runtime_s=1000, data_gb=10), 60, data) is None
+    assert why(PendingJob("j", 1, est_runtime_s=1000, data_gb=10.5), 60, data) == (
+        "job j reads 10.5 GB, over the 10 GB limit")
+
+
+def test_an_unknown_kind_ranks_with_training():
+    render = PendingJob("u", 1, kind="render", est_runtime_s=60)
+    train = PendingJob("t", 1, kind="training", est_runtime_s=600)
+    assert rank([train, render]) == [render, train]
+    assert rank([PendingJob("t", 1, kind="training", est_runtime_s=60),
+                 PendingJob("u", 1, kind="render", est_runtime_s=600)])[0].job_id == "t"
+
+
+def test_select_spends_the_gpu_limit_and_uses_the_config_given():
+    def c(name, gpus, **kw):
+        return Candidate(PendingJob(name, gpus, est_runtime_s=3600, **kw), 3600)
+
+    chosen, kept = select([c("a", 4), c("b", 4), c("c", 4)], max_gpus=10)
+    assert [x.job.job_id for x in chosen] == ["a", "b"]
+    assert [(x.job.job_id, w) for x, w in kept] == [("c", "job c needs 4 GPUs, only 2 left under the burst limits")]
+    chosen, kept = select([c("a", 8), c("b", 8)], max_gpus=8)
+    assert [x.job.job_id for x in chosen] == ["a"] and kept[0][1] == "job b needs 8 GPUs, only 0 left under the burst limits"
+    chosen, kept = select([c("a", 8, data_gb=50)], SelectionConfig(max_data_gb=10))
+    assert chosen == [] and kept[0][1] == "job a reads 50 GB, over the 10 GB limit"

@@ -164,3 +164,83 @@ def test_a_bad_lifetimes_file_is_a_config_error_naming_the_setting(tmp_path, bod
     with pytest.raises(ConfigError) as e:
         service(tmp_path, "bad", spot_lifetimes=str(path))
     assert "market.spot_lifetimes" in str(e.value) and needle in str(e.value)
+
+
+def test_spot_model_refuses_a_confidence_at_either_end_and_a_negative_slack():
+    from policies.spot_choice import SpotModel
+
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"^confidence must be between 0 and 1 \(exclusive\), got "):
+            SpotModel(confidence=bad)
+    with pytest.raises(ValueError, match=r"^deadline_slack must be zero or more, got -0.5$"):
+        SpotModel(deadline_slack=-0.5)
+    assert SpotModel(confidence=0.01, deadline_slack=0.0).confidence == 0.01
+    assert SpotModel(confidence=0.99).confidence == 0.99
+
+
+def _priced_h100(cat):
+    """A 10-hour 8-GPU job checkpointing every 30 minutes, priced on AWS spot and on-demand and
+    GCP on-demand (the cheapest that is not spot)."""
+    from policies.cost import Context, price
+
+    d = Demand(gpus=8, hours=10, gpu_model="H100", interruptible=True, checkpoint_minutes=30).validate()
+    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, 0.0)
+    return [price(d, cat.find(p, r, t, m), ctx) for p, r, t, m in (
+        ("aws", "us-east-1", "p5.48xlarge", Market.SPOT), ("aws", "us-east-1", "p5.48xlarge", Market.ON_DEMAND),
+        ("gcp", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND))]
+
+
+def test_a_spot_offer_late_for_the_given_deadline_is_excluded_with_the_full_reason(mini_catalog):
+    from policies.spot import LifetimeDist
+    from policies.spot_choice import SpotModel, first_choice, late_on_spot, verdict
+
+    spot, od, gcp = _priced_h100(mini_catalog)
+    model = SpotModel({"aws": LifetimeDist((0.4, 0.9, 2.0, 6.0))}, confidence=0.75)
+    v = verdict(spot, model, 0.1, 0.5, None)
+    assert v is not None and v.in_time and v.deadline_h == pytest.approx(0.1 + 10 * 2)
+    assert 12.0 < v.finish_h < v.deadline_h
+    keep, out = late_on_spot([spot, od, gcp], model, {"aws": 0.1}, 0.5, 12.0)
+    assert keep == [od, gcp] and [e.kind for e in out] == [ExclusionKind.DEADLINE]
+    assert out[0].offering == spot.offering and out[0].reason == (
+        f"on spot it finishes by {v.finish_h:.1f} h with 75 % confidence (observed lifetimes), "
+        "after the deadline of 12.0 h")
+    assert first_choice([spot, od, gcp], model, {"aws": 0.1}, 0.5, 12.0) is gcp
+    assert first_choice([spot, od, gcp], model, {"aws": 0.1}, 0.5) is spot  # by the implied deadline
+    assert first_choice([spot], model, {"aws": 0.1}, 0.5, 12.0) is None
+    never = SpotModel({"aws": LifetimeDist((0.1, 0.2))})
+    assert late_on_spot([spot], never, {}, 0.5, None)[1][0].reason == (
+        "on spot it finishes by never (nodes do not live to a checkpoint) with 90 % confidence "
+        "(observed lifetimes), after the deadline of 20.0 h")
+
+
+def test_reserved_capacity_goes_first_even_when_it_costs_more(mini_catalog):
+    import dataclasses
+
+    from policies.spot_choice import SpotModel, first_choice
+
+    spot, od, gcp = _priced_h100(mini_catalog)
+    reserved = od._replace(offering=dataclasses.replace(od.offering, market=Market.RESERVED))
+    assert reserved.cost.total > gcp.cost.total > spot.cost.total
+    assert first_choice([spot, gcp, reserved], SpotModel(), {}, 0.5) is reserved
+    assert first_choice([gcp, spot, od], SpotModel(), {}, 0.5) is spot
+
+
+def test_the_spot_verdict_is_the_gangs_outlook_against_the_deadline_and_its_edge(mini_catalog):
+    from policies.spot import LifetimeDist, outlook
+    from policies.spot_choice import SpotModel, late_on_spot, verdict
+
+    spot, od, _ = _priced_h100(mini_catalog)
+    lives = LifetimeDist((0.4, 0.9, 2.0, 6.0))
+    model = SpotModel({"aws": lives}, confidence=0.75)
+    gang = spot._replace(nodes=2)
+    v = verdict(gang, model, 0.2, 0.5, None)
+    finish = outlook(lives, 10, 0.5, 0.2, 2).finish_by_h(0.75)
+    assert v == (finish <= 20.2, finish, pytest.approx(20.2)) and finish != verdict(spot, model, 0.2, 0.5, None)[1]
+    assert verdict(gang, model, 0.2, 0.5, finish) == (True, finish, finish)  # finishing on the deadline is in time
+    assert verdict(od, model, 0.2, 0.5, None) is None  # not spot
+    assert verdict(spot, SpotModel({"gcp": lives}), 0.2, 0.5, None) is None  # no lifetimes for AWS
+    assert late_on_spot([spot, od], SpotModel(), {"aws": 0.2}, 0.5, 1.0) == ([spot, od], [])
+    # the start-up is the offer's cloud's: the implied deadline is 2 h + 10 h x 2
+    never = SpotModel({"aws": LifetimeDist((0.1, 0.2))})
+    assert late_on_spot([spot], never, {"aws": 2.0, "gcp": 5.0}, 0.5, None)[1][0].reason.endswith(
+        "after the deadline of 22.0 h")

@@ -164,3 +164,79 @@ def test_a_pushed_snapshot_carries_the_running_jobs_ends():
     assert queue_pb.fast_snapshot(bad, 0.0) is None
     with pytest.raises(ValueError, match=r"running\[0\]\.time_limit_s"):
         checked_snapshot(bad, 0.0)
+
+
+def test_the_queue_ahead_estimate_at_its_edges():
+    assert fluid_wait_s(1, 0, 0, 0) == math.inf  # no pool: never
+    assert fluid_wait_s(1, 100, 0, 1) == 100.0  # a one-GPU pool drains the work ahead alone
+    assert fluid_wait_s(1, 0, 4, 8) == 0.0  # it fits and nothing is ahead
+    assert fluid_wait_s(1, 100, 4, 8) == 12.5  # it fits, but work is ahead of it
+    assert fluid_wait_s(1, 1, 4, 8) == 0.125
+    # GPUs allocated and no end reported: a job bigger than the pool never starts; a job that
+    # reports no runtime adds no work ahead
+    assert forecast([(4, 0), (4, 60), (16, 60)], [(8, 100, 0)], 0, 8) == [0.0, 0.0, math.inf]
+
+
+def test_the_typical_runtime_is_the_lower_median_of_every_reported_one():
+    # reported: 5,000 and 60 queued, 100 running: the median is 100 (not 60 or 5,000)
+    assert forecast([(8, 5000), (8, 0), (8, 60)], [(8, 0, 100)], 0, 8) == [100.0, 5100.0, 5200.0]
+    assert forecast([(8, 0), (8, 0)], [], 8, 8) == [0.0, 0.0]  # nothing reported: held for no time
+    assert forecast([(8, 1), (8, 0), (8, 0)], [], 8, 8) == [0.0, 1.0, 2.0]  # a 1 s runtime is reported
+    assert forecast([(8, 0), (8, 0)], [(8, 0, 1)], 0, 8) == [1.0, 2.0]
+    assert forecast([(8, 1), (8, 60), (8, 60)], [], 8, 8) == [0.0, 1.0, 61.0]
+
+
+def test_which_path_the_forecast_takes_and_the_running_jobs_it_counts():
+    # nothing allocated: the queue is played (the 8-GPU job waits for the 4-GPU one to end)
+    assert forecast([(4, 100), (8, 60)], [], 8, 8) == [0.0, 100.0]
+    # one GPU allocated and no end reported: the queue-ahead estimate
+    assert forecast([(4, 100), (8, 60)], [], 7, 8) == [0.0, 50.0]
+    assert forecast([(8, 60)], [(8, 0, 1)], 0, 8) == [1.0]  # a 1 s runtime is an end reported
+    assert forecast([(8, 60)], [(8, 5, 1)], 0, 8) == [0.0]  # past its runtime: it ends now
+    assert forecast([(8, 60)], [(8, 700, 600)], 0, 8) == [0.0]
+    assert forecast([(1, 60)], [(1, 0, 100)], 0, 1) == [100.0]  # a one-GPU job frees its GPU
+    # a running job with no GPU frees none and does not move the clock
+    assert forecast([(8, 60)], [(4, 0, 100), (0, 0, 500)], 0, 8) == [100.0]
+
+
+def test_the_play_goes_on_past_a_job_too_big_for_the_pool_and_counts_the_work_it_could_not_place():
+    inf = math.inf
+    assert forecast([(16, 60), (9, 60), (16, 60)], [], 8, 8) == [inf, inf, inf]
+    # the running job ends at once; nothing is queued ahead of the 16-GPU job: no wait
+    assert forecast([(16, 60)], [(4, 100, 100)], 8, 16) == [0.0]
+    # two GPUs' releases add up before the 12-GPU job starts (then the second one starts after it)
+    assert forecast([(12, 60), (12, 60)], [(4, 0, 100), (4, 0, 200)], 4, 12) == [200.0, 260.0]
+    # 4 of 16 GPUs held by work nobody reported: the 16-GPU jobs that cannot be placed count
+    # each other's work ahead (96,000 GPU-s each, over 16 GPUs)
+    assert forecast([(16, 6000), (16, 6000), (16, 60)], [(4, 0, 100)], 8, 16) == [100.0, 6000.0, 12000.0]
+
+
+def test_the_service_counts_every_gpu_job_running_on_prem_and_no_gpu_free_one():
+    one = QueueSnapshot("t", 0.0, pending=(PendingJob("p1", 1, est_runtime_s=60),),
+                        running=(RunningJob("r1", 1, nodes=("n1",), runtime_s=0, time_limit_s=600),),
+                        nodes=(ClusterNode("n1", "alloc", 1, 1),))
+    assert snapshot_waits(one, one.pending) == [600.0]
+    # a job holding no GPU reports a time limit: the 8-GPU one reports none, so the
+    # queue-ahead estimate stands
+    s = snap([RunningJob("r1", 8, nodes=("n1",), runtime_s=100),
+              RunningJob("r0", 0, nodes=("n1",), runtime_s=10, time_limit_s=3600)],
+             [PendingJob("p1", 8, est_runtime_s=600), PendingJob("p2", 8, est_runtime_s=60)])
+    assert snapshot_waits(s, s.pending) == [0.0, 600.0]
+
+
+def test_the_typical_runtime_weighs_each_running_job_against_its_length():
+    from policies.waits import typical_runtime_s
+
+    assert typical_runtime_s([], []) == 0
+    assert typical_runtime_s([30, 10, 20], []) == 20
+    # running jobs of 1 min, 10 min and 100 min: the minute-long ones are the most jobs as
+    # submitted (weights 2.70, 0.27, 0.03 of 3), not the plain median's 10 minutes
+    assert typical_runtime_s([], [60, 600, 6000]) == 60
+    # weights 1.98 and 0.02 for the running 100 s and 10,000 s; half of 4 is passed at 1,000 s
+    assert typical_runtime_s([1000, 3000], [100, 10000]) == 1000
+    # the running job alone is one of four: the half is passed at the first queued one
+    assert typical_runtime_s([5000, 6000, 7000], [100]) == 5000
+    assert typical_runtime_s([10, 20, 30], [1000]) == 20  # each queued job weighs one
+    assert typical_runtime_s([10, 20, 30, 40, 50], [1000]) == 30
+    # weights 1.64, 0.82, 0.55: the three running jobs together are exactly the half of 6
+    assert typical_runtime_s([10000, 20000, 30000], [100, 200, 300]) == 300

@@ -342,3 +342,61 @@ def test_schedule_first_holds_a_class_no_longer_than_its_target():
         assert r["jobs_burst"] == 1 and prod["target_s"] == 1800
         assert 1800 < prod["wait_p99_s"] <= 1800 + 60 + 300  # the target, a tick, a cloud start-up
         assert prod["past_target_held_by_schedule_first"] == 0
+
+
+def _offload_diag(verdict, offloadable):
+    from policies.causes import CauseKind
+    from policies.diagnose import Cause, Diagnosis
+
+    causes = (Cause(CauseKind.OFFLOADABLE_WORK, "light jobs wait"),) if offloadable else ()
+    return Diagnosis(verdict, 1.0, None, 0, causes)
+
+
+def test_offload_plan_is_made_only_for_offloadable_work_or_a_want_of_capacity():
+    from policies.causes import Verdict
+    from policies.offload import plan
+    from policies.queue import PendingJob, QueueSnapshot
+
+    snap = QueueSnapshot("s", 0, pending=(PendingJob("e1", 1, kind="eval", queue="gpu"),
+                                          PendingJob("t1", 8, kind="training", queue="gpu")))
+    made = {(v.value, off): plan(snap, _offload_diag(v, off)) is not None for v in Verdict for off in (False, True)}
+    assert made == {("healthy", False): False, ("healthy", True): True,
+                    ("resource-bound", False): True, ("resource-bound", True): True,
+                    ("scheduling-bound", False): False, ("scheduling-bound", True): True,
+                    ("mixed", False): True, ("mixed", True): True}
+
+
+def test_offload_plan_reason_in_full_and_which_jobs_stay():
+    from policies.causes import Verdict
+    from policies.offload import plan
+    from policies.queue import PendingJob, QueueSnapshot
+
+    diag = _offload_diag(Verdict.RESOURCE_BOUND, False)
+
+    def snap(*jobs):
+        return QueueSnapshot("s", 0, pending=jobs)
+
+    one = plan(snap(PendingJob("i1", 1, kind="inference"), PendingJob("t1", 8, kind="training")), diag)
+    assert one is not None and one.reason == (
+        "offload 1 tuning/eval/inference job (1 GPU) to a queue of their own before bursting training: "
+        "it waits for capacity in the training queue, where 1 training job waits too")
+    assert one.job_ids == ("i1",) and one.gpus == 1 and one.training_jobs == 1
+    two = plan(snap(PendingJob("e1", 2, kind="eval", queue="gpu,light"), PendingJob("u1", 3, kind="tuning"),
+                    PendingJob("t1", 8, kind="training"), PendingJob("t2", 8, kind="training")), diag, "light")
+    assert two is not None and two.reason == (
+        "offload 1 tuning/eval/inference job (3 GPUs) to partition light before bursting training: "
+        "it waits for capacity in the training queue, where 2 training jobs wait too")
+    assert two.job_ids == ("u1",)  # e1 may already run in the light partition
+    many = plan(snap(PendingJob("e1", 2, kind="eval"), PendingJob("u1", 3, kind="tuning", queue="gpu"),
+                     PendingJob("t1", 8, kind="training")), diag, "light")
+    assert many is not None and many.reason == (
+        "offload 2 tuning/eval/inference jobs (5 GPUs) to partition light before bursting training: "
+        "they wait for capacity in the training queue, where 1 training job waits too")
+    # a reason list whose first entry is a hold or a dependency: the job does not wait in the queue
+    held = plan(snap(PendingJob("e1", 2, kind="eval", pending_reason="JobHeldUser,Priority"),
+                     PendingJob("t1", 8, kind="training", pending_reason="Dependency,Resources"),
+                     PendingJob("t2", 8, kind="training", pending_reason="Priority,Resources")), diag)
+    assert held is None
+    waits = plan(snap(PendingJob("e1", 2, kind="eval", pending_reason="Priority,JobHeldUser"),
+                      PendingJob("t1", 8, kind="training", pending_reason="Resources,Dependency")), diag)
+    assert waits is not None and waits.job_ids == ("e1",) and waits.training_jobs == 1
