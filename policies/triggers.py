@@ -45,6 +45,13 @@ from policies.waits import fluid_wait_s, snapshot_waits  # noqa: F401 (fluid_wai
 
 _HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan of the tuple
 
+
+def held_reason(reason: str) -> bool:
+    """Whether a job pending for ``reason`` waits on something capacity cannot fix. Slurm adds
+    detail after a comma (``ReqNodeNotAvail, UnavailableNodes:gpu-[1-2]``): the reason is the
+    part before it, as the diagnosis reads it (:func:`policies.causes.reason_kind`)."""
+    return reason in _HELD or ("," in reason and reason.split(",", 1)[0].strip() in _HELD)
+
 class DecisionAction(enum.StrEnum):
     """What a decision did: the action the trigger rules choose (burst, hold, scale_in) and what
     the autoscaler records of acting on it. The values are what the store and the JSON hold."""
@@ -506,7 +513,7 @@ def signals_from_snapshot(
     idle_cloud_nodes: Mapping[str, float] | None = None,
 ) -> Signals:
     """Signals from a snapshot; pending jobs held for non-capacity reasons do not count."""
-    pending = sum(j.gpus for j in snap.pending if j.pending_reason not in _HELD)
+    pending = sum(j.gpus for j in snap.pending if not held_reason(j.pending_reason))
     return Signals(
         pending_gpus=pending,
         gpus_total=snap.gpus_total,
@@ -529,7 +536,7 @@ def candidates_from_snapshot(
     ``classes``, each is classified (else the trigger does). Jobs held for non-capacity reasons
     (dependencies, holds, limits) are never candidates: the cloud cannot release them either.
     """
-    jobs = [j for j in snap.pending if j.pending_reason not in _HELD]
+    jobs = [j for j in snap.pending if not held_reason(j.pending_reason)]
     jobs.sort(key=attrgetter("waited_s"), reverse=True)  # stable, as a sort by -waited_s
     remaining = snapshot_waits(snap, jobs) if predicted_wait_s is None or any(
         j.job_id not in predicted_wait_s for j in jobs) else ()

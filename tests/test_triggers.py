@@ -200,6 +200,23 @@ def test_snapshot_adapters_skip_non_capacity_reasons_and_predict_in_order():
     assert candidates_from_snapshot(snap, {"first": 42.0})[0].predicted_wait_s == 42.0
 
 
+
+@pytest.mark.parametrize("reason,counts", [
+    ("ReqNodeNotAvail, UnavailableNodes:gpu-[1-2]", False),  # as squeue writes it (NOTES-slurm)
+    ("ReqNodeNotAvail", False), ("Dependency", False), ("JobHeldAdmin, held by admin", False),
+    ("Resources", True), ("Resources, extra words", True), ("", True),
+    ("Priority,", False),
+])
+def test_a_reason_with_slurms_detail_after_a_comma_is_read_by_its_head(reason, counts):
+    """Slurm writes some reasons with detail after a comma; the job waits for the same thing
+    (nodes that are down or reserved, not capacity), so it is no burst candidate and its GPUs do
+    not count as pending, as the diagnosis already reads it."""
+    snap = QueueSnapshot(source="slurm", taken_at=0, nodes=(ClusterNode("n1", "alloc", 8, 8),),
+                         pending=(PendingJob("j", 8, waited_s=9000, est_runtime_s=3600, pending_reason=reason),))
+    assert signals_from_snapshot(snap).pending_gpus == (8 if counts else 0)
+    assert [c.job.job_id for c in candidates_from_snapshot(snap)] == (["j"] if counts else [])
+
+
 # ------------------------------------------------------------------ boundaries and reasons, exactly
 from policies.causes import Verdict  # noqa: E402
 from policies.classes import DEFAULT_CLASSES  # noqa: E402
