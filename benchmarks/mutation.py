@@ -61,7 +61,7 @@ def pytest_configure(config):
 MODULES: dict[str, list[str]] = {
     "policies/budget.py": ["tests/test_policy_boundaries.py", "tests/test_budget.py"],
     "policies/bulk.py": ["tests/test_bulk_pricing.py", "tests/test_cost.py"],
-    "policies/causes.py": ["tests/test_diagnose.py"],
+    "policies/causes.py": ["tests/test_causes.py", "tests/test_diagnose.py"],
     "policies/classes.py": ["tests/test_classes.py", "tests/test_triggers.py"],
     "policies/cost.py": ["tests/test_cost.py", "tests/test_policy_boundaries.py"],
     "policies/demand.py": ["tests/test_cost.py", "tests/test_quote_encoding.py"],
