@@ -104,18 +104,20 @@ def _split_hostlist(text: str) -> list[str]:
 
 
 def _expand_simple(part: str) -> list[str]:
-    """``gpu-[1-3,5]`` → names (one bracket group; enough for reason strings, no I/O library)."""
+    """``gpu-[1-3,5]`` → names; each further bracket group is expanded the same way
+    (``rack[1-2]-gpu[1-2]`` → rack1-gpu1, rack1-gpu2, rack2-gpu1, rack2-gpu2)."""
     if "[" not in part:
         return [part]
     pre, _, rest = part.partition("[")
     body, _, post = rest.partition("]")
+    tails = _expand_simple(post)
     names = []
     for r in body.split(","):
         lo, _, hi = r.partition("-")
         if lo.isdigit() and (not hi or hi.isdigit()):
             width = len(lo)
             for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{pre}{i:0{width}d}{post}")
+                names.extend(f"{pre}{i:0{width}d}{tail}" for tail in tails)
     return names
 
 

@@ -15,6 +15,8 @@ from policies.causes import CauseKind, reason_kind, unavailable_nodes
     ("ReqNodeNotAvail, UnavailableNodes:a[1-2],b[8-9],c", {"a1", "a2", "b8", "b9", "c"}),
     ("ReqNodeNotAvail, UnavailableNodes:a[1,3],b7", {"a1", "a3", "b7"}),  # a comma inside brackets
     ("ReqNodeNotAvail, UnavailableNodes:rack[1-2]-gpu", {"rack1-gpu", "rack2-gpu"}),  # text after
+    ("ReqNodeNotAvail, UnavailableNodes:r[1-2]g[7,9]", {"r1g7", "r1g9", "r2g7", "r2g9"}),  # two groups
+    ("ReqNodeNotAvail, UnavailableNodes:r[1]-g[3-4]x,z[2]", {"r1-g3x", "r1-g4x", "z2"}),
     ("ReqNodeNotAvail, UnavailableNodes:g[x-3,4]", {"g4"}),  # what is no number is left out
     ("ReqNodeNotAvail, UnavailableNodes:g[2-x]", set()),
     ("ReqNodeNotAvail, UnavailableNodes: n1 ", {"n1"}),
