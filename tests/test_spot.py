@@ -128,3 +128,67 @@ def test_censored_observations_count_longer_and_the_finish_bound_holds_with_conf
     assert o.finish_by_h(0.9) == pytest.approx(o.mean_h + 3 * o.std_h)
     with pytest.raises(ValueError):
         LifetimeDist.from_observations([])
+
+
+# ------------------------------------------------------------------ each rule at its edge
+ODD = "job_h and deadline_h must be positive"
+
+
+def test_a_job_or_deadline_of_zero_hours_is_refused_and_any_positive_one_is_taken():
+    for job, deadline in ((0.0, 20.0), (10.0, 0.0)):
+        with pytest.raises(ValueError) as e:
+            decide(0.0, 0.0, job, deadline, True, False, 0.1)
+        assert str(e.value) == ODD
+    assert decide(0.0, 0.0, 0.5, 0.5, True, False, 0.0, margin_h=0.0) is Market.SPOT  # half an hour each
+
+
+def test_the_safety_net_fires_below_one_restart_plus_the_margin_not_at_it():
+    # job 10 h, deadline 10.25 h: slack 0.25 h, under a 0.1 h restart + the default 2 % margin (0.2 h)
+    assert decide(0.0, 0.0, 10.0, 10.25, True, False, 0.1) is Market.ON_DEMAND
+    # exactly one restart plus the margin of slack: still free to take spot
+    assert decide(0.0, 0.0, 10.0, 11.0, True, False, 0.5, margin_h=0.5) is Market.SPOT
+    # a margin given is the one used: 1 h of it on 0.5 h of slack
+    assert decide(0.0, 0.0, 10.0, 10.5, True, False, 0.1, margin_h=1.0) is Market.ON_DEMAND
+    assert decide(0.0, 0.0, 10.0, 10.5, True, False, 0.1) is Market.SPOT
+
+
+def test_the_line_starts_at_the_hand_off_and_a_job_exactly_on_it_is_on_it():
+    # half an hour in of a 10 h deadline, 5 h job: the line is at 0.25 h; 0.3 h done is ahead (pause)
+    assert decide(0.3, 0.5, 5.0, 10.0, False, False, 0.1) is None
+    # exactly on the line: ahead enough to wait for spot, not behind it
+    assert decide(5.0, 10.0, 10.0, 20.0, False, False, 0.1) is None
+    # on on-demand, exactly one restart ahead of the line: back to spot
+    assert decide(5.5, 10.0, 10.0, 20.0, True, False, 0.5, on_demand=True) is Market.SPOT
+
+
+def test_a_paused_jobs_budget_at_its_edges():
+    assert pause_budget_h(1.0, 0.0, 0.0, 10.0) == 0.0  # no work: no budget, no division by zero
+    assert pause_budget_h(0.25, 0.0, 0.5, 1.0) == 0.5  # half an hour of work is work
+    assert pause_budget_h(1.0, 5.0, 10.0, 20.0) == 0.0  # behind the line already: none left
+
+
+def test_the_outlook_of_no_work_is_nothing_and_bad_inputs_are_named():
+    assert outlook(DIST, 0.0, 0.5, 0.1) == SpotOutlook(0.0, 0.0)
+    assert outlook(DIST, -1.0, 0.5, 0.1) == SpotOutlook(0.0, 0.0)
+    for ckpt, startup, nodes in ((-0.1, 0.1, 1), (0.5, -0.1, 1), (0.5, 0.1, 0)):
+        with pytest.raises(ValueError) as e:
+            outlook(DIST, 5.0, ckpt, startup, nodes)
+        assert str(e.value) == "checkpoint_h and startup_h must be >= 0 and nodes >= 1"
+    assert outlook(DIST, 5.0, 0.0, 0.0, 1).mean_h > 5.0  # zero checkpoint and start-up are allowed
+
+
+def test_inputs_within_a_millionth_of_an_hour_share_one_outlook():
+    # the exact solve is cached by its inputs rounded to 1e-6 h (3.6 ms): what differs below that
+    # is the same question, asked again
+    assert outlook(DIST, 5.0000004, 0.5000004, 0.0500004, 2) == outlook(DIST, 5.0, 0.5, 0.05, 2)
+
+
+def test_a_gangs_spot_overhead_counts_every_node():
+    one, four = (overhead_h(5.0, n, 0.5, 0.05, 0.0, DIST) for n in (1, 4))
+    assert four > one > 0.0  # the gang lives as long as its first node to go
+
+
+def test_a_lifetime_distribution_needs_an_observation():
+    with pytest.raises(ValueError) as e:
+        LifetimeDist.from_observations([])
+    assert str(e.value) == "a lifetime distribution needs at least one observation"
