@@ -69,7 +69,7 @@ MODULES: dict[str, list[str]] = {
     # tests/test_lifetimes.py reaches every function in process; tests/test_simulate.py (a replay per test) is left out
     "policies/lifetimes.py": ["tests/test_lifetimes.py", "tests/test_spot_choice.py"],
     "policies/offload.py": ["tests/test_workloads.py"],
-    "policies/placement.py": ["tests/test_diagnose.py"],
+    "policies/placement.py": ["tests/test_placement.py", "tests/test_diagnose.py"],
     "policies/queue.py": ["tests/test_diagnose.py", "tests/test_selection.py"],
     "policies/selection.py": ["tests/test_selection.py", "tests/test_classes.py"],
     "policies/spot.py": ["tests/test_spot.py", "tests/test_cost.py"],

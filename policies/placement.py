@@ -86,7 +86,6 @@ class Placer:
     ``now`` (free GPUs now) and ``if_up`` (with drained and down nodes back in service)."""
 
     def __init__(self, onprem: Sequence[ClusterNode]) -> None:
-        self.order = {n.name: i for i, n in enumerate(onprem)}
         self.gpu_nodes = [(i, n) for i, n in enumerate(onprem) if n.gpus_total > 0]
         self.by_part: dict[str, list[int]] = {}
         self.by_model: dict[str, list[int]] = {}
