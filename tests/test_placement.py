@@ -96,3 +96,10 @@ def test_a_refusal_is_remembered_for_its_own_shape_only():
     p4 = Placer([node("a"), node("b")])
     assert p4.place(job(4), Placer.shape(job(4)), p4.now) is not None
     assert p4.place(job(4), Placer.shape(job(4)), p4.now) is not None
+
+
+def test_free_gpus_are_counted_per_set_of_nodes_and_again_after_each_claim():
+    p = Placer([node("a", allocated=7, partitions=("p1",)), node("b", allocated=2, partitions=("p2",))])
+    assert (p.free_now(job(1, queue="p1")), p.free_now(job(1, queue="p2"))) == (1, 6)
+    p.now.take([("a", 1)], floor=True)  # the claim's count (1) equals the sum it makes stale
+    assert p.free_now(job(1, queue="p1")) == 0

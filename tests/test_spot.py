@@ -159,6 +159,9 @@ def test_the_line_starts_at_the_hand_off_and_a_job_exactly_on_it_is_on_it():
     assert decide(5.0, 10.0, 10.0, 20.0, False, False, 0.1) is None
     # on on-demand, exactly one restart ahead of the line: back to spot
     assert decide(5.5, 10.0, 10.0, 20.0, True, False, 0.5, on_demand=True) is Market.SPOT
+    # on spot, behind the line by exactly one restart: staying costs no more than a switch
+    assert decide(4.5, 10.0, 10.0, 20.0, True, True, 0.5) is Market.SPOT
+    assert decide(4.25, 10.0, 10.0, 20.0, True, True, 0.5) is Market.ON_DEMAND
 
 
 def test_a_paused_jobs_budget_at_its_edges():
