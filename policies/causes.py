@@ -111,7 +111,7 @@ def _expand_simple(part: str) -> list[str]:
     pre, _, rest = part.partition("[")
     body, _, post = rest.partition("]")
     tails = _expand_simple(post)
-    names = []
+    names: list[str] = []
     for r in body.split(","):
         lo, _, hi = r.partition("-")
         if lo.isdigit() and (not hi or hi.isdigit()):
