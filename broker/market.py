@@ -228,7 +228,7 @@ class Refresher:
     def __init__(self, config: Any, db: Any, is_leader: Callable[[], bool], install: Callable[[Any], None],
                  clock: Callable[[], float] = time.time, poll_s: float = 30.0, seen: float = -1.0,
                  on_source_error: Callable[[str, str], None] | None = None) -> None:
-        """``seen``: the stored market's version (:func:`market_version`) the current engine was
+        """``seen``: the stored market's version (:func:`broker.market_store.version`) the current engine was
         built from; the first poll rebuilds it only when the store has moved on since."""
         self.config, self.db, self.is_leader, self.install, self.clock = config, db, is_leader, install, clock
         self.on_source_error = on_source_error
@@ -256,13 +256,6 @@ class Refresher:
         if v != self._seen:
             self._seen = v
             self.install(quote_engine(self.config, self.db, self.clock()))
-
-
-def market_version(db: Any) -> float:
-    """The stored market's version: it changes whenever a provider's market is written."""
-    from broker import market_store
-
-    return market_store.version(db)
 
 
 def refresh_quotas(config: Any, db: Any, provider: str, region: str, now: float | None = None) -> list[Any]:

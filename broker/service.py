@@ -55,7 +55,7 @@ class Service:
 
             issued = IssuedTokens(TokenStore(self.store.engine, clock), config.auth.store_cache_s, clock)
             self.auth = Auth(config.auth_tokens, issued=issued)
-        self.market_seen = market.market_version(self.store.engine)  # what self.engine was built from
+        self.market_seen = market_store.version(self.store.engine)  # what self.engine was built from
         self.engine = market.quote_engine(config, self.store.engine)
         try:
             # Lazily: the clouds' SDKs cost ~3 s of start-up with all three enabled; they are

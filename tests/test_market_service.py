@@ -180,14 +180,14 @@ def test_a_refresher_started_on_the_market_its_engine_was_built_from_does_not_re
     store moved on since."""
     store = Store(config.db_url)
     market.refresh(config, store.engine, fetcher=fake_fetch(snapshot(prices=[])), now=NOW - 60)
-    built_from = market.market_version(store.engine)
+    built_from = market_store.version(store.engine)
     installed: list = []
     r = market.Refresher(config, store.engine, lambda: False, installed.append, clock=lambda: NOW,
                          seen=built_from)
     r.tick()
     assert installed == []
     market.refresh(config, store.engine, fetcher=fake_fetch(snapshot(prices=[])), now=NOW)  # another replica's
-    assert market.market_version(store.engine) != built_from
+    assert market_store.version(store.engine) != built_from
     r.tick()
     assert len(installed) == 1
 
