@@ -60,10 +60,10 @@ def pytest_configure(config):
 # where a faster test covers the same code). Keep them small: every mutant reruns the covering tests.
 MODULES: dict[str, list[str]] = {
     "policies/budget.py": ["tests/test_policy_boundaries.py", "tests/test_budget.py"],
-    "policies/bulk.py": ["tests/test_bulk_pricing.py", "tests/test_cost.py"],
+    "policies/bulk.py": ["tests/test_bulk_pricing.py", "tests/test_cost.py", "tests/test_cost_lines.py"],
     "policies/causes.py": ["tests/test_causes.py", "tests/test_diagnose.py"],
     "policies/classes.py": ["tests/test_classes.py", "tests/test_triggers.py"],
-    "policies/cost.py": ["tests/test_cost.py", "tests/test_policy_boundaries.py"],
+    "policies/cost.py": ["tests/test_cost.py", "tests/test_cost_lines.py", "tests/test_policy_boundaries.py"],
     "policies/demand.py": ["tests/test_cost.py", "tests/test_quote_encoding.py"],
     "policies/diagnose.py": ["tests/test_diagnose.py", "tests/test_policy_boundaries.py"],
     # tests/test_lifetimes.py reaches every function in process; tests/test_simulate.py (a replay per test) is left out

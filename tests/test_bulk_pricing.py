@@ -5,6 +5,8 @@ import dataclasses
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker.quote import _rank_key
 from policies.bulk import Table
@@ -139,3 +141,70 @@ def test_lifetimes_change_the_spot_lines_and_rule_out_short_lived_spot_in_both_p
         gcp = {p.offering: p.cost.interruption for p in ok_l
                if p.offering.market is Market.SPOT and p.offering.instance.provider == "gcp"}
         assert gcp and any(p.cost.interruption != gcp[p.offering] for p in ok_r if p.offering in gcp)
+
+
+# -- any demand, any context: the two paths agree to the micro-dollar and the word ---------------
+
+_ENGINE: list = []
+
+
+def _engine():
+    """One engine over the varied catalog for every example (building it costs ~0.1 s)."""
+    if not _ENGINE:
+        from broker.quote import QuoteEngine
+
+        _ENGINE.append(QuoteEngine(varied_catalog()))
+    return _ENGINE[0]
+
+
+@st.composite
+def demands(draw):
+    gpus = draw(st.sampled_from([1, 2, 4, 8, 9, 16, 24, 32, 64]))
+    nodes = draw(st.sampled_from([0, 0, 1, 2, 4, 8]))
+    if nodes and gpus % nodes:
+        nodes = 0
+    model = draw(st.sampled_from(["", "H100", "A100", "L4", "H200", "A10G", "T4", "L40S"]))
+    interruptible = draw(st.booleans())
+    return Demand(
+        gpus=gpus, nodes=nodes, hours=draw(st.sampled_from([0.25, 1.0, 3.5, 12.0, 48.0, 400.0])),
+        gpu_model=model, min_gpu_memory_gb=draw(st.sampled_from([1, 16, 24, 40, 80])) if not model else 0,
+        data_in_gb=draw(st.sampled_from([0.0, 0.0, 50.0, 5_000.0, 60_000.0])),
+        data_out_gb=draw(st.sampled_from([0.0, 10.0, 12_000.0, 200_000.0])),
+        data_location=draw(st.sampled_from(["onprem", "aws:us-east-1", "aws:eu-west-1", "gcp:us-central1",
+                                            "gcp:europe-west4", "azure:eastus", "lambda:us-east-1"])),
+        interruptible=interruptible,
+        checkpoint_minutes=draw(st.sampled_from([0, 10, 60, 300])) if interruptible else 0,
+        providers=tuple(draw(st.lists(st.sampled_from(["aws", "gcp", "azure", "lambda"]), max_size=3, unique=True))),
+        regions=tuple(draw(st.lists(st.sampled_from(["us-east-1", "us-central1", "eastus", "eu-west-1",
+                                                     "europe-west4", "westeurope"]), max_size=3, unique=True))),
+        residency=tuple(draw(st.lists(st.sampled_from(["us", "eu", "asia", "ca", "us-east-1"]), max_size=2,
+                                      unique=True))),
+        min_sla_pct=draw(st.sampled_from([0.0, 0.0, 99.0, 99.5, 99.9, 99.95])),
+        deadline=draw(st.sampled_from([None, None, 2.0, 13.0, 50.0, 500.0])),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=demands(), top=st.sampled_from([0, 0, 1, 3, 7]), onprem=st.sampled_from([0, 20_000]),
+       lives=st.booleans(), data=st.data())
+def test_bulk_equals_scalar_for_any_demand_and_context(d, top, onprem, lives, data):
+    engine = _engine()
+    cat = engine.catalog
+    if d.deadline is not None:
+        d = dataclasses.replace(d, deadline=NOW + d.deadline * 3600)
+    d = engine.validate(d, NOW)
+    groups = engine.shapes(d)
+    offs = [o for _, g in groups for o in g]
+    if not offs:
+        return
+    picks = data.draw(st.lists(st.sampled_from(offs), max_size=4))
+    scopes = [k for o in picks for k in (o.instance.provider, f"{o.instance.provider}/{o.region}",
+                                         f"{o.instance.provider}/{o.region}/{o.instance.name}/{o.market.value}")]
+    blocked = {k: f"blocked {k}" for k in data.draw(st.lists(st.sampled_from(scopes), max_size=2))} if scopes else None
+    held = {f"r-{i}": data.draw(st.integers(0, 4)) for i in (0, 37, 74, 111)}
+    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, onprem, blocked, held, lifetimes() if lives else None)
+    ok_b, out_b = Table(groups, cat.terms).price(d, ctx, top=top)
+    ok_s, out_s = scalar(groups, d, ctx)
+    ok_s.sort(key=_rank_key)
+    assert ok_b == (ok_s[:top] if top else ok_s)
+    assert [(e.offering, e.reason, e.kind) for e in out_b] == [(e.offering, e.reason, e.kind) for e in out_s]
