@@ -67,9 +67,15 @@ _REASON_KIND = {
 }
 
 
+def reason_head(reason: str) -> str:
+    """A Slurm pending reason without the detail Slurm adds after a comma
+    (``ReqNodeNotAvail, UnavailableNodes:gpu-[1-2]`` → ``ReqNodeNotAvail``)."""
+    return (reason or "").split(",", 1)[0].strip()
+
+
 def reason_kind(reason: str) -> CauseKind:
     """Slurm pending reason → cause kind (CAPACITY for Resources, None and the unknown)."""
-    head = (reason or "").split(",")[0].strip()
+    head = reason_head(reason)
     if head in _REASON_KIND:
         return _REASON_KIND[head]
     if head.startswith(("QOS", "Assoc", "MaxGRES", "MaxCpu", "MaxNode", "MaxMem")):
@@ -171,4 +177,4 @@ ORDER: dict[Verdict, tuple[CauseKind, ...]] = {
     Verdict.HEALTHY: FIXABLE + CAPACITY_FIRST + INFORMATIONAL,
 }
 
-__all__ = ["ACTIONS", "CAPACITY_CAUSES", "ORDER", "CauseKind", "Verdict", "reason_kind", "unavailable_nodes"]
+__all__ = ["ACTIONS", "CAPACITY_CAUSES", "ORDER", "CauseKind", "Verdict", "reason_head", "reason_kind", "unavailable_nodes"]

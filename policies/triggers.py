@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from policies.causes import Verdict
+from policies.causes import Verdict, reason_head
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
 from policies.queue import NON_CAPACITY_REASONS, PendingJob, QueueSnapshot
 from policies.selection import Candidate, SelectionConfig, eligibility, rank_key
@@ -49,8 +49,8 @@ _HELD = frozenset(NON_CAPACITY_REASONS)  # one hash lookup per job, not a scan o
 def held_reason(reason: str) -> bool:
     """Whether a job pending for ``reason`` waits on something capacity cannot fix. Slurm adds
     detail after a comma (``ReqNodeNotAvail, UnavailableNodes:gpu-[1-2]``): the reason is the
-    part before it, as the diagnosis reads it (:func:`policies.causes.reason_kind`)."""
-    return reason in _HELD or ("," in reason and reason.split(",", 1)[0].strip() in _HELD)
+    part before it, as the diagnosis reads it (:func:`policies.causes.reason_head`)."""
+    return reason in _HELD or ("," in reason and reason_head(reason) in _HELD)
 
 class DecisionAction(enum.StrEnum):
     """What a decision did: the action the trigger rules choose (burst, hold, scale_in) and what

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.causes import CauseKind, reason_kind, unavailable_nodes
+from policies.causes import CauseKind, reason_head, reason_kind, unavailable_nodes
+from policies.triggers import held_reason
 
 
 @pytest.mark.parametrize("reason,names", [
@@ -39,3 +40,17 @@ def test_the_unavailable_nodes_a_reason_names(reason, names):
 ])
 def test_each_pending_reason_reads_as_its_kind(reason, kind):
     assert reason_kind(reason) == kind
+
+
+@pytest.mark.parametrize("reason,head,held", [
+    ("Resources", "Resources", False), ("Priority", "Priority", True),
+    ("ReqNodeNotAvail, UnavailableNodes:gpu-[1-2]", "ReqNodeNotAvail", True),
+    ("Dependency,detail,more", "Dependency", True), (" Dependency ,x", "Dependency", True),
+    ("Resources, ReqNodeNotAvail", "Resources", False), ("", "", False), (None, "", False),
+])
+def test_the_diagnosis_and_the_trigger_read_the_same_head_of_a_reason(reason, head, held):
+    """The part before Slurm's comma names the reason, for the diagnosis' cause and for the
+    trigger's "capacity cannot fix this" alike."""
+    assert reason_head(reason) == head
+    if reason is not None:
+        assert held_reason(reason) is held
