@@ -102,8 +102,13 @@ class StoreReader:
     def read(self) -> StoreTotals:
         t = self._leases
         with self._lock, self.engine.connect() as conn:
-            if conn.dialect.name == "postgresql":  # one snapshot: a lease that ends meanwhile counts once
+            # One snapshot, so a lease that ends meanwhile counts once: REPEATABLE READ on
+            # PostgreSQL; on SQLite one deferred transaction, which reads the database as it was
+            # at its first SELECT (the driver starts none for a SELECT of its own).
+            if conn.dialect.name == "postgresql":
                 conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            else:
+                conn.exec_driver_sql("BEGIN")
             live = list(conn.execute(
                 select(t.state, t.provider, t.market, t.instance_type, func.count(), func.sum(t.nodes),
                        func.sum(t.hourly_micros * t.nodes), func.sum(t.accrued_micros))

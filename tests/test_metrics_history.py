@@ -106,3 +106,41 @@ def test_a_scrape_after_the_first_reads_only_recent_rows_and_counts_what_a_new_p
             assert not _unbounded(plan(store, sql, params), store.is_postgres), (sql, plan(store, sql, params))
     finally:
         store.close()
+
+
+def test_a_scrape_reads_one_snapshot_so_a_lease_that_ends_meanwhile_counts_once(db_url):  # noqa: F811
+    """A lease that ends between the scrape's read of the live leases and its read of the ended
+    ones is either live or ended in that scrape, never both (on SQLite, too)."""
+    from sqlalchemy import create_engine, event, text
+
+    from broker.store_metrics import StoreReader
+
+    store = Store(db_url)
+    other = create_engine(db_url)
+    try:
+        store.create_lease(_lease("moving", LeaseState.RUNNING, NOW, started_at=NOW, accrued_at=NOW))
+        store.add_event("moving", EventKind.BUDGET_WARNING, "x", NOW)
+        reader = StoreReader(store.engine)
+        ended_meanwhile: list[str] = []
+
+        def after(conn, cursor, statement, *args):
+            if not ended_meanwhile and "GROUP BY" in statement.upper():  # the live leases were read
+                with other.begin() as c:
+                    c.execute(text("UPDATE leases SET state = 'released', ended_at = :t WHERE lease_id = 'moving'"),
+                              {"t": NOW + 1})
+                ended_meanwhile.append(statement)
+
+        event.listen(store.engine, "after_cursor_execute", after)
+        try:
+            totals = reader.read()
+        finally:
+            event.remove(store.engine, "after_cursor_execute", after)
+        assert ended_meanwhile
+        live = sum(r[4] for r in totals.live)
+        ended = sum(v[0] for v in totals.ended.values())
+        assert (live, ended) == (1, 0), totals
+        after_it = StoreReader(store.engine).read()  # a later scrape sees it ended
+        assert (sum(r[4] for r in after_it.live), sum(v[0] for v in after_it.ended.values())) == (0, 1)
+    finally:
+        other.dispose()
+        store.close()
