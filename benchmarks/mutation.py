@@ -44,8 +44,16 @@ COPIED = ("broker", "broker_sandbox", "policies", "providers", "proto", "deploy"
 # is installed (mutmut brings it in), which costs seconds of CPU per logged error, enough to
 # turn a killed mutant into a timeout. Plain tracebacks carry the same text for a failing test.
 PLUGIN = "mutation_logging"
-PLUGIN_SOURCE = '''"""Plain tracebacks in structlog's console output (written by benchmarks/mutation.py)."""
+PLUGIN_SOURCE = '''"""Plain tracebacks in structlog's console output, and property tests that neither
+shrink a failure nor draw new examples per run (written by benchmarks/mutation.py)."""
 import structlog
+from hypothesis import Phase, settings
+
+# A mutant is killed by the first failing example: shrinking it only costs the run's time limit.
+# Derandomized, every mutant meets the same examples, so a verdict does not depend on luck.
+settings.register_profile("mutation", phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                          derandomize=True, database=None)
+settings.load_profile("mutation")
 
 
 def pytest_configure(config):

@@ -83,10 +83,13 @@ def late_on_spot(priced: Sequence[PricedOffer], model: SpotModel, startup_h: Map
         if v is None or v.in_time:
             keep.append(p)
             continue
-        finish = "never (nodes do not live to a checkpoint)" if v.finish_h == float("inf") else f"{v.finish_h:.1f} h"
-        out.append(Exclusion(p.offering, f"on spot it finishes by {finish} with {pct} confidence "
-                                         f"(observed lifetimes), after the deadline of {v.deadline_h:.1f} h",
-                             ExclusionKind.DEADLINE))
+        if v.finish_h == float("inf"):
+            why = (f"on spot it never finishes: its nodes do not live to a checkpoint (observed lifetimes), "
+                   f"and the deadline is {v.deadline_h:.1f} h")
+        else:
+            why = (f"on spot it finishes by {v.finish_h:.1f} h with {pct} confidence (observed lifetimes), "
+                   f"after the deadline of {v.deadline_h:.1f} h")
+        out.append(Exclusion(p.offering, why, ExclusionKind.DEADLINE))
     return keep, out
 
 

@@ -209,8 +209,8 @@ def test_a_spot_offer_late_for_the_given_deadline_is_excluded_with_the_full_reas
     assert first_choice([spot], model, {"aws": 0.1}, 0.5, 12.0) is None
     never = SpotModel({"aws": LifetimeDist((0.1, 0.2))})
     assert late_on_spot([spot], never, {}, 0.5, None)[1][0].reason == (
-        "on spot it finishes by never (nodes do not live to a checkpoint) with 90 % confidence "
-        "(observed lifetimes), after the deadline of 20.0 h")
+        "on spot it never finishes: its nodes do not live to a checkpoint (observed lifetimes), "
+        "and the deadline is 20.0 h")
 
 
 def test_reserved_capacity_goes_first_even_when_it_costs_more(mini_catalog):
@@ -243,4 +243,4 @@ def test_the_spot_verdict_is_the_gangs_outlook_against_the_deadline_and_its_edge
     # the start-up is the offer's cloud's: the implied deadline is 2 h + 10 h x 2
     never = SpotModel({"aws": LifetimeDist((0.1, 0.2))})
     assert late_on_spot([spot], never, {"aws": 2.0, "gcp": 5.0}, 0.5, None)[1][0].reason.endswith(
-        "after the deadline of 22.0 h")
+        "and the deadline is 22.0 h")
