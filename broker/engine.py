@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, event
 
+from broker.sqlite_gate import GatedConnection
+
 #: Threads beside the RPC workers that use the store: the leader's loop, the reconciler, the
 #: autoscaler, the quote writer, the market refresh, /metrics, the callback endpoint and a launch's
 #: own provisioning thread.
@@ -54,7 +56,10 @@ def engine_for(url: str, *, create: bool = True, connect_timeout_s: float = 10.0
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         if pool_size is not None and path and path != ":memory:":  # a file: a queue pool
             pooled = {"pool_size": pool_size, "max_overflow": max_overflow}
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10}, **pooled)
+        connect: dict[str, Any] = {"check_same_thread": False, "timeout": 10}
+        if path and path != ":memory:":  # this process's writers take turns (broker.sqlite_gate)
+            connect["factory"] = GatedConnection
+        engine = create_engine(url, connect_args=connect, **pooled)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     size, overflow = DEFAULT_POOL if pool_size is None else (pool_size, max_overflow)
