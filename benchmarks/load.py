@@ -1,6 +1,7 @@
 """Soak: a real `broker serve` under mixed load for a fixed time, and its memory over that time.
 
-32 concurrent clients (each with its own channel and TCP connection) send a mix of Quote,
+32 concurrent clients (each with its own channel and TCP connection, connected before the clock
+starts) send a mix of Quote,
 ReportQueue, Launch followed by Release (real SDK calls against the three mocked clouds on
 loopback), and ListLeases, for ``--seconds`` (default 600). The server runs as a subprocess, as a
 user starts it, and so do the mocked clouds (``--clouds process``, the default: they then share
@@ -126,7 +127,15 @@ class Load:
         return [lat for t, o, lat in self.calls if o == op and since <= t < until]
 
     def run(self) -> float:
-        threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(self.clients)]
+        import grpc
+
+        # Each client its own connection (a local subchannel pool stops grpc sharing one socket),
+        # connected before the clock starts: a first call's connection set-up is not its latency.
+        channels = [grpc.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(self.clients)]
+        for ch in channels:
+            grpc.channel_ready_future(ch).result(timeout=60)
+        threads = [threading.Thread(target=self._client, args=(i, ch), daemon=True) for i, ch in enumerate(channels)]
         self.t0 = time.monotonic()
         for t in threads:
             t.start()
@@ -134,7 +143,7 @@ class Load:
             t.join(self.seconds + 120)
         return time.monotonic() - self.t0
 
-    def _client(self, i: int) -> None:
+    def _client(self, i: int, channel) -> None:
         import grpc
 
         from broker.v1 import broker_pb2 as pb
@@ -142,8 +151,7 @@ class Load:
 
         rng = random.Random(self.seed * 1000 + i)
         names, weights = zip(*MIX)
-        # Each client its own connection: a local subchannel pool stops grpc sharing one socket.
-        with grpc.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+        with channel as ch:
             stub = pb_grpc.BrokerStub(ch)
             deadline = self.t0 + self.seconds
             while time.monotonic() < deadline:
