@@ -134,8 +134,10 @@ def _play(queue: Sequence[tuple[int, int]], idx: Sequence[int], ends0: list[tupl
 def _fluid(queue: Sequence[tuple[int, int]], free_gpus: int, capacity_gpus: int) -> list[float]:
     out, ahead = [], 0.0
     for gpus, runtime in queue:
-        out.append(math.inf if gpus > capacity_gpus
-                   else fluid_wait_s(gpus, ahead, free_gpus, capacity_gpus))
+        if gpus > capacity_gpus:  # never starts on-prem: no work ahead of the jobs behind it
+            out.append(math.inf)
+            continue
+        out.append(fluid_wait_s(gpus, ahead, free_gpus, capacity_gpus))
         ahead += gpus * max(0, runtime)
     return out
 

@@ -175,6 +175,11 @@ def test_the_queue_ahead_estimate_at_its_edges():
     # GPUs allocated and no end reported: a job bigger than the pool never starts; a job that
     # reports no runtime adds no work ahead
     assert forecast([(4, 0), (4, 60), (16, 60)], [(8, 100, 0)], 0, 8) == [0.0, 0.0, math.inf]
+    # a job too big for the pool never starts, so its work is not ahead of the jobs behind it,
+    # as the played forecast has it
+    behind = forecast([(2, 600), (4, 60)], [(8, 100, 0)], 0, 8)
+    assert behind[1] > 0
+    assert forecast([(2, 600), (16, 6000), (4, 60)], [(8, 100, 0)], 0, 8) == [behind[0], math.inf, behind[1]]
 
 
 def test_the_typical_runtime_is_the_lower_median_of_every_reported_one():
