@@ -25,7 +25,7 @@ class Demand:
     min_gpu_memory_gb: int = 0
     nodes: int = 0  # 0 = the fewest nodes that hold the GPUs
     data_in_gb: float = 0.0
-    data_location: str = "onprem"  # or "PROVIDER:REGION"
+    data_location: str = "onprem"  # or "PROVIDER:REGION" (a ":ZONE" after it is allowed and not priced)
     data_out_gb: float = 0.0
     interruptible: bool = False
     checkpoint_minutes: int = 0

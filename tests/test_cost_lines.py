@@ -46,13 +46,27 @@ def slow_start(cat, seconds=1800):
     return {"aws": replace(cat.terms["aws"], startup_s=seconds)}
 
 
-def excluded(r):
+def excluded(r, o=None):
     assert isinstance(r, Exclusion), r
+    assert r.offering is not None and (o is None or r.offering is o)
     return r.kind, r.reason
 
 
-def test_utc_is_rfc3339_to_the_minute():
-    assert utc(0) == "1970-01-01T00:00Z"
+def priced(r, o):
+    assert isinstance(r, PricedOffer) and r.offering is o, r
+    return r
+
+
+def test_utc_is_rfc3339_to_the_minute(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # whatever the machine's zone, the sentence says UTC
+    time.tzset()
+    try:
+        assert utc(0) == "1970-01-01T00:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert utc(1_796_000_000) == "2026-11-30T00:53Z"
     assert utc(59.9) == "1970-01-01T00:00Z"
 
@@ -235,7 +249,8 @@ def test_a_reservation_counts_the_nodes_live_leases_hold(mini_catalog):
         K.RESERVATION, "reservation cr-1 has 1 of 3 nodes free (2 held by live leases), demand needs 2")
     assert excluded(price(d, o, ctx(mini_catalog, held={"cr-1": 5})))[1] == \
         "reservation cr-1 has 0 of 3 nodes free (5 held by live leases), demand needs 2"
-    assert isinstance(price(d, o, ctx(mini_catalog, held={"cr-9": 3})), PricedOffer)  # another reservation
+    two = replace(o, reserved_nodes=2)
+    assert isinstance(price(d, two, ctx(mini_catalog, held={"cr-9": 3})), PricedOffer)  # another reservation
     assert isinstance(price(d, replace(o, reservation=""), ctx(mini_catalog)), PricedOffer)  # unnamed: no count
 
 
@@ -327,3 +342,87 @@ def test_the_sla_line_prices_the_chance_any_node_of_the_gang_is_down(mini_catalo
     assert p.cost.sla_risk == int(p.cost.compute * (1 - 0.99 ** 2))
     assert price(h100(), replace(p5(mini_catalog), sla_pct=0.0), c).cost.sla_risk == 0
     assert price(h100(), replace(p5(mini_catalog), sla_pct=100.0), c).cost.sla_risk == 0
+
+
+# -- what each answer names, and what one pricer reuses -------------------------------------------
+
+
+def test_every_answer_names_the_offering_it_is_about(mini_catalog):
+    terms = slow_start(mini_catalog)
+    c = ctx(mini_catalog, terms=terms)
+    od, spot = p5(mini_catalog), p5(mini_catalog, Market.SPOT)
+    priced(price(h100(), od, c), od)
+    excluded(price(h100(gpu_model="A100"), od, c), od)  # the shape
+    excluded(price(h100(providers=("gcp",)), od, c), od)  # the place
+    never = {"aws": LifetimeDist((0.1, 0.2))}
+    d = h100(interruptible=True, checkpoint_minutes=60)
+    excluded(price(d, spot, ctx(mini_catalog, terms=terms, spot_lifetimes=never)), spot)  # short-lived spot
+    queued = replace(p5(mini_catalog, Market.QUEUED), max_run_h=1)
+    excluded(price(d, queued, c), queued)  # queued capacity
+    excluded(price(h100(deadline=HOUR), od, c), od)  # the deadline
+
+
+def test_a_queued_wait_counts_from_the_quotes_time(mini_catalog):
+    terms = slow_start(mini_catalog)
+    now = 100_000.0
+    d = h100(data_in_gb=730)
+    o = replace(p5(mini_catalog, Market.QUEUED), wait_s=7200)
+    p = price(replace(d, deadline=now + 45_000), o, ctx(mini_catalog, now=now, terms=terms))
+    assert p.cost.storage == 80_000 * 12.5  # 10 h + 0.5 h start-up + 2 h wait
+    assert excluded(price(replace(d, deadline=now + 44_999), o, ctx(mini_catalog, now=now, terms=terms)))[0] \
+        is K.DEADLINE
+    at = replace(o, wait_s=0, starts_at=now + 3600)  # a named start an hour after the quote
+    assert price(d, at, ctx(mini_catalog, now=now, terms=terms)).cost.storage == 80_000 * 11.5
+    now_ = replace(o, wait_s=0)  # no wait at all
+    assert price(d, now_, ctx(mini_catalog, now=now, terms=terms)).cost.storage == 80_000 * 10.5
+
+
+def test_no_data_costs_no_storage_and_an_offering_without_zones_names_none(mini_catalog):
+    o = p5(mini_catalog)
+    p = priced(price(h100(), o, ctx(mini_catalog)), o)
+    assert p.cost.storage == 0 and p.cost.data_transfer == 0
+    assert p.zone == "us-east-1a"
+    bare = replace(o, zones=())
+    assert priced(price(h100(), bare, ctx(mini_catalog)), bare).zone == ""
+
+
+def test_one_pricer_prices_each_region_by_its_own_distance_to_the_data(mini_catalog):
+    from policies.cost import pricer
+
+    d = h100(data_in_gb=100, data_location="aws:us-east-1", data_out_gb=10)
+    gcp_terms = {"gcp": replace(mini_catalog.terms["gcp"], ingress_micros_per_gb=0)}
+    price_one = pricer(d, ctx(mini_catalog, terms=gcp_terms))
+    a3 = mini_catalog.find("gcp", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND)
+    here, there, other = p5(mini_catalog), p5(mini_catalog, region="eu-west-1"), a3
+    assert price_one(here).cost.data_transfer == 10 * 90_000
+    assert price_one(there).cost.data_transfer == 100 * 20_000 + 10 * 90_000
+    assert price_one(other).cost.data_transfer == 100 * 90_000 + 10 * 120_000
+    assert price_one(here).cost.data_transfer == 10 * 90_000  # the first answer again
+
+
+def test_small_and_odd_data_locations_are_priced_too(mini_catalog):
+    terms = {"aws": replace(mini_catalog.terms["aws"], ingress_micros_per_gb=3_000)}
+    c = ctx(mini_catalog, terms=terms, onprem_egress_micros_per_gb=10_000)
+    o = p5(mini_catalog)
+    assert price(h100(data_in_gb=1), o, c).cost.data_transfer == 13_000
+    assert price(h100(data_in_gb=0.5), o, c).cost.data_transfer == 6_500
+    # a cloud the catalog has no terms for: nothing to price it by
+    far = Demand(gpus=8, hours=10, gpu_model="H100", data_in_gb=100, data_location="ibm:us-south").validate()
+    assert price(far, o, c).cost.data_transfer == 0
+    # PROVIDER:REGION:ZONE is the region's data
+    assert price(h100(data_in_gb=100, data_location="aws:us-east-1:us-east-1b"), o, c).cost.data_transfer == 0
+    assert price(h100(data_in_gb=100, data_location="aws:eu-west-1:eu-west-1a"), o, c).cost.data_transfer == \
+        100 * 20_000
+
+
+def test_the_reference_gpu_sets_the_scale_of_a_memory_matched_demand(mini_catalog):
+    g5 = mini_catalog.find("aws", "us-east-1", "g5.xlarge", Market.ON_DEMAND)
+    matched = Demand(gpus=1, hours=10, min_gpu_memory_gb=20).validate()
+    assert runtime_hours(matched, g5, 1, {"A100": 2.0, "A10G": 0.4}) == pytest.approx(50.0)
+
+
+def test_the_interconnect_is_shared_by_the_gpus_of_a_node_even_a_single_one(mini_catalog):
+    a2 = mini_catalog.find("gcp", "us-central1", "a2-highgpu-1g", Market.ON_DEMAND)
+    one = replace(a2, instance=replace(a2.instance, interconnect_gbps=200))  # 200 Gbps for its one GPU
+    d = Demand(gpus=2, hours=10, gpu_model="A100").validate()
+    assert runtime_hours(d, one, 2, {"A100": 1.0}) == pytest.approx(10 * (1 + 0.3 * (1 - 200 / 400)))
