@@ -66,11 +66,7 @@ class Table:
         self.quota_left = np.array([o.quota_left for o in offs], dtype=np.float64)
         self.quota_per_node = np.array([o.quota_per_node for o in offs], dtype=np.float64)
         self.zone = [o.zones[0] if o.zones else "" for o in offs]  # where an offer is placed first
-        self.bounds, start = [], 0
-        for _, g in groups:
-            self.bounds.append((start, start + len(g)))
-            start += len(g)
-        self.starts = np.array([b[0] for b in self.bounds], dtype=np.intp)
+        self.starts = np.cumsum([0] + [len(g) for _, g in groups[:-1]])  # where each shape's offerings begin
         self._excluded: dict[tuple[int, str], list[Exclusion]] = {}
         triples = sorted({(o.instance.provider, o.region, o.instance.name) for o in offs})
         rank = {t: i for i, t in enumerate(triples)}
@@ -87,11 +83,11 @@ class Table:
         shape_reasons: list[Reason | None] = []
         shape_nodes: list[int] = []
         shape_hours: list[float] = []
-        for it, g in self.groups:
+        for it, _ in self.groups:
             reason, count = instance_reason(d, it)
             shape_reasons.append(reason)
             shape_nodes.append(count)
-            shape_hours.append(0.0 if reason else runtime_hours(d, g[0], count, ctx.gpu_perf))
+            shape_hours.append(0.0 if reason else runtime_hours(d, it, count, ctx.gpu_perf))
         fits = np.array([r is None for r in shape_reasons], dtype=bool)[self.shape]
         nodes = np.array(shape_nodes, dtype=np.int64)[self.shape]
         run_h = np.array(shape_hours, dtype=np.float64)[self.shape]

@@ -150,13 +150,15 @@ def nodes_for(d: Demand, gpus_per_node: int) -> int | None:
     return math.ceil(d.gpus / gpus_per_node)
 
 
-def runtime_hours(d: Demand, o: Offering, nodes: int, gpu_perf: dict[str, float]) -> float:
+def runtime_hours(d: Demand, it: InstanceType, nodes: int, gpu_perf: dict[str, float]) -> float:
+    """The demand's hours on ``nodes`` nodes of the shape ``it``: stretched for a slower GPU (a
+    memory-matched demand) and, across nodes, for a weaker interconnect."""
     h = d.hours
     if not d.gpu_model:
         ref = gpu_perf.get(REFERENCE_GPU, 1.0)
-        h *= ref / gpu_perf.get(o.instance.gpu.upper(), ref)
+        h *= ref / gpu_perf.get(it.gpu.upper(), ref)
     if nodes > 1:
-        per_gpu = o.instance.fabric_gbps / max(1, o.instance.gpus)
+        per_gpu = it.fabric_gbps / max(1, it.gpus)
         h *= 1.0 + MAX_INTERCONNECT_STRETCH * max(0.0, 1.0 - per_gpu / FULL_SPEED_GBPS_PER_GPU)
     return h
 
@@ -258,7 +260,7 @@ def pricer(d: Demand, ctx: Context) -> Callable[[Offering], PricedOffer | Exclus
         shape = shapes.get(id(it))
         if shape is None:
             reason, nodes = instance_reason(d, it)
-            shape = shapes[id(it)] = (reason, nodes, 0.0 if reason else runtime_hours(d, o, nodes, ctx.gpu_perf))
+            shape = shapes[id(it)] = (reason, nodes, 0.0 if reason else runtime_hours(d, it, nodes, ctx.gpu_perf))
         reason, nodes, run_h = shape
         if reason is None:
             reason = offering_reason(d, o, nodes, ctx)

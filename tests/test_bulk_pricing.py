@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from broker.quote import _rank_key
 from policies.bulk import Table
-from policies.cost import Context, Exclusion, pricer
+from policies.cost import Context, Exclusion, ExclusionKind, pricer
 from policies.demand import Demand
 from providers.base import Market
 from providers.catalog import bundled
@@ -35,8 +35,10 @@ def varied_catalog():
     offs = []
     for i, o in enumerate(cat.offerings):
         extra = {}
-        if o.market is Market.SPOT:
+        if o.market is Market.SPOT and i % 3:  # the others keep the cloud's catalog rate
             extra["spot_rate"] = 0.01 * (i % 7)
+        if i % 41 == 0:
+            extra["sla_pct"] = 0.5  # a published SLA under 1 %
         if i % 5 == 0:
             extra.update(quota_left=float(i % 24), quota_limit=24.0, quota_per_node=float(o.instance.gpus),
                          quota_label=f"{o.instance.gpu} GPUs")
@@ -59,13 +61,15 @@ DEMANDS = [
 ]
 
 
-def lifetimes():
-    """Observed spot lifetimes: short on AWS (some gangs never reach a checkpoint), long on GCP,
-    none for Azure (priced by its rate)."""
+def lifetimes(clouds=("aws", "gcp")):
+    """Observed spot lifetimes: short on AWS (some gangs never reach a checkpoint), long on GCP
+    and Azure; a cloud not named is priced by its rate."""
     from policies.spot import LifetimeDist
 
-    return {"aws": LifetimeDist.from_observations([(s, False) for s in (600, 1800, 3600, 7200, 14400)]),
-            "gcp": LifetimeDist.from_observations([(3600 * h, h > 30) for h in (2, 8, 20, 40, 80)])}
+    dists = {"aws": LifetimeDist.from_observations([(s, False) for s in (600, 1800, 3600, 7200, 14400)]),
+             "gcp": LifetimeDist.from_observations([(3600 * h, h > 30) for h in (2, 8, 20, 40, 80)]),
+             "azure": LifetimeDist.from_observations([(3600 * h, h > 20) for h in (1, 5, 10, 30)])}
+    return {c: dists[c] for c in clouds}
 
 
 @pytest.mark.parametrize("d", DEMANDS, ids=lambda d: f"{d.gpu_model or 'any'}x{d.gpus}")
@@ -138,6 +142,7 @@ def test_lifetimes_change_the_spot_lines_and_rule_out_short_lived_spot_in_both_p
         ok_l, out_l = price(by_life)
         short = [e for e in out_l if e.reason == SHORT_LIVED]
         assert short and {e.offering.instance.provider for e in short} == {"aws"}
+        assert {e.kind for e in short} == {ExclusionKind.MARKET}
         gcp = {p.offering: p.cost.interruption for p in ok_l
                if p.offering.market is Market.SPOT and p.offering.instance.provider == "gcp"}
         assert gcp and any(p.cost.interruption != gcp[p.offering] for p in ok_r if p.offering in gcp)
@@ -186,8 +191,9 @@ def demands(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(d=demands(), top=st.sampled_from([0, 0, 1, 3, 7]), onprem=st.sampled_from([0, 20_000]),
-       lives=st.booleans(), data=st.data())
-def test_bulk_equals_scalar_for_any_demand_and_context(d, top, onprem, lives, data):
+       lives=st.lists(st.sampled_from(["aws", "gcp", "azure"]), unique=True),
+       known=st.sampled_from(["all", "all", "none", "half"]), data=st.data())
+def test_bulk_equals_scalar_for_any_demand_and_context(d, top, onprem, lives, known, data):
     engine = _engine()
     cat = engine.catalog
     if d.deadline is not None:
@@ -202,9 +208,37 @@ def test_bulk_equals_scalar_for_any_demand_and_context(d, top, onprem, lives, da
                                          f"{o.instance.provider}/{o.region}/{o.instance.name}/{o.market.value}")]
     blocked = {k: f"blocked {k}" for k in data.draw(st.lists(st.sampled_from(scopes), max_size=2))} if scopes else None
     held = {f"r-{i}": data.draw(st.integers(0, 4)) for i in (0, 37, 74, 111)}
-    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW, onprem, blocked, held, lifetimes() if lives else None)
+    # regions the context may not know (their geography then reads "?")
+    regions = {"all": cat.regions, "none": {},
+               "half": {k: r for i, (k, r) in enumerate(sorted(cat.regions.items())) if i % 2}}[known]
+    ctx = Context(cat.terms, regions, cat.gpu_perf, NOW, onprem, blocked, held, lifetimes(lives) if lives else None)
     ok_b, out_b = Table(groups, cat.terms).price(d, ctx, top=top)
     ok_s, out_s = scalar(groups, d, ctx)
     ok_s.sort(key=_rank_key)
     assert ok_b == (ok_s[:top] if top else ok_s)
     assert [(e.offering, e.reason, e.kind) for e in out_b] == [(e.offering, e.reason, e.kind) for e in out_s]
+
+
+def test_a_deadline_met_to_the_second_is_met_in_both_paths():
+    """An offer that finishes exactly on the deadline serves; a second earlier it does not."""
+    from broker.quote import QuoteEngine
+
+    cat = varied_catalog()
+    engine = QuoteEngine(cat)
+    base = engine.validate(Demand(gpus=8, hours=10, gpu_model="H100"), NOW)
+    groups = engine.shapes(base)
+    ctx = Context(cat.terms, cat.regions, cat.gpu_perf, NOW)
+    for p in scalar(groups, base, ctx)[0][:40]:
+        wall_s = (p.runtime_hours + cat.terms[p.offering.instance.provider].startup_s / 3600.0) * 3600.0
+        for deadline, serves in ((NOW + wall_s, True), (NOW + wall_s - 1, False)):
+            d = dataclasses.replace(base, deadline=deadline)
+            ok_b, _ = Table(groups, cat.terms).price(d, ctx)
+            ok_s, _ = scalar(groups, d, ctx)
+            assert (p.offering in {q.offering for q in ok_b}) is serves
+            assert (p.offering in {q.offering for q in ok_s}) is serves
+
+
+def test_an_empty_candidate_set_prices_to_nothing():
+    cat = varied_catalog()
+    d = Demand(gpus=8, hours=10, gpu_model="H100").validate()
+    assert Table([], cat.terms).price(d, Context(cat.terms, cat.regions, cat.gpu_perf, NOW)) == ([], [])

@@ -195,19 +195,19 @@ def test_runtime_stretches_only_for_memory_matched_demands_and_weak_interconnect
     perf = {"A100": 1.0, "H100": 2.0, "A10G": 0.4}
     g5 = mini_catalog.find("aws", "us-east-1", "g5.xlarge", Market.ON_DEMAND)
     named = Demand(gpus=1, hours=10, gpu_model="A10G").validate()
-    assert runtime_hours(named, g5, 1, perf) == 10  # a named model is asked for its own hours
+    assert runtime_hours(named, g5.instance, 1, perf) == 10  # a named model is asked for its own hours
     matched = Demand(gpus=1, hours=10, min_gpu_memory_gb=20).validate()
-    assert runtime_hours(matched, g5, 1, perf) == pytest.approx(25.0)
-    assert runtime_hours(matched, g5, 1, {"A100": 1.0}) == 10  # a GPU of unknown speed runs as the reference
-    assert runtime_hours(matched, g5, 1, {"A10G": 0.5}) == 20  # no reference figure: 1.0
+    assert runtime_hours(matched, g5.instance, 1, perf) == pytest.approx(25.0)
+    assert runtime_hours(matched, g5.instance, 1, {"A100": 1.0}) == 10  # a GPU of unknown speed runs as the reference
+    assert runtime_hours(matched, g5.instance, 1, {"A10G": 0.5}) == 20  # no reference figure: 1.0
     # per GPU at or over 400 Gbps is full speed; under it the stretch grows to 30 % at zero
     a3 = mini_catalog.find("gcp", "us-central1", "a3-highgpu-8g", Market.ON_DEMAND)
     d = h100(gpus=16)
     fast = replace(a3, instance=replace(a3.instance, interconnect_gbps=4000))
-    assert runtime_hours(d, fast, 2, perf) == 10
+    assert runtime_hours(d, fast.instance, 2, perf) == 10
     half = replace(a3, instance=replace(a3.instance, interconnect_gbps=1600))
-    assert runtime_hours(d, half, 2, perf) == pytest.approx(10 * 1.15)
-    assert runtime_hours(d, half, 1, perf) == 10
+    assert runtime_hours(d, half.instance, 2, perf) == pytest.approx(10 * 1.15)
+    assert runtime_hours(d, half.instance, 1, perf) == 10
 
 
 # -- where and how --------------------------------------------------------------------------
@@ -418,11 +418,11 @@ def test_small_and_odd_data_locations_are_priced_too(mini_catalog):
 def test_the_reference_gpu_sets_the_scale_of_a_memory_matched_demand(mini_catalog):
     g5 = mini_catalog.find("aws", "us-east-1", "g5.xlarge", Market.ON_DEMAND)
     matched = Demand(gpus=1, hours=10, min_gpu_memory_gb=20).validate()
-    assert runtime_hours(matched, g5, 1, {"A100": 2.0, "A10G": 0.4}) == pytest.approx(50.0)
+    assert runtime_hours(matched, g5.instance, 1, {"A100": 2.0, "A10G": 0.4}) == pytest.approx(50.0)
 
 
 def test_the_interconnect_is_shared_by_the_gpus_of_a_node_even_a_single_one(mini_catalog):
     a2 = mini_catalog.find("gcp", "us-central1", "a2-highgpu-1g", Market.ON_DEMAND)
     one = replace(a2, instance=replace(a2.instance, interconnect_gbps=200))  # 200 Gbps for its one GPU
     d = Demand(gpus=2, hours=10, gpu_model="A100").validate()
-    assert runtime_hours(d, one, 2, {"A100": 1.0}) == pytest.approx(10 * (1 + 0.3 * (1 - 200 / 400)))
+    assert runtime_hours(d, one.instance, 2, {"A100": 1.0}) == pytest.approx(10 * (1 + 0.3 * (1 - 200 / 400)))
