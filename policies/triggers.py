@@ -35,7 +35,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from policies.causes import Verdict, reason_head
 from policies.classes import DEFAULT_CLASSES, JobClass, classify, fmt_wait, wait_target_s
@@ -246,7 +246,7 @@ class _Pass:
             overdue = [c for c in overdue if c.job.runtime_s > 0]
         return overdue
 
-    def wait_trigger(self, gated: bool = False) -> None:
+    def wait_trigger(self, *, gated: bool) -> None:
         """Every overdue, eligible job; ``gated`` (schedule first holds the queue): only those
         past their class target (:func:`past_class_target`)."""
         overdue = self.overdue()
@@ -458,10 +458,9 @@ def _wait_rule(p: _Pass, held: bool) -> None:
     of a scheduling-bound queue go."""
     cfg = p.cfg
     gated = held and not cfg.burst_overdue_when_scheduling_bound
-    n_before = len(p.chosen)
-    p.wait_trigger(gated=gated)
+    p.wait_trigger(gated=gated)  # the first rule of a pass: every job chosen so far is its own
     pool = {c.job.job_id for c in p.threshold_pool}
-    p.released = [c for c in p.chosen[n_before:] if gated or c.job.job_id not in pool]
+    p.released = [c for c in p.chosen if gated or c.job.job_id not in pool]
     if gated and (kept := [c for c in p.overdue() if not past_class_target(cfg, c)]):
         p.why_not.append(f"{_plural(len(kept), 'job')} ({_plural(sum(c.job.gpus for c in kept), 'GPU')}) "
                          f"{'waits' if len(kept) == 1 else 'wait'} past {_targets(cfg, kept)} but within "
@@ -549,8 +548,3 @@ def candidates_from_snapshot(
             pred = j.waited_s + remaining[k]
         out.append(Candidate(j, pred) if of is None else _of_class(j, pred, of(j)))
     return out
-
-
-def pending_job(job_id: str, gpus: int, runtime_s: float, waited_s: float = 0.0, **kw: Any) -> PendingJob:
-    """A :class:`PendingJob` from the few fields the trigger needs (simulator helper)."""
-    return PendingJob(job_id=job_id, gpus=gpus, est_runtime_s=int(runtime_s), waited_s=int(waited_s), **kw)

@@ -458,3 +458,61 @@ def test_the_scheduling_causes_are_quoted_whole_less_their_closing_stop():
     d, _ = evaluate(TriggerConfig(), TriggerState(), 0, busy(16, allocated=100), [], "scheduling-bound",
                     scheduling_causes="1 node drained. Fix: Resume node gX. ")
     assert d.reason == "did not burst, because scheduling-bound: 1 node drained. Fix: Resume node gX"
+
+
+# -- the first-in-first-out order classes each job itself; classing keeps a candidate's figures ----
+
+SHORT_DEFAULT = (JobClass("default", 3600.0),)
+
+
+def test_fifo_holds_a_scheduling_bound_job_to_its_class_target_then_lets_it_go():
+    cfg = TriggerConfig(pending_gpus_threshold=0, stabilization_s=0, order="fifo", classes=SHORT_DEFAULT)
+    past = cand("past", waited=3601, pred=3601, runtime=7200)  # overdue and past the hour
+    kept = cand("kept", waited=3600, pred=3700, runtime=7200)  # overdue, at the hour exactly
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(16, allocated=200), [past, kept], "scheduling-bound")
+    assert d.action == BURST and d.job_ids == ("past",)
+    assert "schedule first holds a job only up to its class target, and 1 job passed it" in d.reason
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(16, allocated=200), [kept], "scheduling-bound")
+    assert d.action == HOLD and "1 job (8 GPUs)" in d.reason
+
+
+def test_fifo_under_mixed_sends_a_scheduling_job_past_its_class_target_by_the_wait_rule():
+    cfg = TriggerConfig(pending_gpus_threshold=64, stabilization_s=0, order="fifo", classes=SHORT_DEFAULT)
+    cap = cand("cap", waited=10, pred=10, runtime=7200)
+    sched = cand("sched", waited=4000, pred=4000, runtime=7200)
+    young = cand("young", waited=3000, pred=4000, runtime=7200)
+    d, _ = evaluate(cfg, TriggerState(), 0, busy(24, allocated=400), [sched, young, cap], "mixed",
+                    capacity_jobs={"cap"})
+    assert d.action == BURST and d.job_ids == ("sched",) and d.trigger == "wait"
+
+
+def test_past_class_target_and_target_s_class_an_unclassed_candidate_by_the_config():
+    from policies.triggers import past_class_target, target_s
+
+    cfg = TriggerConfig(classes=(JobClass("urgent", 600.0, match=("urgent",)), JobClass("default", 7200.0)))
+    urgent = cand("u", waited=601, runtime=100_000, qos="urgent")
+    plain = cand("p", waited=601, runtime=100_000)
+    assert past_class_target(cfg, urgent) and not past_class_target(cfg, plain)
+    assert (target_s(cfg, urgent), target_s(cfg, plain)) == (600.0, 7200.0)
+
+
+def test_classing_keeps_each_candidates_prediction_price_ratio_and_start_up():
+    from policies.triggers import classed
+
+    cfg = TriggerConfig(classes=(JobClass("urgent", 600.0, match=("urgent",)), JobClass("default", 7200.0)))
+    job = PendingJob(job_id="a", gpus=8, est_runtime_s=3600, waited_s=10, qos="urgent")
+    (c,) = classed(cfg, [Candidate(job, 123.0, 0.25, 45.0)])
+    assert (c.job, c.predicted_wait_s, c.price_ratio, c.startup_s, c.job_class.name) == (job, 123.0, 0.25, 45.0,
+                                                                                        "urgent")
+    (d,) = classed(cfg, [Candidate(job, 5.0)])
+    assert (d.price_ratio, d.startup_s) == (1.0, None)
+
+
+def test_candidates_from_a_snapshot_with_classes_keep_their_jobs_and_predictions():
+    classes = (JobClass("urgent", 600.0, match=("urgent",)), JobClass("default", 7200.0))
+    jobs = (PendingJob(job_id="old", gpus=8, est_runtime_s=3600, waited_s=900, qos="urgent"),
+            PendingJob(job_id="new", gpus=8, est_runtime_s=3600, waited_s=100))
+    snap = QueueSnapshot(source="slurm", taken_at=0, pending=jobs, nodes=(ClusterNode("n1", "alloc", 8, 8),))
+    out = candidates_from_snapshot(snap, {"old": 1000.0, "new": 250.0}, classes)
+    assert [(c.job, c.predicted_wait_s, c.price_ratio, c.job_class.name) for c in out] == [
+        (jobs[0], 1000.0, 1.0, "urgent"), (jobs[1], 250.0, 1.0, "default")]
