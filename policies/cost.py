@@ -227,7 +227,8 @@ def _transfer_in(d: Demand, o: Offering, ctx: Context, terms: Terms) -> int:
         return 0
     if d.data_location == "onprem":
         return int(gb * (ctx.onprem_egress_micros_per_gb + terms.ingress_micros_per_gb))
-    src_provider, src_region = d.data_location.split(":", 2)[:2]  # PROVIDER:REGION[:ZONE]
+    src_provider, _, place = d.data_location.partition(":")
+    src_region = place.partition(":")[0]  # PROVIDER:REGION[:ZONE]
     src_terms = ctx.terms.get(src_provider)
     if src_terms is None:
         return 0

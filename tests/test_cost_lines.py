@@ -118,7 +118,8 @@ def test_a_queued_offer_waits_for_its_start_and_a_block_is_paid_whole(mini_catal
     assert excluded(price(replace(d, deadline=44_999), o, ctx(mini_catalog, terms=terms)))[0] is K.DEADLINE
     block = replace(o, upfront_micros=500_000_000, max_run_h=24)
     assert price(d, block, ctx(mini_catalog, terms=terms)).cost.compute == 1_000_000_000
-    assert excluded(price(replace(d, hours=25), block, ctx(mini_catalog, terms=terms)))[0] is K.MARKET
+    assert excluded(price(replace(d, hours=25), block, ctx(mini_catalog, terms=terms))) == (
+        K.MARKET, "runs 25.0 h, longer than the 24 h this queued capacity allows")
 
 
 # -- deadlines ---------------------------------------------------------------------------------
@@ -251,7 +252,8 @@ def test_a_reservation_counts_the_nodes_live_leases_hold(mini_catalog):
         "reservation cr-1 has 0 of 3 nodes free (5 held by live leases), demand needs 2"
     two = replace(o, reserved_nodes=2)
     assert isinstance(price(d, two, ctx(mini_catalog, held={"cr-9": 3})), PricedOffer)  # another reservation
-    assert isinstance(price(d, replace(o, reservation=""), ctx(mini_catalog)), PricedOffer)  # unnamed: no count
+    # a reserved price with no reservation named (a commitment's rate): nothing to count
+    assert isinstance(price(d, replace(o, reservation="", reserved_nodes=0), ctx(mini_catalog)), PricedOffer)
 
 
 def test_quota_left_is_enough_exactly_at_its_edge(mini_catalog):
