@@ -44,8 +44,9 @@ def varied_catalog():
                          quota_label=f"{o.instance.gpu} GPUs")
         offs.append(dataclasses.replace(o, **extra))
         if i % 37 == 0 and o.market is Market.ON_DEMAND:
-            offs.append(dataclasses.replace(o, market=Market.RESERVED, hourly_micros=0, reservation=f"r-{i}",
-                                            reserved_nodes=1 + i % 3))
+            # priced above on-demand: a reservation goes first all the same
+            offs.append(dataclasses.replace(o, market=Market.RESERVED, hourly_micros=3 * o.hourly_micros,
+                                            reservation=f"r-{i}", reserved_nodes=1 + i % 3))
     return dataclasses.replace(cat, offerings=tuple(offs))
 
 
