@@ -1,7 +1,8 @@
 """Soak: a real `broker serve` under mixed load for a fixed time, and its memory over that time.
 
 32 concurrent clients (each with its own channel and TCP connection, connected before the clock
-starts) send a mix of Quote,
+starts; spread over ``--client-processes`` processes, 4 by default, so that the clients' own GIL
+does not show in the latencies they report) send a mix of Quote,
 ReportQueue, Launch followed by Release (real SDK calls against the three mocked clouds on
 loopback), and ListLeases, for ``--seconds`` (default 600). The server runs as a subprocess, as a
 user starts it, and so do the mocked clouds (``--clouds process``, the default: they then share
@@ -36,6 +37,7 @@ Run: .venv/bin/python benchmarks/load.py [--seconds 600] [--clients 32] [--store
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import sys
@@ -46,6 +48,7 @@ import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -110,6 +113,15 @@ def snapshot_pb(pb, rng: random.Random):
     return pb.QueueSnapshot(source="load", taken_at=taken, nodes=nodes, gpu_samples=samples, pending=pending)
 
 
+def _clients_process(address: str, clients: int, seconds: float, seed: int, first: int, start_at: float,
+                     out) -> None:
+    """One process's share of the clients (numbered from ``first``), its results sent back."""
+    load = Load(address, clients, seconds, seed)
+    took = load._run_here(lambda t0: None, first, start_at)
+    out.put((load.calls, load.releases, {op: dict(c) for op, c in load.errors.items()}, load.first_error,
+             load.busy, took))
+
+
 class Load:
     """The clients and what they saw: each answered call as (seconds since start, op, latency)."""
 
@@ -126,7 +138,14 @@ class Load:
     def lat(self, op: str, since: float = 0.0, until: float = float("inf")) -> list[float]:
         return [lat for t, o, lat in self.calls if o == op and since <= t < until]
 
-    def run(self) -> float:
+    def run(self, processes: int = 1, on_start: Callable[[float], Any] = lambda t0: None) -> float:
+        """Run the clients, spread over ``processes`` processes (so that their own GIL is not in
+        the latencies they see); ``on_start(t0)`` is called as the clock starts."""
+        if processes > 1:
+            return self._run_processes(processes, on_start)
+        return self._run_here(on_start)
+
+    def _run_here(self, on_start: Callable[[float], Any], first: int = 0, start_at: float | None = None) -> float:
         import grpc
 
         # Each client its own connection (a local subchannel pool stops grpc sharing one socket),
@@ -135,13 +154,47 @@ class Load:
                     for _ in range(self.clients)]
         for ch in channels:
             grpc.channel_ready_future(ch).result(timeout=60)
-        threads = [threading.Thread(target=self._client, args=(i, ch), daemon=True) for i, ch in enumerate(channels)]
-        self.t0 = time.monotonic()
+        threads = [threading.Thread(target=self._client, args=(first + i, ch), daemon=True)
+                   for i, ch in enumerate(channels)]
+        if start_at is not None:  # the processes start together (CLOCK_MONOTONIC is the machine's)
+            time.sleep(max(0.0, start_at - time.monotonic()))
+        self.t0 = time.monotonic() if start_at is None else start_at
+        on_start(self.t0)
         for t in threads:
             t.start()
         for t in threads:
             t.join(self.seconds + 120)
         return time.monotonic() - self.t0
+
+    def _run_processes(self, processes: int, on_start: Callable[[float], Any]) -> float:
+        mp = multiprocessing.get_context("spawn")
+        out = mp.Queue()
+        shares = [self.clients // processes + (k < self.clients % processes) for k in range(processes)]
+        start_at = time.monotonic() + 15.0  # time for each process to import grpc and connect its clients
+        procs, first = [], 0
+        for n in shares:
+            procs.append(mp.Process(target=_clients_process, daemon=True,
+                                    args=(self.address, n, self.seconds, self.seed, first, start_at, out)))
+            procs[-1].start()
+            first += n
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        self.t0 = start_at
+        on_start(start_at)
+        elapsed = 0.0
+        for _ in procs:
+            calls, releases, errors, first_error, busy, took = out.get(timeout=self.seconds + 300)
+            self.calls += calls
+            self.releases += releases
+            for op, counts in errors.items():
+                self.errors[op].update(counts)
+            for k, v in first_error.items():
+                self.first_error.setdefault(k, v)
+            self.busy += busy
+            elapsed = max(elapsed, took)
+        for p in procs:
+            p.join(30)
+        self.calls.sort()
+        return elapsed
 
     def _client(self, i: int, channel) -> None:
         import grpc
@@ -452,9 +505,8 @@ def soak(store: str, args) -> dict:
                                     held=lambda: held_instances(clouds))
             sampler = threading.Thread(target=sample_rss, args=(serve.proc.pid, stop, rss, timings), daemon=True)
             sampler.start()
-            timings.start(time.monotonic())
             try:
-                elapsed = load.run()
+                elapsed = load.run(args.client_processes, timings.start)
                 timings.stop()
                 left = settle(serve.address, clouds, args.settle_s)
             finally:
@@ -563,6 +615,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--client-processes", type=int, default=4,
+                    help="processes the clients are spread over (their own GIL otherwise shows in their latencies)")
     ap.add_argument("--store", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--window", type=float, default=60.0, help="seconds per row of the over-time report")
