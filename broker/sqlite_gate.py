@@ -48,20 +48,18 @@ class GatedCursor(sqlite3.Cursor):
     connection: "GatedConnection"
 
     def execute(self, sql, parameters=(), /):  # type: ignore[override]
-        conn = self.connection
-        if conn.gate is not None and not conn.holding and starts_write(sql):
-            conn.enter()
-        try:
-            return super().execute(sql, parameters)
-        finally:
-            conn.leave_if_done()
+        return self._through_gate(super().execute, sql, parameters)
 
     def executemany(self, sql, seq_of_parameters, /):  # type: ignore[override]
+        return self._through_gate(super().executemany, sql, seq_of_parameters)
+
+    def _through_gate(self, run, sql, arg):
+        """``run(sql, arg)``, having taken the gate first if ``sql`` starts a write."""
         conn = self.connection
         if conn.gate is not None and not conn.holding and starts_write(sql):
             conn.enter()
         try:
-            return super().executemany(sql, seq_of_parameters)
+            return run(sql, arg)
         finally:
             conn.leave_if_done()
 
