@@ -489,16 +489,16 @@ class Lifecycle(ShapeAttempts):
 
     # -- launch end to end -----------------------------------------------------------------------
     def launch(self, **kwargs: Any) -> Lease:
-        """Create and provision; a repeated key returns the same lease (waiting for a launch of it
-        that this process is running, resuming one that nobody started)."""
+        """Create and provision; a repeated key gets the same lease (after this process's launch of it)."""
         lease, _ = self.create(**kwargs)
         if lease.state is LeaseState.REQUESTED:
             lease = self.provision(lease)
         deadline = time.monotonic() + self.settings.provision_timeout_s
-        while lease.lease_id in self.inflight and lease.state in LAUNCHING \
-                and time.monotonic() < deadline:
-            self.store.wait_for_change(0.5)  # another thread of this process is launching it
-            lease = self.get(lease.lease_id)
+        launching_here = lease.lease_id in self.inflight  # another thread of this process launches it
+        while launching_here and lease.state in LAUNCHING and time.monotonic() < deadline:
+            self.store.wait_for_change(0.5)
+            launching_here = lease.lease_id in self.inflight  # before the read: a launch that has
+            lease = self.get(lease.lease_id)  # ended wrote its lease first, so this read is its last
         if lease.state is LeaseState.FAILED:  # a retry of a launch that failed for good: the same answer
             raise launch_failure(lease)
         return lease

@@ -220,6 +220,37 @@ def test_a_partial_gang_is_given_back_and_a_failed_give_back_logged(tmp_path, mi
         store.close()
 
 
+def test_a_waiting_caller_gets_the_lease_as_the_launch_left_it_when_it_ends_between_two_looks(kit):
+    """The launch ends just after the waiting caller read the lease (still provisioning): the
+    caller looks once more and answers with the running lease, not the one it read."""
+    lc, _, clouds, _ = kit
+    gate, entered = threading.Event(), threading.Event()
+
+    def held(spec):
+        entered.set()
+        assert gate.wait(30)
+
+    clouds["aws"]._failures["launch"].append(held)
+    t = lc.target_explicit(*ZONED_AWS)
+    first: list = []
+    a = threading.Thread(target=lambda: first.append(lc.launch(idempotency_key="k", target=t)))
+    a.start()
+    assert entered.wait(30)
+    real_get, waiter = lc.get, threading.current_thread()
+
+    def get_then_let_the_launch_end(lease_id):
+        lease = real_get(lease_id)
+        if threading.current_thread() is waiter and not gate.is_set():
+            gate.set()  # the launch ends now, after this read
+            a.join(30)
+        return lease
+
+    lc.get = get_then_let_the_launch_end
+    second = lc.launch(idempotency_key="k", target=t)
+    assert first[0].state is LeaseState.RUNNING
+    assert second.lease_id == first[0].lease_id and second.state is LeaseState.RUNNING
+
+
 def test_a_second_caller_of_the_same_key_waits_for_the_launch_in_progress(kit):
     lc, _, clouds, _ = kit
     gate, entered = threading.Event(), threading.Event()
