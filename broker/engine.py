@@ -56,10 +56,10 @@ def engine_for(url: str, *, create: bool = True, connect_timeout_s: float = 10.0
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         if pool_size is not None and path and path != ":memory:":  # a file: a queue pool
             pooled = {"pool_size": pool_size, "max_overflow": max_overflow}
-        connect: dict[str, Any] = {"check_same_thread": False, "timeout": 10}
-        if path and path != ":memory:":  # this process's writers take turns (broker.sqlite_gate)
-            connect["factory"] = GatedConnection
-        engine = create_engine(url, connect_args=connect, **pooled)
+        # GatedConnection: this process's writers of a database file take turns (broker.sqlite_gate;
+        # an in-memory database has no gate)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10,
+                                                  "factory": GatedConnection}, **pooled)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     size, overflow = DEFAULT_POOL if pool_size is None else (pool_size, max_overflow)

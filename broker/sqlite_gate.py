@@ -91,8 +91,11 @@ class GatedConnection(sqlite3.Connection):
     def leave_if_done(self) -> None:
         """Give the gate back when no transaction is open any more (it ended, or never began)."""
         if self.holding and not self.in_transaction:
-            self.holding = False
-            self.gate.release()  # type: ignore[union-attr]
+            self._leave()
+
+    def _leave(self) -> None:
+        self.holding = False
+        self.gate.release()  # type: ignore[union-attr]
 
     def commit(self) -> None:
         try:
@@ -110,6 +113,5 @@ class GatedConnection(sqlite3.Connection):
         try:
             super().close()
         finally:
-            if self.holding:
-                self.holding = False
-                self.gate.release()  # type: ignore[union-attr]
+            if self.holding:  # closed: its transaction is gone (and in_transaction cannot be read)
+                self._leave()

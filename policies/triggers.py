@@ -52,6 +52,7 @@ def held_reason(reason: str) -> bool:
     part before it, as the diagnosis reads it (:func:`policies.causes.reason_head`)."""
     return reason in _HELD or ("," in reason and reason_head(reason) in _HELD)
 
+
 class DecisionAction(enum.StrEnum):
     """What a decision did: the action the trigger rules choose (burst, hold, scale_in) and what
     the autoscaler records of acting on it. The values are what the store and the JSON hold."""

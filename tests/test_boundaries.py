@@ -220,9 +220,9 @@ def test_a_partial_gang_is_given_back_and_a_failed_give_back_logged(tmp_path, mi
         store.close()
 
 
-def test_a_waiting_caller_gets_the_lease_as_the_launch_left_it_when_it_ends_between_two_looks(kit):
-    """The launch ends just after the waiting caller read the lease (still provisioning): the
-    caller looks once more and answers with the running lease, not the one it read."""
+def _launch_held_in_the_cloud(kit):
+    """A launch of key "k" on its own thread, held inside the cloud's call until ``gate`` is set:
+    (lifecycle, target, gate, the launching thread, the list its lease is put in)."""
     lc, _, clouds, _ = kit
     gate, entered = threading.Event(), threading.Event()
 
@@ -236,6 +236,13 @@ def test_a_waiting_caller_gets_the_lease_as_the_launch_left_it_when_it_ends_betw
     a = threading.Thread(target=lambda: first.append(lc.launch(idempotency_key="k", target=t)))
     a.start()
     assert entered.wait(30)
+    return lc, t, gate, a, first
+
+
+def test_a_waiting_caller_gets_the_lease_as_the_launch_left_it_when_it_ends_between_two_looks(kit):
+    """The launch ends just after the waiting caller read the lease (still provisioning): the
+    caller looks once more and answers with the running lease, not the one it read."""
+    lc, t, gate, a, first = _launch_held_in_the_cloud(kit)
     real_get, waiter = lc.get, threading.current_thread()
 
     def get_then_let_the_launch_end(lease_id):
@@ -252,19 +259,7 @@ def test_a_waiting_caller_gets_the_lease_as_the_launch_left_it_when_it_ends_betw
 
 
 def test_a_second_caller_of_the_same_key_waits_for_the_launch_in_progress(kit):
-    lc, _, clouds, _ = kit
-    gate, entered = threading.Event(), threading.Event()
-
-    def held(spec):
-        entered.set()
-        assert gate.wait(30)
-
-    clouds["aws"]._failures["launch"].append(held)
-    t = lc.target_explicit(*ZONED_AWS)
-    first: list = []
-    a = threading.Thread(target=lambda: first.append(lc.launch(idempotency_key="k", target=t)))
-    a.start()
-    assert entered.wait(30)
+    lc, t, gate, a, first = _launch_held_in_the_cloud(kit)
     second: list = []
     b = threading.Thread(target=lambda: second.append(lc.launch(idempotency_key="k", target=t)))
     b.start()

@@ -15,8 +15,9 @@ from providers.registry import names
 HOUR = 3600.0
 
 
-def ctx(cat, now=0.0, **kw):
-    return Context(cat.terms, cat.regions, cat.gpu_perf, now, **kw)
+def ctx(cat, now=0.0, terms=None, regions=None, **kw):
+    """The catalog's context at ``now``, with ``terms`` and ``regions`` laid over its own."""
+    return Context({**cat.terms, **(terms or {})}, {**cat.regions, **(regions or {})}, cat.gpu_perf, now, **kw)
 
 
 def offering(cat, provider, region, itype, market=Market.ON_DEMAND):

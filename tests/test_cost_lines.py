@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from policies.cost import (
-    Context,
     Exclusion,
     ExclusionKind,
     PricedOffer,
@@ -21,13 +20,10 @@ from policies.demand import Demand
 from policies.spot import LifetimeDist
 from providers.base import Market
 from providers.catalog import Region
+from tests.test_cost import ctx
 
 HOUR = 3600.0
 K = ExclusionKind
-
-
-def ctx(cat, now=0.0, terms=None, regions=None, **kw):
-    return Context({**cat.terms, **(terms or {})}, {**cat.regions, **(regions or {})}, cat.gpu_perf, now, **kw)
 
 
 def p5(cat, market=Market.ON_DEMAND, region="us-east-1"):
