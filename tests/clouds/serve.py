@@ -1,9 +1,11 @@
 """The three mocked clouds in a process of their own, for benchmarks that must not share a
 process (and its GIL) with the clients or the broker they measure.
 
-``python -m tests.clouds.serve`` starts :class:`tests.clouds.three.Clouds` on loopback and
-writes one JSON line to stdout: ``{"providers": {...}}``, the ``[providers.*]`` tables that point
-a broker at them. It then answers one JSON line per command line read from stdin:
+``python -m tests.clouds.serve`` starts :class:`tests.clouds.three.Clouds` on loopback (with the
+market APIs, GCP's Cloud Billing Catalog included, so a broker's market refresh answers fully) and
+writes one JSON line to stdout: ``{"providers": {...}, "env": {...}}``, the ``[providers.*]``
+tables that point a broker at them and the environment it needs (fake credentials only). It then
+answers one JSON line per command line read from stdin:
 
 - ``alive``: the instances each cloud holds that are not terminated, counted per cloud;
 - ``stats``: per cloud, the instances it holds in any state and the calls it has logged;
@@ -41,10 +43,10 @@ def _answer(clouds: Any, command: str) -> dict[str, Any]:
 def main() -> None:
     from tests.clouds.three import Clouds
 
-    clouds = Clouds()
+    clouds = Clouds(market=True)  # every API a broker's market refresh calls, Cloud Billing's too
     try:
         out = sys.stdout
-        out.write(json.dumps({"providers": clouds.provider_tables()}) + "\n")
+        out.write(json.dumps({"providers": clouds.provider_tables(), "env": clouds.env}) + "\n")
         out.flush()
         for line in sys.stdin:
             if line.strip():
@@ -67,6 +69,7 @@ class CloudsProcess:
         self._lock = threading.Lock()
         first = self._read(timeout)
         self._providers = first["providers"]
+        self.env: dict[str, str] = first["env"]  # what a broker process needs (fake credentials only)
 
     @property
     def pid(self) -> int:
