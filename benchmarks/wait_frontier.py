@@ -6,10 +6,11 @@ For each workload of ``benchmarks/workloads.py`` and each seed, against the pric
 - ``same jobs, full cost``: the price-only burst's own trigger (the oldest jobs out whenever more
   than 8 GPUs have been pending for 5 minutes, no gate, no wait rule) with the broker's market
   choice (full cost, spot for jobs that checkpoint). It sends the jobs the price-only burst sends
-  (the ``burst`` column), so it keeps its waits; its cost is what the market choice alone saves
-  at the price-only burst's waits.
+  (the ``burst`` column; spot interruptions and other start-ups move the on-prem schedule a
+  little), so it keeps its waits; its cost is what the market choice alone saves at the
+  price-only burst's waits.
 - ``... gated``: the same with the schedule-first gate (no threshold burst on a
-  scheduling-bound queue), as the issue asks the broker to keep.
+  scheduling-bound queue).
 - ``broker, default N``: the broker as it runs, with the default class's wait target
   (``[autoscaler.classes.default] max_wait_s``) at N minutes (the built-in is 240).
 
