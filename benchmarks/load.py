@@ -222,7 +222,7 @@ class Load:
                 try:
                     self._call(op, stub, pb, rng, i)
                 except grpc.RpcError as e:
-                    if time.monotonic() < self.t0:  # the warm-up is not counted
+                    if began < self.t0:  # the warm-up is not counted
                         continue
                     with self.lock:
                         self.errors[op][e.code().name] += 1

@@ -21,14 +21,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import broker.simulate.replay as rp  # noqa: E402
-from broker.simulate import SimConfig, load_lifetimes  # noqa: E402
 from broker.simulate.model import CLOUD, PENDING, builtin_policies  # noqa: E402
 from broker.simulate.onprem import Cluster  # noqa: E402
 from broker.simulate.workloads import PROFILES, generate  # noqa: E402
 from policies.classes import wait_target_s  # noqa: E402
 from providers.catalog import bundled  # noqa: E402
+from workloads import observed_lifetimes, sim_config  # noqa: E402
 
 LEFT = 99  # a job taken off the copied queue
 
@@ -96,11 +97,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     a = ap.parse_args()
-    life = a.data / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv"
     w = generate(a.workload, a.seed, a.jobs)
-    cfg = SimConfig(onprem_gpus=w.onprem_gpus, gpus_per_node=w.gpus_per_node, seed=a.seed, default_gpu_model="A100")
     pol = builtin_policies()["broker"]
-    r = Watched(w.jobs, bundled(), pol, cfg, load_lifetimes(life) if life.exists() else None, None)
+    r = Watched(w.jobs, bundled(), pol, sim_config(w, a.seed), observed_lifetimes(a.data), None)
     res = r.run()
     total = res.cloud_cost_micros or 1
     rows = []

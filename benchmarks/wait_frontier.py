@@ -34,13 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from broker.simulate import SimConfig, load_lifetimes  # noqa: E402
 from broker.simulate.model import NAIVE_TRIGGER, Policy, builtin_policies  # noqa: E402
 from broker.simulate.replay import simulate  # noqa: E402
 from policies.classes import DEFAULT_CLASS, JobClass, merge_classes  # noqa: E402
 from policies.triggers import TriggerConfig  # noqa: E402
 from providers.catalog import bundled  # noqa: E402
-from workloads import check, workloads  # noqa: E402
+from workloads import check, observed_lifetimes, sim_config, workloads  # noqa: E402
 
 
 def variants(targets_min: list[int]) -> dict[str, Policy]:
@@ -60,13 +59,12 @@ def variants(targets_min: list[int]) -> dict[str, Policy]:
 
 def run(job: tuple[Path, str, int, list[int]]) -> tuple[str, int, list[str]]:
     data, name, seed, targets_min = job
-    life = data / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv"
-    lifetimes = load_lifetimes(life) if life.exists() else None
+    lifetimes = observed_lifetimes(data)
     found = workloads(data, seed, 600, {name})
     if not found:
         return name, seed, [f"  skipped: no trace for {name} under {data / 'traces'}"]
     w = found[0]
-    cfg = SimConfig(onprem_gpus=w.onprem_gpus, gpus_per_node=w.gpus_per_node, seed=seed, default_gpu_model="A100")
+    cfg = sim_config(w, seed)
     cat = bundled()
     po = simulate(w.jobs, cat, builtin_policies()["ondemand-cheapest"], cfg, lifetimes).to_dict()
     rows = [f"  {'price-only burst':<30} {'1.000':>7} {po['wait_p95_s'] / 60:7.1f} {'':>7} "

@@ -35,8 +35,22 @@ from policies.classes import JobClass  # noqa: E402
 from policies.triggers import TriggerConfig  # noqa: E402
 from providers.catalog import bundled  # noqa: E402
 
+LIFETIMES = "spot_instance_lifetimes_aws_gcp_2020.csv"
 RUNTIME_RULE = Policy("broker-runtime-rule", "full-cost", TriggerConfig(classes=(JobClass("default"),)),
                       predict=True, gate=True, learn_interruptions=True)
+
+
+def observed_lifetimes(data: Path):
+    """The observed spot lifetimes under ``data`` (``../shared/data``), or None when absent (the
+    replay then uses the catalog's interruption rates)."""
+    life = data / "spot" / LIFETIMES
+    return load_lifetimes(life) if life.exists() else None
+
+
+def sim_config(w: Workload, seed: int) -> SimConfig:
+    """The replay's cluster for ``w``: its pool, its node size, A100 for a job that names no GPU."""
+    return SimConfig(onprem_gpus=w.onprem_gpus, gpus_per_node=w.gpus_per_node, seed=seed,
+                     default_gpu_model="A100")
 
 
 def workloads(data: Path, seed: int, jobs: int, only: set[str] | None) -> list[Workload]:
@@ -94,8 +108,7 @@ def main() -> int:
     ap.add_argument("--no-lifetimes", action="store_true", help="use the catalog's exponential interruption rates")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    life = a.data / "spot" / "spot_instance_lifetimes_aws_gcp_2020.csv"
-    lifetimes = None if a.no_lifetimes or not life.exists() else load_lifetimes(life)
+    lifetimes = None if a.no_lifetimes else observed_lifetimes(a.data)
     only = {x.strip() for x in a.only.split(",") if x.strip()} or None
     cat = bundled()
     pols = builtin_policies()
@@ -104,8 +117,7 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     report = {}
     for w in workloads(a.data, a.seed, a.jobs, only):
-        cfg = SimConfig(onprem_gpus=w.onprem_gpus, gpus_per_node=w.gpus_per_node, seed=a.seed,
-                        default_gpu_model="A100")
+        cfg = sim_config(w, a.seed)
         res = {n: simulate(w.jobs, cat, p, cfg, lifetimes).to_dict() for n, p in pols.items()}
         res["_name"] = w.name
         report[w.name] = {"jobs": len(w.jobs), "onprem_gpus": w.onprem_gpus, "note": w.note,
@@ -119,7 +131,7 @@ def main() -> int:
     if a.json:
         print(json.dumps({"load_average": round(load, 2), "workloads": report}, indent=2))
     else:
-        print(f"spot preemptions: {'observed lifetimes (' + life.name + ')' if lifetimes else 'catalog rates'}; "
+        print(f"spot preemptions: {'observed lifetimes (' + LIFETIMES + ')' if lifetimes else 'catalog rates'}; "
               f"load average {load:.1f} on {os.cpu_count()} CPUs")
     return 0 if all(t[2] for r in report.values() for t in r["targets"].values()) else 1
 
