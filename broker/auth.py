@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Mapping
 import grpc
 
 from broker.errors import BrokerError, ConfigError, NotFound, PermissionDenied, Unauthenticated, outcome
+from providers.files import SMALL_BYTES, read_bytes
 
 ANY_TENANT = "*"
 LEASE_PREFIX = "brl_"  # broker.jobs.CREDENTIAL_PREFIX
@@ -291,7 +292,7 @@ def server_credentials(server) -> grpc.ServerCredentials | None:
         if not path:
             continue
         try:
-            files[key] = open(path, "rb").read()
+            files[key] = read_bytes(path, SMALL_BYTES)
         except OSError as e:
             raise ConfigError(f"config: server.{key} {path} cannot be read: {e.strerror}", field=f"server.{key}") from None
         if b"-----BEGIN " not in files[key]:

@@ -70,8 +70,9 @@ def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = 
     token = token if token is not None else os.environ.get("BROKER_TOKEN", "")
     tls_ca = tls_ca if tls_ca is not None else os.environ.get("BROKER_TLS_CA", "")
     if tls_ca:
-        with open(tls_ca, "rb") as f:
-            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        from providers.files import SMALL_BYTES, read_bytes
+
+        creds = grpc.ssl_channel_credentials(root_certificates=read_bytes(tls_ca, SMALL_BYTES))
         if token:
             creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
         return grpc.secure_channel(target, creds)

@@ -36,6 +36,7 @@ from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market_settings import CatalogSettings, MarketSettings
 from broker.watchers import registry as scheduler_registry
+from providers.files import SMALL_BYTES, read_text
 from providers.registry import ProvidersSettings, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
 
@@ -524,12 +525,11 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
     data: dict = {}
     if path:
         try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
+            data = tomllib.loads(read_text(path, SMALL_BYTES))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except (IsADirectoryError, PermissionError) as e:
-            raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+        except OSError as e:  # a directory, no permission, larger than a configuration is
+            raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
         except UnicodeDecodeError:

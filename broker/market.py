@@ -161,6 +161,7 @@ def read_lifetimes(path: str) -> Any:
     import os
 
     from policies.lifetimes import LifetimesError, lifetimes_from_rows
+    from providers.files import lines
 
     p = os.path.expanduser(path)
     try:
@@ -169,7 +170,7 @@ def read_lifetimes(path: str) -> Any:
         if hit is not None:
             return hit
         with open(p, newline="", encoding="utf-8") as f:
-            r = csv.DictReader(f)
+            r = csv.DictReader(lines(f))
             lives = lifetimes_from_rows(r, r.fieldnames, os.path.basename(p))
     except OSError as e:
         raise ConfigError(f"config: market.spot_lifetimes {path!r} cannot be read: {e.strerror or e}",

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping
 
 from providers import catalog_cache
+from providers.files import SMALL_BYTES, read_bytes
 
 FORMAT = 1
 #: Besides every ``BROKER_*`` variable: what the default store path is made of.
@@ -117,7 +118,7 @@ def remembered(path: Path, key: tuple) -> dict | None:
 def _read(path: str | None) -> bytes | None:
     """The configuration file's bytes (b"" for none), or None when it cannot be read."""
     try:
-        return Path(path).read_bytes() if path else b""
+        return read_bytes(path, SMALL_BYTES) if path else b""
     except (OSError, ValueError):
         return None
 

@@ -53,6 +53,7 @@ from typing import Any, Iterable, Mapping
 
 from providers import registry
 from providers.base import Fabric
+from providers.files import SMALL_BYTES, read_text
 from providers.registration import BootHooks
 
 BUILTINS = ("slurm", "kubernetes", "container")
@@ -149,7 +150,7 @@ def template_source(template: str) -> tuple[str, str]:
             f"boot template {template!r} is neither a built-in ({', '.join(BUILTINS)}) nor a readable file"
         )
     try:
-        return str(path), path.read_text("utf-8")
+        return str(path), read_text(path, SMALL_BYTES)
     except (OSError, UnicodeDecodeError) as e:
         raise BootstrapError(f"boot template {template!r} cannot be read: {e}") from None
 

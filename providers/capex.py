@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from providers.files import lines
+
 BUNDLED = Path(__file__).resolve().parent / "data" / "capex.csv"
 
 
@@ -31,7 +33,7 @@ def load_capex(directory: Path | None = None) -> dict[str, ServerCapex]:
     out: dict[str, ServerCapex] = {}
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            for line, r in enumerate(csv.DictReader(f), start=2):
+            for line, r in enumerate(csv.DictReader(lines(f)), start=2):
                 try:
                     row = ServerCapex(r["gpu_model"].strip().upper(), int(r["gpus_per_server"]),
                                       float(r["server_capex_usd"]), float(r["kw_per_server"]),

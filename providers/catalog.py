@@ -13,6 +13,7 @@ from pathlib import Path
 
 from providers import catalog_cache
 from providers.base import MICROS, InstanceType, Market, Offering
+from providers.files import SMALL_BYTES, lines, read_text
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -116,13 +117,15 @@ def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
 
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(lines(f))
             missing = [c for c in required if c not in (reader.fieldnames or [])]
             if missing:
                 raise CatalogError(f"{path.name} lacks column(s) {', '.join(missing)}")
             return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
     except FileNotFoundError:
         raise CatalogError(f"catalog file {path} is missing") from None
+    except OSError as e:  # a line past providers.files.LINE_CHARS, a directory, no permission
+        raise CatalogError(f"catalog file {path} cannot be read: {e.strerror or e}") from None
 
 
 def _terms(provider: str, t: dict) -> Terms:
@@ -170,8 +173,10 @@ def load(data_dir: Path | str | None = None) -> Catalog:
         )
     import tomllib
 
-    with (d / "network.toml").open("rb") as f:
-        net = tomllib.load(f)
+    try:
+        net = tomllib.loads(read_text(d / "network.toml", SMALL_BYTES))
+    except OSError as e:
+        raise CatalogError(f"catalog file {d / 'network.toml'} cannot be read: {e.strerror or e}") from None
     from providers.registry import names  # a parse only: the compiled copy needs no registry
 
     clouds = names()

@@ -3,6 +3,7 @@ stderr naming what was wrong, never a traceback and never a silent accept."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,51 @@ def test_a_tls_key_that_does_not_match_or_an_expired_certificate_is_named_at_sta
     said = [line for line in r.stderr.strip().splitlines() if not line.startswith("{")]
     expected = words.format(other_key=other_key, cert=cert, expired=expired, future=future)
     assert len(said) == 1 and expected in said[0] and "Traceback" not in r.stderr, said
+
+
+def _bounded_memory() -> None:  # a regression reads /dev/zero into MemoryError, not the machine
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (6 * 1024 ** 3, 6 * 1024 ** 3))
+
+
+@pytest.mark.parametrize("args, env, words", [
+    (["simulate", "--trace", "/dev/zero", "--onprem-gpus", "8"], {},
+     "zero: line 1 is longer than 1,048,576 characters"),
+    (["simulate", "--trace", "TRACE", "--onprem-gpus", "8", "--gpu-model", "H100", "--spot-lifetimes", "/dev/zero"],
+     {}, "zero: line 1 is longer than 1,048,576 characters"),
+    (["diagnose", "--snapshot", "/dev/zero"], {}, "cannot read the snapshot file /dev/zero: it is larger than 256 MiB"),
+    (["diagnose", "--squeue", "/dev/zero", "--sinfo", "/dev/null"], {}, "cannot read the squeue file /dev/zero"),
+    (["advise", "--simulation", "/dev/zero"], {}, "cannot read /dev/zero: it is larger than 256 MiB"),
+    (["advise", "--from-simulate", "/dev/zero"], {}, "cannot read /dev/zero: it is larger than 256 MiB"),
+    (["advise", "--sacct", "/dev/zero", "--gpus", "8"], {}, "cannot read /dev/zero: it is larger than 256 MiB"),
+    (QUOTE + ["--hours", "1", "--config", "/dev/zero"], {}, "config file /dev/zero cannot be read: it is larger than 16 MiB"),
+    (["serve", "--config", "/dev/zero"], {}, "config file /dev/zero cannot be read: it is larger than 16 MiB"),
+    (["leases", "--server", "127.0.0.1:1"], {"BROKER_TLS_CA": "/dev/zero"},
+     "BROKER_TLS_CA names /dev/zero, which cannot be read (it is larger than 16 MiB"),
+    (["serve", "--db", "sqlite:///DIR/b.db"], {"BROKER_SERVER__TLS_CERT_FILE": "/dev/zero",
+                                               "BROKER_SERVER__TLS_KEY_FILE": "/dev/zero"},
+     "server.tls_key_file /dev/zero cannot be read: it is larger than 16 MiB"),
+    (QUOTE + ["--hours", "1"], {"BROKER_CATALOG__PATH": "DIR/prices"},
+     "prices/prices.csv cannot be read: line 1 is longer than 1,048,576 characters"),
+    (QUOTE + ["--hours", "1"], {"BROKER_CATALOG__PATH": "DIR/network"},
+     "network/network.toml cannot be read: it is larger than 16 MiB"),
+])
+def test_a_file_that_never_ends_is_one_sentence_and_exit_2(tmp_path, args, env, words):
+    """A path typed by mistake that names an endless file: each read is bounded (a document
+    by its size, a table by its line length), so the refusal comes at once, in bounded memory."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time_s,num_gpus,duration_s\nj1,0,1,3600\n")
+    for endless in ("prices.csv", "network.toml"):  # a catalog with one endless file
+        d = tmp_path / endless.split(".")[0]
+        shutil.copytree(ROOT / "providers" / "data", d)
+        (d / endless).unlink()
+        (d / endless).symlink_to("/dev/zero")
+    args = [str(trace) if a == "TRACE" else a.replace("DIR", str(tmp_path)) for a in args]
+    full = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    full.update({"PYTHONPATH": str(ROOT), **{k: v.replace("DIR", str(tmp_path)) for k, v in env.items()}})
+    r = subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True, text=True, env=full,
+                       timeout=120, stdin=subprocess.DEVNULL, preexec_fn=_bounded_memory)
+    assert r.returncode == 2, (r.returncode, r.stderr[-500:])
+    assert words in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("broker: "), r.stderr[-500:]

@@ -53,6 +53,7 @@ def _utilization_arg(text: str) -> float:
 def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[float, int | None, str]:
     """The utilisation, the GPUs it applies to and where it came from."""
     from policies.tco import sacct_usage
+    from providers.files import read_text
 
     if from_simulate is not None:
         doc = read_simulation(from_simulate)
@@ -66,7 +67,7 @@ def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[floa
         if gpus is None:
             exit_usage("--sacct needs --gpus: the GPUs the accounted cluster has.")
         try:
-            usage = sacct_usage(sacct.read_text(), sacct.name)
+            usage = sacct_usage(read_text(sacct), sacct.name)
         except OSError as e:
             exit_usage(f"cannot read {sacct}: {e.strerror or e}.")
         except ValueError as e:

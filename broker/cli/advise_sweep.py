@@ -7,13 +7,14 @@ from pathlib import Path
 
 from broker.cli.app import exit_usage, print_json
 from broker.times import as_of as rfc3339
+from providers.files import read_bytes
 
 SECONDS_PER_YEAR = 365.0 * 86400.0
 
 
 def read_simulation(path: Path) -> dict:
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_bytes(path))
     except OSError as e:
         exit_usage(f"cannot read {path}: {e.strerror or e}.")
     except ValueError:

@@ -45,9 +45,10 @@ def _check_client_environment(environ) -> None:
     """A client setting that cannot work is bad input for every command: say so before anything."""
     ca = environ.get("BROKER_TLS_CA", "")
     if ca:
+        from providers.files import SMALL_BYTES, read_bytes
+
         try:
-            with open(ca, "rb") as f:
-                pem = f.read()
+            pem = read_bytes(ca, SMALL_BYTES)
         except OSError as e:
             exit_usage(f"BROKER_TLS_CA names {ca}, which cannot be read ({e.strerror}).")
         if b"-----BEGIN CERTIFICATE-----" not in pem:

@@ -16,8 +16,10 @@ if TYPE_CHECKING:  # heavy-ish imports stay inside the command
 
 
 def _read(path: Path, what: str) -> str:
+    from providers.files import read_text
+
     try:
-        return path.read_text()
+        return read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         exit_usage(f"cannot read the {what} file {path}: {reason}.")

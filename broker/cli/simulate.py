@@ -103,10 +103,11 @@ def _depth_trace(path: Path, seed: int, model: str):
     job trace: its arrivals are derived (broker.simulate.workloads), and stderr says how."""
     from broker.simulate.trace import Trace
     from broker.simulate.workloads import is_queue_depth, queue_depth_jobs
+    from providers.files import lines
 
     try:
-        with path.open(encoding="utf-8") as f:
-            header = [h.strip().lower() for h in f.readline().split(",")]
+        with path.open(newline="", encoding="utf-8") as f:
+            header = [h.strip().lower() for h in next(lines(f), "").split(",")]
     except (OSError, UnicodeDecodeError):
         return None  # read_trace says what is wrong with it
     if not is_queue_depth(header):

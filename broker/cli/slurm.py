@@ -104,9 +104,10 @@ def resume_cmd(
     # The resume file is a memfd of slurmctld's: read it before anything else.
     raw, read_error = None, ""
     if resume_file:
+        from providers.files import SMALL_BYTES, read_bytes
+
         try:
-            with open(resume_file, "rb") as f:
-                raw = f.read()
+            raw = read_bytes(resume_file, SMALL_BYTES)
         except OSError as e:
             read_error = f"cannot read the resume file {resume_file}: {e.strerror or e}"
     settings, lg = _setup(config, log_file, "resume", nodes)

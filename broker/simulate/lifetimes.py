@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from broker.simulate.trace import TraceError, unreadable
+from providers.files import lines
 from policies.lifetimes import Lifetimes, LifetimesError, lifetimes_from_rows
 
 __all__ = ["Lifetimes", "load_lifetimes"]
@@ -20,10 +21,12 @@ def load_lifetimes(path: Path | str) -> Lifetimes:
     except OSError as e:
         raise TraceError(f"cannot read spot lifetimes {p}: {e.strerror or e}") from None
     with f:
-        r = csv.DictReader(f)
+        r = csv.DictReader(lines(f))
         try:
             return lifetimes_from_rows(r, r.fieldnames, p.name)
         except LifetimesError as e:
             raise TraceError(str(e)) from None
         except (csv.Error, UnicodeDecodeError) as e:
             raise unreadable(p, r.line_num, e) from None
+        except OSError as e:
+            raise TraceError(f"{p.name}: {e.strerror or e}") from None

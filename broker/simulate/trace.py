@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from broker.simulate.table import KINDS, IdLog, JobTable, TraceJob
+from providers.files import lines
 
 FRACTIONAL = ("round-up", "skip")
 SKIP_REASONS = ("no_gpus", "fractional", "never_ran", "no_duration")
@@ -371,7 +372,7 @@ def read_trace(
         raise TraceError(f"cannot read trace {p}: {e.strerror or e}") from None
     rd: _Reader | None = None
     with f:
-        reader = csv.reader(f)
+        reader = csv.reader(lines(f))
         try:
             header = [h.strip().lower() for h in next(reader)]
             rd = _Reader(_Columns(header, p.name, columns or {}), p.name,
@@ -394,6 +395,8 @@ def read_trace(
             if rd is not None:
                 rd.refuse_repeat()
             raise unreadable(p, reader.line_num, e) from None
+        except OSError as e:  # a line past providers.files.LINE_CHARS, or the disk
+            raise TraceError(f"{p.name}: {e.strerror or e}") from None
         except TraceError:
             if rd is not None:
                 rd.refuse_repeat()  # a repeated id on an earlier line (or this one) is refused first

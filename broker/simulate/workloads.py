@@ -26,8 +26,10 @@ import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
-from broker.simulate.trace import TraceError, TraceJob
+from broker.simulate.trace import TraceError, TraceJob, unreadable
+from providers.files import lines
 
 PROFILES = ("services-overloaded", "mixed", "bursty")
 MAX_GENERATED_JOBS = 1_000_000
@@ -99,6 +101,22 @@ def is_queue_depth(header: list[str]) -> bool:
     return all(c in header for c in _DEPTH_COLUMNS)
 
 
+def _depth_rows(p: Path, rd: Iterator[list[str]]) -> list[tuple[int, ...]]:
+    header = [h.strip().lower() for h in next(rd, [])]
+    if not is_queue_depth(header):
+        raise TraceError(f"{p.name} is not a queue-depth series (needs columns {', '.join(_DEPTH_COLUMNS)})")
+    at = {c: header.index(c) for c in _DEPTH_COLUMNS}
+    rows = []
+    for line, row in enumerate(rd, start=2):
+        if not row:
+            continue
+        try:
+            rows.append(tuple(int(float(row[at[c]])) for c in _DEPTH_COLUMNS))
+        except (ValueError, IndexError):
+            raise TraceError(f"{p.name} line {line}: {', '.join(_DEPTH_COLUMNS)} must be numbers") from None
+    return rows
+
+
 def queue_depth_jobs(path: Path | str, seed: int = 0, gpu_model: str = "A100") -> Workload:
     """Jobs derived from a per-minute queue-depth CSV (see the module docstring)."""
     p = Path(path)
@@ -107,19 +125,13 @@ def queue_depth_jobs(path: Path | str, seed: int = 0, gpu_model: str = "A100") -
     except OSError as e:
         raise TraceError(f"cannot read {p}: {e.strerror or e}") from None
     with f:
-        rd = csv.reader(f)
-        header = [h.strip().lower() for h in next(rd, [])]
-        if not is_queue_depth(header):
-            raise TraceError(f"{p.name} is not a queue-depth series (needs columns {', '.join(_DEPTH_COLUMNS)})")
-        at = {c: header.index(c) for c in _DEPTH_COLUMNS}
-        rows = []
-        for line, row in enumerate(rd, start=2):
-            if not row:
-                continue
-            try:
-                rows.append(tuple(int(float(row[at[c]])) for c in _DEPTH_COLUMNS))
-            except (ValueError, IndexError):
-                raise TraceError(f"{p.name} line {line}: {', '.join(_DEPTH_COLUMNS)} must be numbers") from None
+        rd = csv.reader(lines(f))
+        try:
+            rows = _depth_rows(p, rd)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise unreadable(p, rd.line_num, e) from None
+        except OSError as e:
+            raise TraceError(f"{p.name}: {e.strerror or e}") from None
     if len(rows) < 2:
         raise TraceError(f"{p.name} holds fewer than two minutes")
     rows.sort()
