@@ -79,3 +79,15 @@ def test_plain_http_retail_url_only_on_loopback(fake_arm, fake_retail, mini_cata
     with pytest.raises(ValueError, match="retail_prices_url"):
         fetch("azure", settings(fake_arm, fake_retail, retail_prices_url="http://prices.example.com/api"),
               mini_catalog, NOW)
+
+
+def test_a_page_past_the_bound_is_an_outage_not_a_read_without_end(fake_arm, fake_retail, mini_catalog, monkeypatch):
+    """The body of a Retail Prices page is read up to MAX_PAGE_BYTES: a page past it (a proxy's
+    error page, an endless stream) is that source failing, and the refresh goes on."""
+    import providers.market.azure as azure_market
+
+    seed(fake_arm, fake_retail)
+    monkeypatch.setattr(azure_market, "MAX_PAGE_BYTES", 1000)  # a page of five prices is more
+    snap = fetch("azure", settings(fake_arm, fake_retail), mini_catalog, NOW)
+    assert ("prices", "") in snap.failed and "larger than" in " ".join(snap.errors), snap.errors
+    assert snap.zones and not snap.prices

@@ -385,3 +385,19 @@ def test_launches_are_paced_by_launch_interval(fake_lambda: FakeLambdaCloud, key
     t0 = time.monotonic()
     p.launch(spec(count=3))
     assert time.monotonic() - t0 >= 1.0  # three calls, two gaps
+
+
+def test_an_answer_past_the_bound_is_a_retryable_error_not_a_read_without_end(
+        lam: LambdaProvider, fake_lambda: FakeLambdaCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body is read up to MAX_BODY_BYTES: past it (a runaway listing, a proxy streaming
+    without end) the call fails as a transient error naming the call, and the next call that
+    fits is read as before."""
+    import providers.lambda_cloud.client as client
+
+    lam.launch(spec(count=2))
+    monkeypatch.setattr(client, "MAX_BODY_BYTES", 200)  # a listing of two instances is more
+    with pytest.raises(TransientError) as e:
+        lam.list_managed()
+    assert e.value.retryable and e.value.code == "RESPONSE_TOO_LARGE" and "GET /api/v1/instances" in str(e.value)
+    monkeypatch.setattr(client, "MAX_BODY_BYTES", 64 * 1024 * 1024)
+    assert len(lam.list_managed()) == 2

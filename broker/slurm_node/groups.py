@@ -78,9 +78,10 @@ def parse_resume_file(text: str, where: str = "resume file") -> ResumeRequest:
 
 def read_resume_file(path: str) -> ResumeRequest:
     """Read SLURM_RESUME_FILE (do it at once: it is a memfd of slurmctld's)."""
+    from providers.files import SMALL_BYTES, read_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(path, SMALL_BYTES)
     except OSError as e:
         raise ResumeFileError(f"cannot read the resume file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError:

@@ -28,6 +28,7 @@ log = structlog.get_logger("providers.lambda")
 ENV_KEY = "LAMBDA_API_KEY"
 ENV_ENDPOINT = "LAMBDA_API_ENDPOINT"
 MAX_WAIT_S = 30.0  # the longest single back-off, whatever Retry-After says
+MAX_BODY_BYTES = 64 * 1024 * 1024  # an answer is read up to this; a listing of 1,000 instances is ~2 MB
 
 
 class ApiKey:
@@ -251,7 +252,8 @@ class LambdaClient:
 
     def _once(self, method: str, path: str, typ: Any, body: Any, region: str) -> Any:
         try:
-            r = self._http.request(method, path, json=body)
+            with self._http.stream(method, path, json=body) as r:
+                content = _body(r, f"{method} {path}", region)
         except httpx.TimeoutException as e:
             raise TransientError(f"Lambda Cloud call {method} {path} timed out ({type(e).__name__})",
                                  provider=NAME, code="TIMEOUT", region=region) from None
@@ -260,11 +262,11 @@ class LambdaClient:
                                  provider=NAME, code="CONNECTION_ERROR", region=region) from None
         if r.is_success:
             try:
-                return msgspec.json.decode(r.content, type=typ)
+                return msgspec.json.decode(content, type=typ)
             except msgspec.DecodeError:
                 raise unreadable(r.status_code, region=region) from None
         try:
-            decoded = msgspec.json.decode(r.content)
+            decoded = msgspec.json.decode(content)
         except msgspec.DecodeError:
             decoded = None
         err = from_body(r.status_code, decoded, region=region)
@@ -272,6 +274,19 @@ class LambdaClient:
             err.retry_after = _retry_after(r.headers.get("Retry-After"))  # type: ignore[attr-defined]
         log.info("lambda.error", method=method, path=path, status=r.status_code, code=err.code)
         raise err
+
+
+def _body(r: httpx.Response, call: str, region: str) -> bytes:
+    """The answer's body, read up to :data:`MAX_BODY_BYTES` (an endless or runaway answer is
+    a transient failure of this call, not a read until memory runs out)."""
+    chunks, size = [], 0
+    for chunk in r.iter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TransientError(f"Lambda Cloud answered {call} with more than {MAX_BODY_BYTES:,} bytes",
+                                 provider=NAME, code="RESPONSE_TOO_LARGE", region=region)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _lenient(raw: msgspec.Raw, why: str) -> RemoteInstance | None:

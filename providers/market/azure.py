@@ -33,6 +33,7 @@ from providers.market import LivePrice, Quota, QuotaNeed, Reservation, Snapshot,
 
 RETAIL_API_VERSION = "2023-01-01-preview"
 MAX_PAGES = 200
+MAX_PAGE_BYTES = 16 * 1024 * 1024  # a page of 1,000 prices is about 1 MB
 
 
 def retail_prices(url: str, sizes: list[str], regions: set[str], timeout: float) -> list[LivePrice]:
@@ -66,11 +67,18 @@ def _get_json(url: str, timeout: float) -> dict[str, Any]:
     req = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "gpu-burst-broker"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
+            body = resp.read(MAX_PAGE_BYTES + 1)
     except urllib.error.HTTPError as e:
         raise TransientError(f"Retail Prices API answered HTTP {e.code}", provider="azure",
                              code=str(e.code)) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError) as e:
+        raise TransientError(f"Retail Prices API: {e}", provider="azure", code="RetailPricesUnavailable") from None
+    if len(body) > MAX_PAGE_BYTES:
+        raise TransientError(f"Retail Prices API answered a page larger than {MAX_PAGE_BYTES:,} bytes",
+                             provider="azure", code="RetailPricesUnavailable")
+    try:
+        return json.loads(body)
+    except ValueError as e:
         raise TransientError(f"Retail Prices API: {e}", provider="azure", code="RetailPricesUnavailable") from None
 
 
