@@ -87,6 +87,37 @@ def test_aliases_find_helios_style_columns(tmp_path):
     assert tr.skipped == {"never_ran": 1}
 
 
+# Helios' job log (HeliosData README, cluster_log.csv): `queue` is the seconds the job waited,
+# the original scheduler's outcome; times are naive "YYYY-MM-DD HH:MM:SS".
+HELIOS_LOG = """job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue
+1425511,uXBbc,vcJkd,1,1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-10 04:55:09,36848,0
+1425512,uVMrF,vchbv,4,16,1,FAILED,2020-06-09 18:41:27,2020-06-09 19:41:27,2020-06-09 19:45:36,249,3600
+1425513,uzqls,vcpDC,8,32,1,CANCELLED,2020-06-09 18:41:28,2020-06-09 20:41:28,2020-06-09 21:41:28,3600,7200
+"""
+
+
+def test_a_helios_job_log_gives_the_vc_and_never_the_wait_it_recorded(tmp_path):
+    """The trace's `queue` column is how long each job waited under the original scheduler: it
+    is neither the job's queue nor its class label, and never reaches the policy as a priority
+    (a class with `min_priority` would otherwise take every job that waited long enough)."""
+    from policies.classes import DEFAULT_CLASSES, JobClass, classify
+
+    p = tmp_path / "cluster_log.csv"
+    p.write_text(HELIOS_LOG)
+    tr = read_trace(p)
+    assert [(j.job_id, j.queue, j.job_class) for j in tr.jobs] == [
+        ("1425511", "vcJkd", ""), ("1425512", "vchbv", ""), ("1425513", "vcpDC", "")]
+    assert [j.duration_s for j in tr.jobs] == [36848.0, 249.0, 3600.0]
+    assert tr.jobs[1].submit_s - tr.jobs[0].submit_s == 26.0  # naive times, read as UTC
+    urgent = (*DEFAULT_CLASSES, JobClass("urgent", 600.0, min_priority=1000))
+    assert {classify(urgent, j.job_class, "", j.queue).name for j in tr.jobs} == {"default"}
+    # a `queue` column of names (a Kueue export) is still the queue and the class label
+    p.write_text("job_id,queue,gpus,submit_time_s,duration_s\nj1,prod,8,0,600\nj2,team-a,1,5,60\n")
+    tr = read_trace(p)
+    assert [(j.queue, j.job_class) for j in tr.jobs] == [("prod", "prod"), ("team-a", "team-a")]
+    assert [classify(urgent, j.job_class, "", j.queue).name for j in tr.jobs] == ["production", "default"]
+
+
 def cli(*args):
     return runner.invoke(app, ["simulate", *map(str, args)])
 

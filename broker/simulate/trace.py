@@ -13,7 +13,7 @@ duration        duration_s, duration, run_time, runtime, elapsed
 start           start_time, start, scheduled_time, started
 end             end_time, end, finish_time, deletion_time, finished
 gpu_milli       gpu_milli (thousandths of a GPU per GPU asked, for fractional GPU shares)
-queue           queue, vc, partition
+queue           vc, partition, queue
 interruptible   interruptible
 gpu_model       gpu_model, gpu, gpu_type, gpu_spec
 data_gb         data_gb, data_in_gb, dataset_gb
@@ -25,7 +25,13 @@ runtime_known   runtime_known (false: the policy sees no runtime, only the job's
 =============== ================================================================================
 
 ``job_id``, ``submit`` and ``gpus`` are required, and ``duration`` or ``start`` and ``end``.
-Times are seconds (any origin) or ISO 8601 timestamps. A missing duration is ``end - start``.
+Times are seconds (any origin) or ISO 8601 timestamps (UTC unless they say otherwise). A missing
+duration is ``end - start``.
+
+A column found by the name ``queue`` may be a time, not a name: in the Helios job traces
+(``cluster_log.csv``) it is the seconds the job waited, the original scheduler's outcome. A
+number there is neither a queue nor a class label (nor, through the label, a priority), so no
+replay is handed how long the job waited; ``vc`` and ``partition`` are tried before it.
 
 Real traces hold rows that are not GPU jobs. Unless ``strict``, these are skipped and counted by
 reason (:data:`SKIP_REASONS`): ``no_gpus`` (CPU-only, 0 GPUs), ``never_ran`` (no start time),
@@ -44,7 +50,7 @@ import math
 import struct
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -62,7 +68,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "start": ("start_time", "start", "scheduled_time", "started"),
     "end": ("end_time", "end", "finish_time", "deletion_time", "finished"),
     "gpu_milli": ("gpu_milli",),
-    "queue": ("queue", "vc", "partition"),
+    "queue": ("vc", "partition", "queue"),
     "interruptible": ("interruptible",),
     "gpu_model": ("gpu_model", "gpu", "gpu_type", "gpu_spec"),
     "data_gb": ("data_gb", "data_in_gb", "dataset_gb"),
@@ -172,6 +178,9 @@ class _Columns:
                 self.at[fld] = col[columns[fld]]
             else:
                 self.at[fld] = next((col[a] for a in aliases if a in col), None)
+        # found as "queue": a number there is the wait the trace recorded (Helios), not a name
+        self.numeric_is_wait = {f for f in ("queue", "job_class") if f not in columns
+                                and self.at[f] is not None and header[self.at[f]] == "queue"}
         missing = [f for f in _REQUIRED if self.at[f] is None]
         if self.at["duration"] is None and (self.at["start"] is None or self.at["end"] is None):
             missing.append("duration")
@@ -189,7 +198,8 @@ def _time(v: str) -> float | None:
     try:
         return float(t)
     except ValueError:
-        return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+        at = datetime.fromisoformat(t.replace("Z", "+00:00"))
+        return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 @dataclass(slots=True)
@@ -210,6 +220,7 @@ class _Row:
 class _Reader:
     def __init__(self, cols: _Columns, name: str, opts: dict):
         self.c = cols.at
+        self.wait_cols = cols.numeric_is_wait
         self.width = cols.width
         self.name = name
         self.o = opts
@@ -260,10 +271,20 @@ class _Reader:
         return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None, extra)
 
     def extra(self, line: int, row: list[str], jid: str) -> tuple:
-        return (self.get(row, "queue"), self.interruptible(line, row, jid),
+        return (self.name_of(row, "queue"), self.interruptible(line, row, jid),
                 self.get(row, "gpu_model").upper() or self.o["model"], self.data_gb(line, row),
-                self.kind(line, row), self.checkpoint(line, row), self.get(row, "job_class")[:64],
+                self.kind(line, row), self.checkpoint(line, row), self.name_of(row, "job_class")[:64],
                 self.runtime_known(line, row))
+
+    def name_of(self, row: list[str], fld: str) -> str:
+        v = self.get(row, fld)
+        if v and fld in self.wait_cols:
+            try:
+                float(v)
+                return ""
+            except ValueError:
+                pass
+        return v
 
     def runtime_known(self, line: int, row: list[str]) -> bool:
         v = self.get(row, "runtime_known").lower()
