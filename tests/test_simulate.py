@@ -139,12 +139,50 @@ def test_load_trace_optional_columns_and_sorting(tmp_path):
     (("ok", 5, 1, 3), "line 3: job_id ok appears twice"),
     (("x", 5, 1), "line 3: 3 fields, the header has 4"),
     (("", 5, 1, 3), "line 3: job_id is empty"),
+    # out of any real range: each used to hang the replay (a sample clock that 1e300 + 3600
+    # never moves, a gang of 1.25e11 spot nodes drawn one by one, years of samples)
+    (("x", "1e300", 1, 3), "line 3: submit_time_s must be zero or positive, before the year 10000"),
+    (("x", 5, "1e12", 3), "line 3: num_gpus must be zero or positive, at most 1,000,000"),
+    (("x", 5, 1, "1e9"), "line 3: duration_s must be zero or positive, at most ten years"),
+    (("x", "nan", 1, 3), "line 3: submit_time_s must be zero or positive"),
+    (("x", 5, 1, "inf"), "line 3: duration_s must be zero or positive"),
 ])
 def test_malformed_rows_name_their_line(tmp_path, row, needle):
     p = write_trace(tmp_path / "bad.csv", [("ok", 0, 1, 10), row])
     with pytest.raises(TraceError) as e:
         load_trace(p, strict=True)
     assert needle in str(e.value) and "bad.csv" in str(e.value)
+
+
+def test_a_trace_of_impossible_spans_is_refused(tmp_path):
+    """Times in mixed units (milliseconds beside seconds): the replay would sample every hour of
+    63 years. Start and end ten years apart are no job either."""
+    p = write_trace(tmp_path / "units.csv", [("a", 0, 1, 3600), ("b", 2e9, 1, 60)])
+    with pytest.raises(TraceError, match="units.csv spans 63 years from its first submission to its last"):
+        load_trace(p)
+    p = tmp_path / "ends.csv"
+    p.write_text("job_id,submit_time,start_time,end_time,num_gpus\nj1,0,10,1e11,1\n")
+    with pytest.raises(TraceError, match="ends.csv line 2: the job ran 3,171 years"):
+        load_trace(p)
+    p.write_text("job_id,submit_time,start_time,end_time,num_gpus\nj2,0,10,1e300,1\n")
+    with pytest.raises(TraceError, match="line 2: end_time must be a time before the year 10000"):
+        load_trace(p)
+
+
+def test_a_job_no_burst_of_max_nodes_can_hold_never_bursts(tmp_path):
+    """As the service refuses a demand of more than the largest node x [limits] max_nodes, the
+    replay finds no cloud offer for it (and prices no gang of a million nodes); one node less
+    than the bound bursts."""
+    from providers.catalog import bundled
+
+    cat = bundled()
+    per_node = max(o.instance.gpus for o in cat.offerings if o.instance.gpu == "A100")
+    p = write_trace(tmp_path / "huge.csv", [("huge", 0, 1_000_000, 3600), ("over", 0, per_node * 4 + 1, 600),
+                                            ("fits", 0, per_node * 4, 600)])
+    jobs = load_trace(p, default_gpu_model="A100")
+    for name in ("ondemand-cheapest", "broker"):
+        r = simulate(jobs, cat, builtin_policies()[name], SimConfig(onprem_gpus=8, max_nodes=4)).to_dict()
+        assert (r["never_runnable_jobs"], r["jobs_burst"]) == (2, 1), (name, r["never_runnable_jobs"], r["jobs_burst"])
 
 
 def test_missing_columns_empty_and_unreadable_traces(tmp_path):

@@ -73,6 +73,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "runtime_known": ("runtime_known",),
 }
 _REQUIRED = ("job_id", "submit", "gpus")
+MAX_TIME_S, YEAR_S, MAX_JOB_GPUS = 253_402_300_799, 365 * 24 * 3600, 1_000_000
+MAX_SPAN_S = 10 * YEAR_S
 _EMPTY = {"", "none", "null", "nan", "na", "n/a", "unknown", "-"}
 
 
@@ -246,12 +248,20 @@ class _Reader:
         except ValueError:
             raise self.fail(line, "submit_time_s, num_gpus and duration_s must be numbers (times may be timestamps), got "
                             + ", ".join(repr(self.get(row, f)) for f in ("submit", "gpus", "duration"))) from None
-        if submit is None or not (math.isfinite(submit) and submit >= 0):
-            raise self.fail(line, f"submit_time_s must be zero or positive, got {self.get(row, 'submit')!r}")
-        if not (math.isfinite(gpus) and gpus >= 0):
-            raise self.fail(line, f"num_gpus must be zero or positive, got {self.get(row, 'gpus')!r}")
-        if dur is not None and not (math.isfinite(dur) and dur >= 0):
-            raise self.fail(line, f"duration_s must be zero or positive, got {self.get(row, 'duration')!r}")
+        # the ranges the reader has since taken on (broker.simulate.trace), in the same words
+        if submit is None or not (math.isfinite(submit) and 0 <= submit <= MAX_TIME_S):
+            raise self.fail(line, f"submit_time_s must be zero or positive, before the year 10000 "
+                                  f"({MAX_TIME_S:,} s), got {self.get(row, 'submit')!r}")
+        for fld, v in (("start", start), ("end", end)):
+            if v is not None and not (math.isfinite(v) and abs(v) <= MAX_TIME_S):
+                raise self.fail(line, f"{fld}_time must be a time before the year 10000 ({MAX_TIME_S:,} s), "
+                                      f"got {self.get(row, fld)!r}")
+        if not (math.isfinite(gpus) and 0 <= gpus <= MAX_JOB_GPUS):
+            raise self.fail(line, f"num_gpus must be zero or positive, at most {MAX_JOB_GPUS:,}, "
+                                  f"got {self.get(row, 'gpus')!r}")
+        if dur is not None and not (math.isfinite(dur) and 0 <= dur <= MAX_SPAN_S):
+            raise self.fail(line, f"duration_s must be zero or positive, at most ten years ({MAX_SPAN_S:,} s), "
+                                  f"got {self.get(row, 'duration')!r}")
         return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None,
                     self.extra(line, row, jid))
 
@@ -339,6 +349,8 @@ class _Reader:
             if strict:
                 raise self.fail(r.line, "duration_s is empty and there is no start and end to compute it")
             return "no_duration"
+        if dur > MAX_SPAN_S:
+            raise self.fail(r.line, f"the job ran {dur / YEAR_S:,.0f} years (start to end), more than ten")
         if censored and strict:
             raise self.fail(r.line, "the job was still running when the trace ended (no end time)")
         self.rounded += rounded
@@ -388,6 +400,10 @@ def read_trace(
     if not jobs:
         raise TraceError(f"{p.name} holds no jobs" + (f" (skipped {sum(skipped.values())} rows)" if rows else ""))
     jobs.sort(key=lambda j: j.submit_s)
+    span = jobs[-1].submit_s - jobs[0].submit_s
+    if span > MAX_SPAN_S:
+        raise TraceError(f"{p.name} spans {span / YEAR_S:,.0f} years from its first submission to its last, "
+                         f"more than ten (a trace gives its times in seconds or as timestamps)")
     return Trace(str(p), jobs, {k: v for k, v in skipped.items() if v}, rd.rounded,
                  sum(1 for j in jobs if j.censored))
 

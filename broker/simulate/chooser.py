@@ -123,15 +123,16 @@ class Chooser:
         if _PRICED_CATALOG[0] is not self.catalog or len(_PRICED) > _PRICED_MAX:
             _PRICED.clear()
             _PRICED_CATALOG[0] = self.catalog
-        k = (self.ctx_key, key)
+        k = (self.ctx_key, key, self.cfg.max_nodes)
         out = _PRICED.get(k)
         if out is None:
             gpus, interruptible, model, data_gb, _, ckpt = key
             d = Demand(gpus=gpus, hours=hours, gpu_model=model, data_in_gb=float(data_gb),
                        interruptible=interruptible, checkpoint_minutes=ckpt or self.cfg.checkpoint_minutes)
             one = pricer(d, self.ctx)
+            most = self.cfg.max_nodes  # the service refuses a bigger demand before any price
             out = _PRICED[k] = tuple(r for r in map(one, self.catalog.by_gpu.get(model, ()))
-                                     if type(r) is not Exclusion)
+                                     if type(r) is not Exclusion and r.nodes <= most)
         return out
 
     def _choose(self, key: tuple, hours: float) -> Choice:

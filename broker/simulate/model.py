@@ -79,6 +79,7 @@ class SimConfig:
     checkpoint_minutes: int = 30  # for interruptible jobs whose trace row names none
     onprem_egress_usd_per_gb: float = 0.0
     sample_s: float = 3600.0  # time-series resolution for plots
+    max_nodes: int = 1024  # the most nodes one burst may take, as the service's [limits] max_nodes
 
     def __post_init__(self) -> None:
         if not 0 < self.gpus_per_node <= MAX_GPUS_PER_NODE:
