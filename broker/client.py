@@ -11,6 +11,7 @@ from broker.paging import MAX_PAGE
 from broker.v1 import broker_pb2 as pb
 from broker.v1 import broker_pb2_grpc as pb_grpc
 from policies.demand import Demand
+from providers.files import SMALL_BYTES, read_bytes
 
 
 class ClientError(Exception):
@@ -70,8 +71,6 @@ def open_channel(target: str, *, token: str | None = None, tls_ca: str | None = 
     token = token if token is not None else os.environ.get("BROKER_TOKEN", "")
     tls_ca = tls_ca if tls_ca is not None else os.environ.get("BROKER_TLS_CA", "")
     if tls_ca:
-        from providers.files import SMALL_BYTES, read_bytes
-
         creds = grpc.ssl_channel_credentials(root_certificates=read_bytes(tls_ca, SMALL_BYTES))
         if token:
             creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))

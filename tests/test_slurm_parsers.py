@@ -509,6 +509,20 @@ def test_snapshot_json_defaults_and_iso_time():
     (lambda d: d.update(taken_at="yesterday"), "taken_at must be", '"taken_at"'),
     (lambda d: d["gpu_samples"][0].update(utilization_pct=140), "at most 100",
      '"utilization_pct": 140'),
+    # the gRPC edge's bounds (broker.fields.FIELDS), which a file given to diagnose meets too
+    (lambda d: d["pending"][0].update(gpus=1e300), "pending[0].gpus must be at most 100,000, got 1e+300",
+     '"gpus": 1e+300'),
+    (lambda d: d["nodes"][0].update(gpus_total=10 ** 12), "nodes[0].gpus_total must be at most 1,024",
+     '"gpus_total": 1000000000000'),
+    (lambda d: d["pending"][0].update(priority=2 ** 60), "pending[0].priority must be at most 9,007,199,254,740,992",
+     '"priority": 1152921504606846976'),
+    (lambda d: d["pending"][0].update(job_id="a\x00b"), "pending[0].job_id contains a NUL character (U+0000)",
+     '"job_id": "a\\u0000b"'),
+    (lambda d: d["pending"][0].update(queue="q" * 200), "pending[0].queue is 200 characters long; at most 128",
+     '"queue": "qqq'),
+    (lambda d: d["running"][0].update(nodes=["gpu-1", "gpu\x1b[2J"]), "running[0].nodes contains a control",
+     '"nodes": ['),
+    (lambda d: d.update(taken_at=1e300), "taken_at must be a time of the years 1 to 9999", '"taken_at"'),
 ])
 def test_snapshot_json_errors_name_field_and_line(tmp_path, mutate, msg, needle):
     doc = json.loads(dumps(_snapshot()))
@@ -520,6 +534,17 @@ def test_snapshot_json_errors_name_field_and_line(tmp_path, mutate, msg, needle)
         load_snapshot(path)
     assert msg in str(e.value) and str(path) in str(e.value)
     assert needle in body.splitlines()[e.value.line - 1]
+
+
+def test_a_stored_snapshot_keeps_what_the_scheduler_wrote():
+    """The edge's bounds are for what a person or a client sends; a snapshot the watcher took
+    from Slurm's own commands and stored is read back as it was (an operator's drain reason
+    with an escape in it must not make the autoscaler's stored queue unreadable)."""
+    doc = json.loads(dumps(_snapshot()))
+    doc["nodes"][0]["reason"] = "bad fan \x1b[31m"
+    assert snapshot_from_dict(doc).nodes[0].reason == "bad fan \x1b[31m"
+    with pytest.raises(ParseError, match=r"nodes\[0\]\.reason contains a control character \(U\+001B\)"):
+        loads(json.dumps(doc))
 
 
 def test_snapshot_json_syntax_error(tmp_path):

@@ -10,6 +10,7 @@ import typer
 from broker.cli.advise_sweep import advise_simulation, policy_of, read_simulation
 from broker.cli.app import app, check_format, exit_usage, print_json
 from broker.times import as_of
+from providers.files import read_text
 
 
 #: The sane range of each owning-cost flag: a value outside is a typo (2^63 GPUs, a PUE of 40),
@@ -53,7 +54,6 @@ def _utilization_arg(text: str) -> float:
 def _measured(gpus, utilization, from_simulate, sim_policy, sacct) -> tuple[float, int | None, str]:
     """The utilisation, the GPUs it applies to and where it came from."""
     from policies.tco import sacct_usage
-    from providers.files import read_text
 
     if from_simulate is not None:
         doc = read_simulation(from_simulate)

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from broker.fields import FIELDS, TS_MAX, TS_MIN, Rule, bad_character
 from broker.watchers import ParseError
 from policies.queue import (JOB_KINDS, NODE_STATES, ClusterNode, GpuSample, PendingJob,
                             QueueSnapshot, RunningJob)
@@ -120,7 +121,48 @@ def _check(value: Any, typ: str, path: tuple) -> Any:
     raise _FieldError(path, f"{_name(path)} has an unsupported type {typ}")
 
 
-def _record(cls: type, data: Any, path: tuple) -> Any:
+MAX_STRING_CHARS = 4096  # as the edge's default [limits] max_string_chars
+MAX_NUMBER = 2 ** 53  # a count, priority or duration past this is no scheduler's
+
+
+_NO_RULE = Rule()
+_RULES = {cls: {f.name: FIELDS.get(f"{cls.__name__}.{f.name}", _NO_RULE) for f in dataclasses.fields(cls)}
+          for cls in _LISTS.values()}
+
+
+def _within_edge(cls: type, kwargs: dict, path: tuple) -> None:
+    """The gRPC edge's bounds (:data:`broker.fields.FIELDS`) on a record read from a file:
+    what a pushed snapshot could not carry, a file given to ``diagnose`` cannot either."""
+    rules = _RULES[cls]
+    for k, v in kwargs.items():
+        rule = rules[k]
+        if isinstance(v, str):
+            _edge_string(v, rule, path, k)
+        elif isinstance(v, tuple):
+            if rule.items is not None and len(v) > rule.items:
+                raise _FieldError(path + (k,), f"{_name(path + (k,))} holds {len(v)} entries; at most {rule.items}")
+            for s in v:
+                _edge_string(s, rule, path, k)
+        elif not isinstance(v, bool) and v > (MAX_NUMBER if rule.hi is None else rule.hi):
+            hi = MAX_NUMBER if rule.hi is None else rule.hi
+            raise _FieldError(path + (k,), f"{_name(path + (k,))} must be at most {_num(hi)}, got {_num(v)}")
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if x < 1e16 and float(x).is_integer() else f"{float(x):g}"
+
+
+def _edge_string(v: str, rule: Rule, path: tuple, k: str) -> None:
+    chars = rule.chars or MAX_STRING_CHARS
+    if len(v) > chars:
+        raise _FieldError(path + (k,), f"{_name(path + (k,))} is {len(v):,} characters long; at most {chars:,}")
+    bad = bad_character(v, rule.text)
+    if bad:
+        raise _FieldError(path + (k,), f"{_name(path + (k,))} contains {bad.split(', ', 1)[1]} "
+                                       f"({bad.split(',', 1)[0]})")
+
+
+def _record(cls: type, data: Any, path: tuple, edge: bool = False) -> Any:
     if not isinstance(data, dict):
         raise _FieldError(path, f"{path[0]}[{path[1]}] must be an object")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -132,6 +174,8 @@ def _record(cls: type, data: Any, path: tuple) -> Any:
         if req not in data:
             raise _FieldError(path, f"{path[0]}[{path[1]}] lacks the required field {req!r}")
     kwargs = {k: _check(v, fields[k].type, path + (k,)) for k, v in data.items()}
+    if edge:
+        _within_edge(cls, kwargs, path)
     if cls is PendingJob and kwargs.get("kind", "training") not in JOB_KINDS:
         raise _FieldError(path + ("kind",), f"{path[0]}[{path[1]}].kind must be one of "
                           f"{', '.join(JOB_KINDS)}, got {kwargs['kind']!r}")
@@ -171,7 +215,9 @@ def snapshot_from_dict(doc: Any) -> QueueSnapshot:
         raise ValueError(str(exc)) from None
 
 
-def _from_dict(doc: Any) -> QueueSnapshot:
+def _from_dict(doc: Any, edge: bool = False) -> QueueSnapshot:
+    """``edge``: also the gRPC edge's bounds on every field (a document from a file; a
+    stored one passed them, or came from the scheduler's own commands)."""
     if not isinstance(doc, dict):
         raise _FieldError((), "a snapshot must be a JSON object")
     schema = doc.get("schema", SCHEMA)
@@ -191,11 +237,16 @@ def _from_dict(doc: Any) -> QueueSnapshot:
         items = doc.get(key, [])
         if not isinstance(items, list):
             raise _FieldError((key,), f"{key} must be a list")
-        lists[key] = tuple(_record(cls, item, (key, i)) for i, item in enumerate(items))
+        lists[key] = tuple(_record(cls, item, (key, i), edge) for i, item in enumerate(items))
     extra = doc.get("extra", {})
     if not isinstance(extra, dict):
         raise _FieldError(("extra",), "extra must be an object")
-    return QueueSnapshot(source=source, taken_at=_taken_at(doc["taken_at"]), extra=extra, **lists)
+    taken_at = _taken_at(doc["taken_at"])
+    if edge:
+        _edge_string(source, FIELDS["QueueSnapshot.source"], (), "source")
+        if not TS_MIN <= taken_at <= TS_MAX:
+            raise _FieldError(("taken_at",), f"taken_at must be a time of the years 1 to 9999, got {taken_at:g}")
+    return QueueSnapshot(source=source, taken_at=taken_at, extra=extra, **lists)
 
 
 def _line_of_path(text: str, path: tuple) -> int | None:
@@ -306,14 +357,16 @@ def loads(text: str) -> QueueSnapshot:
         raise ParseError(f"not valid JSON: {exc.msg} (column {exc.colno})",
                          line=exc.lineno) from None
     try:
-        return _from_dict(doc)
+        return _from_dict(doc, edge=True)
     except _FieldError as exc:
         raise ParseError(str(exc), line=_line_of_path(text, exc.path)) from None
 
 
 def load_snapshot(path: str | Path) -> QueueSnapshot:
     """Read a snapshot file; ParseError names the file and line; OSError passes through."""
-    text = Path(path).read_text()
+    from providers.files import read_text
+
+    text = read_text(path)
     try:
         return loads(text)
     except ParseError as exc:
