@@ -6,6 +6,7 @@ lease of an earlier run would name instances no cloud knows.
 """
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from broker_sandbox.clouds import Clouds
 
 #: What the sandbox writes in its state directory (and removes when it starts again).
 STATE_FILES = ("broker.toml", "broker.db", "broker.db-wal", "broker.db-shm", "serve.log")
+MARK = ".broker-sandbox"  # written at the first start: the state files here are the sandbox's own
 
 
 def config(clouds: Clouds, home: Path) -> dict[str, Any]:
@@ -49,6 +51,12 @@ class Sandbox:
 
     def start(self, timeout: float = 120.0) -> "Sandbox":
         self.home.mkdir(parents=True, exist_ok=True)
+        mark = self.home / MARK
+        theirs = [n for n in STATE_FILES if (self.home / n).exists()]
+        if theirs and not mark.exists():  # a directory of someone's own broker: never empty it
+            raise OSError(errno.EEXIST, f"it holds {theirs[0]}, which the sandbox did not write; "
+                                        "give --home an empty or new directory")
+        mark.touch()
         for name in STATE_FILES:
             (self.home / name).unlink(missing_ok=True)
         try:

@@ -16,6 +16,7 @@ No cloud SDK is imported here: the schema is checked before any provider is buil
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import re
 from typing import Annotated, Any, Literal, Mapping, TypeVar, Union, get_args, get_origin
@@ -85,7 +86,9 @@ def _check_numbers(value: Any, path: str) -> None:
             _check_numbers(v, f"{path}[{i}]")
 
 
-_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>.*)`$", re.S)
+_AT = re.compile(r"^(?P<msg>.*) - at `(?P<key>key` in `)?\$(?P<path>.*)`$", re.S)
+# Settings whose values are secrets (tokens, a database URL with its password): never echoed.
+_SECRET = ("auth", "store.url")
 _TOKEN = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+|\.\.\.)\]")
 
 
@@ -144,11 +147,29 @@ def _locate(raw: Any, typ: Any, tokens: list[tuple[str, str]]) -> tuple[list[str
     return keys, raw, _unwrap(typ)
 
 
+def _converts(value: Any, typ: Any) -> bool:
+    try:
+        msgspec.convert(value, typ, strict=True)
+        return True
+    except msgspec.ValidationError:
+        return False
+
+
 def _sentence(text: str, raw: Any, typ: Any, where: str, sources: Mapping[str, str]) -> SettingsError:
     m = _AT.match(text)
     msg, path = (m["msg"], m["path"]) if m else (text, "")
     keys, value, here = _locate(raw, typ, [(a or "", b or "") for a, b in _TOKEN.findall(path)])
     prefix = ".".join(p for p in (where, *keys) if p)
+    secret = any(prefix == s or prefix.startswith(f"{s}.") for s in _SECRET)
+    if m and m["key"]:  # a table's key (a name) fails its rule: say which, never the table
+        rule = get_args(here)[0] if get_origin(here) is dict else Any
+        bad_key = next((k for k in (value if isinstance(value, Mapping) else ())
+                        if not _converts(k, rule)), None)
+        named = "" if secret or bad_key is None else f" {json.dumps(bad_key)}"
+        return SettingsError(f"{prefix}: the name{named} cannot be used: {msg.replace('Expected `str`', 'a name must be a string')}",
+                             prefix)
+    if secret or not isinstance(value, (str, int, float, bool)):
+        value = None  # a table is not echoed (it may hold secrets); a secret never is
 
     def env_of(key: str) -> str:
         """The environment variable that set ``key`` or a key inside it, if one did."""

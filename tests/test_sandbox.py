@@ -18,10 +18,10 @@ from tests.lease_kit import wait_until
 pytestmark = pytest.mark.timeout(300)
 
 
-def broker(*args: str, server: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BROKER_SERVER": server}
+def broker(*args: str, server: str, timeout: float = 120, cwd=ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BROKER_SERVER": server, "PYTHONPATH": str(ROOT)}
     env.pop("BROKER_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -95,3 +95,20 @@ def test_the_sandbox_refuses_a_port_in_use_and_an_address_beyond_loopback(tmp_pa
     assert len(r.stderr.strip().splitlines()) == 1
     r = broker("sandbox", "--listen", "0.0.0.0:50051", "--home", str(tmp_path), server=busy)
     assert r.returncode == 2 and "must be a loopback address" in r.stderr, r.stderr
+
+
+def test_the_sandbox_never_empties_a_directory_it_did_not_make(tmp_path):
+    """`--home ""` is refused (it would be the current directory), and a directory holding an
+    operator's own broker.toml keeps it: the sandbox deletes only state files it wrote there."""
+    free = f"127.0.0.1:{_free_port()}"
+    empty = tmp_path / "cwd"
+    empty.mkdir()
+    r = broker("sandbox", "--listen", free, "--home", "", server=free, cwd=empty)
+    assert r.returncode == 2 and "--home is empty" in r.stderr, r.stderr
+    assert not any(empty.iterdir())
+    mine = tmp_path / "broker.toml"
+    mine.write_text("# an operator's own configuration\n")
+    r = broker("sandbox", "--listen", free, "--home", str(tmp_path), server=free)
+    assert r.returncode == 2 and "holds broker.toml, which the sandbox did not write" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2 and "Traceback" not in r.stderr  # "starting..." + the refusal
+    assert mine.read_text() == "# an operator's own configuration\n"

@@ -29,7 +29,7 @@ Examples:
 @app.command(help=HELP)
 def sandbox(
     listen: str = typer.Option(DEFAULT_SERVER, "--listen", help="host:port of the sandbox's broker (loopback)."),
-    home: Optional[Path] = typer.Option(None, "--home", help="State directory (default $BROKER_HOME/sandbox)."),
+    home_dir: Optional[str] = typer.Option(None, "--home", help="State directory (default $BROKER_HOME/sandbox)."),
 ) -> None:
     from broker.config import default_state_dir, is_loopback_host, split_host_port
 
@@ -50,7 +50,9 @@ def sandbox(
         _check_free(listen)
     except ConfigError as e:
         exit_usage(f"{e} (choose another with --listen).")
-    home = home or default_state_dir() / "sandbox"
+    if home_dir is not None and not home_dir.strip():
+        exit_usage("--home is empty; give the sandbox's state directory, or leave it out.")
+    home = Path(home_dir) if home_dir else default_state_dir() / "sandbox"
     box = Sandbox(home, listen)
     sys.stderr.write("broker: starting the mocked clouds and a broker against them...\n")
     try:
