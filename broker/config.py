@@ -346,6 +346,9 @@ class AuthSettings(Table):
         for token, tenant in self.tokens.items():
             if not token.strip():
                 raise bad("tokens", "holds an empty token")
+            if token[:7].lower() == "sha256:" and not re.fullmatch(r"[0-9A-Fa-f]{64}", token[7:]):
+                raise bad("tokens", "holds a \"sha256:\" key that is not a SHA-256 digest (64 hex digits "
+                          "after the colon: printf %s \"$TOKEN\" | sha256sum)")
             if not tenant.strip():
                 raise bad("tokens", "maps a token to an empty tenant (use \"*\" for an operator)")
 

@@ -161,6 +161,8 @@ def _sentence(text: str, raw: Any, typ: Any, where: str, sources: Mapping[str, s
     keys, value, here = _locate(raw, typ, [(a or "", b or "") for a, b in _TOKEN.findall(path)])
     prefix = ".".join(p for p in (where, *keys) if p)
     secret = any(prefix == s or prefix.startswith(f"{s}.") for s in _SECRET)
+    if prefix.startswith("auth.tokens."):  # the key below is a token
+        prefix = "auth.tokens"
     if m and m["key"]:  # a table's key (a name) fails its rule: say which, never the table
         rule = get_args(here)[0] if get_origin(here) is dict else Any
         bad_key = next((k for k in (value if isinstance(value, Mapping) else ())

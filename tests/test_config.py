@@ -176,6 +176,38 @@ def test_tokens_from_the_environment(tmp_path):
     assert load("", tmp_path).auth is None
 
 
+def test_a_digest_key_is_a_digest_in_either_case_or_refused(tmp_path):
+    """ "sha256:<hex>" as sha256sum prints it (lower case) or as other tools do (upper case)
+    stands for its token; a key that starts so but holds no digest is refused, not taken as
+    the literal token (which nobody would ever send)."""
+    from broker.auth import Auth
+
+    upper = "sha256:" + "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD"  # "abc"
+    cfg = load(f'[auth]\ntokens = {{ "{upper}" = "team-a" }}\n', tmp_path)
+    assert Auth(cfg.auth_tokens).authenticate([("authorization", "Bearer abc")]).tenants == frozenset({"team-a"})
+    for key in ("sha256:xyz", "SHA256:" + "ba78" * 15, "sha256:" + "g" * 64):
+        with pytest.raises(ConfigError, match='auth.tokens holds a "sha256:" key that is not a SHA-256 digest'):
+            load(f'[auth]\ntokens = {{ "{key}" = "team-a" }}\n', tmp_path)
+
+
+def test_a_refused_setting_never_echoes_a_table_or_a_secret(tmp_path):
+    """A bad name inside a table is named, and the sentence holds neither the table around it
+    (it would print the whole configuration, tokens and database password included) nor any
+    value of [auth] or the store's URL."""
+    text = ('[store]\nurl = "postgresql+psycopg://broker:hunter2@127.0.0.1/broker"\n'
+            '[auth]\ntokens = { "s3cr3t-token" = "team-a" }\n[autoscaler.classes."a b"]\nmax_wait_s = 10\n')
+    with pytest.raises(ConfigError) as e:
+        load(text, tmp_path)
+    assert 'autoscaler.classes: the name "a b" cannot be used' in str(e.value), e.value
+    assert "hunter2" not in str(e.value) and "s3cr3t" not in str(e.value) and "{" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load('[auth]\ntokens = { "s3cr3t-token" = 5 }\n', tmp_path)
+    assert "auth.tokens" in str(e.value) and "s3cr3t" not in str(e.value), e.value
+    with pytest.raises(ConfigError) as e:
+        load("", tmp_path, env={"BROKER_STORE__URL": "mysql://u:hunter2@127.0.0.1/db"})
+    assert "hunter2" not in str(e.value), e.value
+
+
 def test_typed_settings_flow_to_their_users(tmp_path):
     cfg = load("[lifecycle]\nmax_failover = 2\n[autoscaler]\ninterval_s = 5\n[autoscaler.selection]\n"
                "startup_s = 60\n[providers.aws]\nregions = [\"us-east-1\"]\nimage_id = \"ami-0abc12345def67890\"\n"
