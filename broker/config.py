@@ -163,8 +163,12 @@ class StoreSettings(Table):
 
     def __post_init__(self) -> None:
         if self.url and not re.match(r"(sqlite|postgresql(\+psycopg)?)://", self.url):
-            raise bad("url", "must be sqlite:///PATH or postgresql+psycopg://USER@HOST/DB, got "
-                      f"{self.url.split('@')[-1]!r}")
+            scheme = self.url.split("://", 1)[0][:32] if "://" in self.url else "no scheme"
+            raise bad("url", f"must be sqlite:///PATH or postgresql+psycopg://USER@HOST/DB, got {scheme}://"
+                      f"{self.url.split('@')[-1].split('://')[-1][:200]}")
+        if re.fullmatch(r"sqlite:///?(:memory:)?(\?.*)?", self.url):
+            raise bad("url", "names an in-memory SQLite database, which every connection sees empty and which "
+                      "loses every lease at exit: give a file, sqlite:///PATH")
 
 
 class QuoteSettings(Table):

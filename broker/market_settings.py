@@ -8,7 +8,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from providers.settings import NUMBER_LIMIT, Table
+from providers.settings import NUMBER_LIMIT, Table, bad
 
 NonNegative = Annotated[float, Meta(ge=0, le=NUMBER_LIMIT)]
 
@@ -19,6 +19,15 @@ class CatalogSettings(Table):
     path: str = ""  # directory of instances.csv, prices.csv, regions.csv ("" = the bundled one)
     refresh_interval_s: NonNegative = 4 * 3600.0  # background market refresh (0 = off)
     max_age_h: NonNegative = 48.0  # a live price older than this is stale in quotes (0 = never)
+
+    def __post_init__(self) -> None:
+        if self.path:  # said before the server listens; what the files hold is read when it starts
+            import os
+
+            missing = [f for f in ("instances.csv", "prices.csv", "regions.csv", "network.toml")
+                       if not os.path.exists(os.path.join(self.path, f))]
+            if missing:
+                raise bad("path", f"{self.path[:200]} is not a catalog directory: it holds no {missing[0]}")
 
 
 class MarketSettings(Table):

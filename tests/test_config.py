@@ -208,6 +208,16 @@ def test_a_refused_setting_never_echoes_a_table_or_a_secret(tmp_path):
     assert "hunter2" not in str(e.value), e.value
 
 
+def test_an_in_memory_store_and_a_catalog_path_that_is_no_catalog_are_refused(tmp_path):
+    for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite:///:memory:?cache=shared"):
+        with pytest.raises(ConfigError, match=r"store.url\) names an in-memory SQLite database"):
+            load("", tmp_path, env={"BROKER_STORE__URL": url})
+    assert load("", tmp_path, env={"BROKER_STORE__URL": "sqlite:///memory.db"}).db_url.endswith("memory.db")
+    for path in (tmp_path / "absent", tmp_path):
+        with pytest.raises(ConfigError, match="is not a catalog directory: it holds no instances.csv"):
+            load(f'[catalog]\npath = "{path}"\n', tmp_path)
+
+
 def test_typed_settings_flow_to_their_users(tmp_path):
     cfg = load("[lifecycle]\nmax_failover = 2\n[autoscaler]\ninterval_s = 5\n[autoscaler.selection]\n"
                "startup_s = 60\n[providers.aws]\nregions = [\"us-east-1\"]\nimage_id = \"ami-0abc12345def67890\"\n"

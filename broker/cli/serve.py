@@ -109,9 +109,14 @@ def _service(cfg):
     from broker.errors import ConfigError, Unavailable
     from broker.service import Service
 
+    from providers.capex import CapexError
+    from providers.catalog import CatalogError
+
     where = cfg.db_url.split("@")[-1]
     try:
         service = Service(cfg)
+    except (CatalogError, CapexError) as e:
+        raise ConfigError(f"config: catalog.path {cfg.catalog.path or '(the bundled catalog)'}: {e}") from None
     except OSError as e:
         raise ConfigError(f"cannot open the store at {where}: {_reason(e)}") from None
     except Exception as e:  # the database driver's own errors: unreachable, refused, bad URL
