@@ -54,6 +54,11 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
      "BROKER_TLS_CA names /nowhere/ca.pem, which cannot be read"),
     (["leases", "--server", "127.0.0.1:1"], {"BROKER_TLS_CA": str(ROOT / "README.md")},
      "is not a PEM certificate file"),
+    # the option parser's own refusals, in the same one sentence
+    (QUOTE + ["--hours", "2h"], {}, "Invalid value for '--hours': '2h' is not a valid float (see `broker quote --help`)."),
+    (["quote"], {}, "Missing option '--gpu' (see `broker quote --help`)."),
+    (["bogus"], {}, "No such command 'bogus' (see `broker --help`)."),
+    (["advise", "--gpus", "many"], {}, "Invalid value for '--gpus'"),
     (QUOTE + ["--hours", "1"], {"BROKER_QUOTE__TTL": "5"},
      "BROKER_QUOTE__TTL names quote.ttl, which is not a setting (did you mean BROKER_QUOTE__TTL_S?)"),
     (QUOTE + ["--hours", "1"], {"BROKER_SERVER__TLS_KEY_FILE": "/k.pem"},

@@ -41,10 +41,28 @@ for _name in command_modules(sys.argv):
 
 def main() -> None:
     _only_the_command(sys.argv[1:])
+    import typer
+
     try:
-        app()
+        rv = app(standalone_mode=False)
     except KeyboardInterrupt:
         sys.exit(130)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as e:  # click's own (typer vendors it; the classes are known by name)
+        kinds = {c.__name__ for c in type(e).__mro__}
+        if "ClickException" not in kinds:
+            raise
+        if "NoArgsIsHelpError" in kinds:  # `broker` or a group alone: its help, as before
+            e.show()  # type: ignore[attr-defined]
+            sys.exit(2)
+        message = e.format_message().rstrip(".")  # type: ignore[attr-defined]
+        if "UsageError" in kinds:  # an option's own parse: a number that is none, a missing option
+            ctx = getattr(e, "ctx", None)
+            message += f" (see `{ctx.command_path if ctx is not None else 'broker'} --help`)"
+        sys.stderr.write(f"broker: {message}.\n")
+        sys.exit(e.exit_code)  # type: ignore[attr-defined]
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _only_the_command(args: list[str]) -> None:
