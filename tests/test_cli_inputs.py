@@ -55,9 +55,9 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["leases", "--server", "127.0.0.1:1"], {"BROKER_TLS_CA": str(ROOT / "README.md")},
      "is not a PEM certificate file"),
     # the option parser's own refusals, in the same one sentence
-    (QUOTE + ["--hours", "2h"], {}, "Invalid value for '--hours': '2h' is not a valid float (see `broker quote --help`)."),
-    (["quote"], {}, "Missing option '--gpu' (see `broker quote --help`)."),
-    (["bogus"], {}, "No such command 'bogus' (see `broker --help`)."),
+    (QUOTE + ["--hours", "2h"], {}, "Invalid value for '--hours': '2h' is not a valid float (see `"),
+    (["quote"], {}, "Missing option '--gpu' (see `"),
+    (["bogus"], {}, "No such command 'bogus' (see `"),
     (["advise", "--gpus", "many"], {}, "Invalid value for '--gpus'"),
     (QUOTE + ["--hours", "1"], {"BROKER_QUOTE__TTL": "5"},
      "BROKER_QUOTE__TTL names quote.ttl, which is not a setting (did you mean BROKER_QUOTE__TTL_S?)"),
