@@ -66,11 +66,14 @@ def parse_deadline(text: Optional[str], now: float) -> Optional[float]:
     if not text:
         return None
     if text.endswith("h") and text[:-1].replace(".", "", 1).isdigit():
-        return now + float(text[:-1]) * 3600
+        hours = float(text[:-1])
+        if hours > 87840:  # as --hours: ten years
+            exit_usage(f"--deadline is at most 87840h (ten years) from now, got {text[:40]!r}.")
+        return now + hours * 3600
     try:
         return parse_iso(text)
     except ValueError:
-        exit_usage(f"--deadline must be an ISO time (2026-12-03T18:00Z) or hours from now (36h), got {text!r}.")
+        exit_usage(f"--deadline must be an ISO time (2026-12-03T18:00Z) or hours from now (36h), got {text[:40]!r}.")
 
 
 def _table(doc: dict, console) -> None:

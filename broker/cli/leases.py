@@ -9,6 +9,7 @@ import typer
 
 from broker.cli.app import (app, check_format, console, exit_refused, exit_usage, print_json,
                             server_option_default)
+from broker.fields import TEN_YEARS_S
 from broker.lease import LeaseState
 from broker.cli.app import fitted_table
 
@@ -75,19 +76,19 @@ message says which).
 @app.command(help=LAUNCH_HELP)
 def launch(
     quote_id: Optional[str] = typer.Option(None, "--quote-id", help="Stored quote to launch from."),
-    offer: int = typer.Option(1, "--offer", help="Rank of the quote's offer to launch."),
+    offer: int = typer.Option(1, "--offer", min=1, max=100_000, help="Rank of the quote's offer to launch."),
     provider: Optional[str] = typer.Option(None, "--provider", help="The cloud, by its registered name (explicit launch)."),
     region: Optional[str] = typer.Option(None, "--region"),
     zone: str = typer.Option("", "--zone", help="Zone (default: the region's first)."),
     instance_type: Optional[str] = typer.Option(None, "--instance-type"),
     market: str = typer.Option("on_demand", "--market", help="on_demand, spot or reserved."),
-    count: int = typer.Option(1, "--count", help="Nodes."),
+    count: int = typer.Option(1, "--count", min=1, max=1_000_000, help="Nodes."),
     idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="Client key (default: random)."),
     tenant: str = typer.Option("", "--tenant", help="Tenant charged (default: default)."),
     bootstrap: str = typer.Option("", "--bootstrap", help="Boot template: slurm, kubernetes, container or a configured name."),
     job_id: str = typer.Option("", "--job-id", help="Job to hand off right away."),
-    max_lifetime: int = typer.Option(0, "--max-lifetime-s", help="Release after this many seconds (0 = configured default)."),
-    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Requeues of the job after a loss before it is failed (default [lifecycle] max_restarts)."),
+    max_lifetime: int = typer.Option(0, "--max-lifetime-s", min=0, max=TEN_YEARS_S, help="Release after this many seconds (0 = configured default)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, max=1000, help="Requeues of the job after a loss before it is failed (default [lifecycle] max_restarts)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
@@ -166,7 +167,7 @@ def lease(
 def leases(
     state: Optional[list[str]] = typer.Option(None, "--state", help="Only this state (repeatable)."),
     tenant: str = typer.Option("", "--tenant"),
-    limit: int = typer.Option(100, "--limit", help="At most this many, newest first; 0 = every one (read in pages)."),
+    limit: int = typer.Option(100, "--limit", min=0, max=10_000_000, help="At most this many, newest first; 0 = every one (read in pages)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
@@ -217,7 +218,7 @@ def handoff(
                   "interrupted. An unknown --lease is an error at once.\n\n  broker watch\n\n  broker watch --lease l-mx6-1a2b --after 0")
 def watch(
     lease_id: str = typer.Option("", "--lease", help="Only this lease."),
-    after: Optional[int] = typer.Option(None, "--after", help="Replay the events after this event_id (0 = from the first), then follow; default: only new events."),
+    after: Optional[int] = typer.Option(None, "--after", min=0, max=2 ** 62, help="Replay the events after this event_id (0 = from the first), then follow; default: only new events."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     from broker.client import ClientError
@@ -256,7 +257,7 @@ def report_job(
     lease_id: str = typer.Argument(..., help="The lease the job runs on."),
     job_id: str = typer.Option(..., "--job-id", help="The job (the lease's, or attached by this report)."),
     state: str = typer.Option(..., "--state", help="running, succeeded, failed or cancelled."),
-    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The job's exit status."),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", min=-(2 ** 31), max=2 ** 31 - 1, help="The job's exit status."),
     checkpoint_uri: str = typer.Option("", "--checkpoint-uri", help="Where its latest checkpoint is."),
     progress: Optional[float] = typer.Option(None, "--progress", help="Fraction done at that checkpoint, 0 to 1."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
