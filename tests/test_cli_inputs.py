@@ -68,6 +68,8 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["watch", "--after", str(2 ** 64), "--server", "127.0.0.1:1"], {}, "Invalid value for '--after'"),
     (["leases", "--limit", "-1", "--server", "127.0.0.1:1"], {}, "Invalid value for '--limit'"),
     (QUOTE + ["--hours", "1", "--deadline", "100000000h"], {}, "--deadline is at most 87840h (ten years) from now"),
+    (["diagnose", "--squeue", str(ROOT / "tests/fixtures/slurm/squeue.json"), "--sinfo",
+      str(ROOT / "tests/fixtures/slurm/sinfo.json"), "--now", "nan"], {}, "--now must be epoch seconds from 0"),
     (QUOTE + ["--hours", "1"], {"BROKER_QUOTE__TTL": "5"},
      "BROKER_QUOTE__TTL names quote.ttl, which is not a setting (did you mean BROKER_QUOTE__TTL_S?)"),
     (QUOTE + ["--hours", "1"], {"BROKER_SERVER__TLS_KEY_FILE": "/k.pem"},

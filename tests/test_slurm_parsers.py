@@ -523,6 +523,8 @@ def test_snapshot_json_defaults_and_iso_time():
     (lambda d: d["running"][0].update(nodes=["gpu-1", "gpu\x1b[2J"]), "running[0].nodes contains a control",
      '"nodes": ['),
     (lambda d: d.update(taken_at=1e300), "taken_at must be a time of the years 1 to 9999", '"taken_at"'),
+    (lambda d: d.update(extra={"gangs": "g"}), "extra.gangs must map each gang to a list of job ids", '"extra"'),
+    (lambda d: d.update(extra={"warnings": "abc"}), "extra.warnings must be a list of strings", '"extra"'),
 ])
 def test_snapshot_json_errors_name_field_and_line(tmp_path, mutate, msg, needle):
     doc = json.loads(dumps(_snapshot()))
@@ -534,6 +536,24 @@ def test_snapshot_json_errors_name_field_and_line(tmp_path, mutate, msg, needle)
         load_snapshot(path)
     assert msg in str(e.value) and str(path) in str(e.value)
     assert needle in body.splitlines()[e.value.line - 1]
+
+
+@pytest.mark.parametrize("what, field, value, words", [
+    ("squeue", "time_limit", 1e308, "job 1 (jobs[0]): expected a number Slurm writes, got 1e+308"),
+    ("squeue", "submit_time", float("inf"), "expected a number Slurm writes, got inf"),
+    ("squeue", "node_count", float("nan"), "expected a number Slurm writes, got nan"),
+    ("squeue", "job_id", 1e308, "(jobs[0]): expected a number Slurm writes"),
+    ("sinfo", "partitions", 5, "(nodes[0]): state_flags and partitions must be lists of names"),
+    ("sinfo", "state_flags", True, "(nodes[0]): state_flags and partitions must be lists of names"),
+])
+def test_a_saved_slurm_output_with_a_field_slurm_never_writes_is_refused_by_job_or_node(what, field, value, words):
+    """A hand-edited or corrupted capture (numbers past any count or time, a list that is a
+    number) is a ParseError naming the job or node, never an OverflowError or TypeError."""
+    doc = json.loads((FIX / f"{what}.json").read_text())
+    doc["jobs" if what == "squeue" else "nodes"][0][field] = value
+    with pytest.raises(ParseError) as e:
+        parse_squeue(json.dumps(doc), 1767225600.0) if what == "squeue" else parse_sinfo(json.dumps(doc))
+    assert words in str(e.value), e.value
 
 
 def test_a_stored_snapshot_keeps_what_the_scheduler_wrote():

@@ -193,13 +193,18 @@ def diagnose_command(
     """Diagnose a queue: resource-bound, scheduling-bound, mixed or healthy, with causes and
     actions. Reads live Slurm by default, or files (--squeue/--sinfo, --snapshot)."""
     import dataclasses
+    import math
     import time
+
+    from broker.fields import TS_MAX
 
     check_format(output)
     if snapshot is not None and (squeue is not None or sinfo is not None):
         exit_usage("--snapshot cannot be combined with --squeue/--sinfo.")
     if (squeue is None) != (sinfo is None):
         exit_usage("--squeue and --sinfo go together: give both files.")
+    if now is not None and not (math.isfinite(now) and 0 <= now <= TS_MAX):
+        exit_usage(f"--now must be epoch seconds from 0 to {TS_MAX:,} (the year 9999), got {now:g}.")
     when = time.time() if now is None else now
     hist = _read_history(history) if history is not None else []
     samples = _gpu_samples(nvidia_smi)

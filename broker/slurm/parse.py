@@ -43,11 +43,13 @@ def _json_number(value: Any) -> float | None:
         value = value.get("number")
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, (int, float)):
+        if not (math.isfinite(value) and abs(value) <= 2 ** 53):  # no count, id or time of Slurm's
+            raise ValueError(f"expected a number Slurm writes, got {value!r}"[:120])
         return float(value)
-    raise ValueError(f"expected a number, got {value!r}")
+    raise ValueError(f"expected a number, got {value!r}"[:120])
 
 
 def _json_str(value: Any) -> str:
@@ -167,7 +169,7 @@ def parse_squeue_jobs_json(text: str) -> list[SlurmJob]:
             raise ParseError(f"jobs[{i}] is not an object", line=None)
         try:
             jobs.extend(_job_from_json(j))
-        except ValueError as exc:
+        except (ValueError, TypeError, AttributeError) as exc:  # a field of a shape Slurm never writes
             jid = j.get("job_id")
             line = _line_of(text, rf'"job_id"\s*:\s*{re.escape(json.dumps(jid))}\s*[,}}]')
             raise ParseError(f"job {jid} (jobs[{i}]): {exc}", line=line) from None
@@ -246,14 +248,16 @@ def parse_sinfo_json(text: str) -> list[ClusterNode]:
             if not name:
                 raise ValueError("the node has no name")
             state, flags = _json_state(n.get("state"))
-            flags += [str(f).upper() for f in (n.get("state_flags") or [])]
-            mapped = node_state(state, flags)
-            parts = n.get("partitions") or []
+            more, parts = n.get("state_flags") or [], n.get("partitions") or []
             if isinstance(parts, str):
                 parts = parts.split(",")
+            if not isinstance(more, list) or not isinstance(parts, list):
+                raise ValueError("state_flags and partitions must be lists of names")
+            flags += [str(f).upper() for f in more]
+            mapped = node_state(state, flags)
             node = _node(name, mapped, _json_str(n.get("gres")), _json_str(n.get("gres_used")),
                          [str(p) for p in parts], _json_str(n.get("reason")))
-        except ValueError as exc:
+        except (ValueError, TypeError, AttributeError) as exc:
             line = _line_of(text, rf'"name"\s*:\s*{re.escape(json.dumps(name))}') if name else None
             raise ParseError(f"node {name or '?'} (nodes[{i}]): {exc}", line=line) from None
         if node is not None:

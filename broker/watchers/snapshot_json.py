@@ -148,6 +148,16 @@ def _within_edge(cls: type, kwargs: dict, path: tuple) -> None:
             raise _FieldError(path + (k,), f"{_name(path + (k,))} must be at most {_num(hi)}, got {_num(v)}")
 
 
+def _edge_extra(extra: dict) -> None:
+    """The two ``extra`` entries the diagnosis reads, in the shapes the Slurm watcher writes."""
+    warnings, gangs = extra.get("warnings", []), extra.get("gangs", {})
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise _FieldError(("extra", "warnings"), "extra.warnings must be a list of strings")
+    if not isinstance(gangs, dict) or not all(isinstance(m, list) and all(isinstance(j, str) for j in m)
+                                              for m in gangs.values()):
+        raise _FieldError(("extra", "gangs"), "extra.gangs must map each gang to a list of job ids")
+
+
 def _num(x: float) -> str:
     return f"{x:,.0f}" if x < 1e16 and float(x).is_integer() else f"{float(x):g}"
 
@@ -244,6 +254,7 @@ def _from_dict(doc: Any, edge: bool = False) -> QueueSnapshot:
     taken_at = _taken_at(doc["taken_at"])
     if edge:
         _edge_string(source, FIELDS["QueueSnapshot.source"], (), "source")
+        _edge_extra(extra)
         if not TS_MIN <= taken_at <= TS_MAX:
             raise _FieldError(("taken_at",), f"taken_at must be a time of the years 1 to 9999, got {taken_at:g}")
     return QueueSnapshot(source=source, taken_at=taken_at, extra=extra, **lists)
