@@ -292,7 +292,7 @@ def server_credentials(server) -> grpc.ServerCredentials | None:
         if not path:
             continue
         try:
-            files[key] = read_bytes(path, SMALL_BYTES)
+            files[key] = read_bytes(path, SMALL_BYTES, regular=True)
         except OSError as e:
             raise ConfigError(f"config: server.{key} {path} cannot be read: {e.strerror}", field=f"server.{key}") from None
         if b"-----BEGIN " not in files[key]:

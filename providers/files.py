@@ -16,6 +16,8 @@ every caller's "cannot read X: <strerror>" says it as it says a missing file.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -32,8 +34,12 @@ def too_large(what: str) -> OSError:
     return OSError(errno.EFBIG, what)
 
 
-def read_bytes(path: Path | str, max_bytes: int = DOCUMENT_BYTES) -> bytes:
-    """The whole file, or :class:`OSError` (EFBIG) when it holds more than ``max_bytes``."""
+def read_bytes(path: Path | str, max_bytes: int = DOCUMENT_BYTES, *, regular: bool = False) -> bytes:
+    """The whole file, or :class:`OSError` (EFBIG) when it holds more than ``max_bytes``.
+    ``regular``: only a regular file (a key or a certificate; a FIFO would block the open
+    forever, a device never ends), else :class:`OSError` (EINVAL)."""
+    if regular and not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "it is not a regular file")
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:

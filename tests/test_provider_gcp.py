@@ -506,6 +506,20 @@ def test_service_account_key_file_is_used(tmp_path, fake_gcp):
     assert gcp.project == PROJECT
 
 
+@pytest.mark.timeout(30)  # a FIFO opened for reading would block for ever
+def test_a_key_file_that_is_a_device_a_fifo_or_huge_is_refused_at_once(tmp_path, fake_gcp):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b" " * (16 * 1024 * 1024 + 1))
+    for path, words in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                        (str(huge), "larger than 16 MiB"), (str(tmp_path / "absent.json"), "No such file")):
+        with pytest.raises(ValueError, match=f"providers.gcp.credentials: cannot read .*{words}"):
+            GcpProvider.from_config({**settings(fake_gcp.url), "credentials": path}, owner=OWNER)
+
+
 def test_zones_default_to_the_catalog_or_region_a(fake_gcp):
     gcp = GcpProvider.from_config({**settings(fake_gcp.url), "zones": {}}, owner=OWNER)
     zones = gcp.zones_for("europe-west4")

@@ -279,6 +279,20 @@ def test_the_key_comes_from_the_file_or_the_environment(tmp_path, monkeypatch: p
         ApiKey.load(provider_settings("lambda", {"ssh_key_name": "k", "api_key_file": str(tmp_path / "none")}))
 
 
+@pytest.mark.timeout(30)  # a FIFO opened for reading would block for ever
+def test_a_key_file_that_is_a_device_a_fifo_or_huge_is_refused_at_once(tmp_path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge"
+    huge.write_bytes(b"k" * (16 * 1024 * 1024 + 1))
+    for path, words in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                        (str(huge), "larger than 16 MiB")):
+        with pytest.raises(SettingsError, match=f"providers.lambda.api_key_file cannot be read .*{words}"):
+            ApiKey.load(provider_settings("lambda", {"ssh_key_name": "k", "api_key_file": path}))
+
+
 def test_a_wrong_key_is_an_auth_error(fake_lambda: FakeLambdaCloud, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAMBDA_API_KEY", "secret_wrong.key")
     p = LambdaProvider.from_config(fake_lambda.provider_settings(), owner=OWNER)

@@ -19,6 +19,7 @@ import msgspec
 import structlog
 
 from providers.base import ProviderError, ThrottledError, TransientError
+from providers.files import SMALL_BYTES, read_bytes
 from providers.lambda_cloud.errors import NAME, NOT_FOUND, from_body, unreadable
 from providers.lambda_cloud.settings import LAMBDA_API_URL, LambdaSettings
 from providers.settings import SettingsError
@@ -53,7 +54,11 @@ class ApiKey:
         environ = os.environ if environ is None else environ
         if settings.api_key_file:
             try:
-                text = Path(settings.api_key_file).expanduser().read_text(encoding="utf-8").strip()
+                raw = read_bytes(Path(settings.api_key_file).expanduser(), SMALL_BYTES, regular=True)
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise SettingsError("providers.lambda.api_key_file is not UTF-8 text",
+                                    "providers.lambda.api_key_file") from None
             except OSError as e:
                 raise SettingsError(f"providers.lambda.api_key_file cannot be read ({e.strerror or e})",
                                     "providers.lambda.api_key_file") from None
