@@ -104,7 +104,7 @@ class ServerSettings(Table):
     """``[server]``: where the gRPC API listens, its workers and TLS."""
 
     listen: str = "127.0.0.1:50051"
-    workers: Annotated[int, Meta(ge=1, le=4096)] = 32
+    workers: Annotated[int, Meta(ge=4, le=4096)] = 32  # streams and cloud calls each get a share
     #: Serving processes sharing ``listen`` (SO_REUSEPORT): each runs the API with its own
     #: ``workers`` threads; one of them also runs the leader's work (reconciler, autoscaler,
     #: market refresh) and /metrics. More than one needs a fixed port.

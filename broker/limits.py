@@ -70,6 +70,11 @@ class Limits:
             elif values[key] >= workers:
                 raise ConfigError(f"config: limits.{key} ({values[key]}) must be below server.workers "
                                   f"({workers}), or {what} can take every worker", field=f"limits.{key}")
+        if values["max_streams"] + values["max_cloud_calls"] >= workers:
+            raise ConfigError(f"config: limits.max_streams ({values['max_streams']}) and limits.max_cloud_calls "
+                              f"({values['max_cloud_calls']}) together must be below server.workers ({workers}), "
+                              "or streams and cloud calls can take every worker and health goes unanswered",
+                              field="limits.max_streams")
         return cls(**values)
 
 

@@ -147,5 +147,9 @@ def test_the_bound_defaults_to_a_quarter_of_the_workers_and_never_takes_them_all
     with pytest.raises(ConfigError) as err:
         Limits.from_settings(LimitsSettings(max_cloud_calls=32), 32)
     assert err.value.field == "limits.max_cloud_calls" and "server.workers (32)" in str(err.value)
+    with pytest.raises(ConfigError, match=r"together must be below server.workers \(32\)"):  # 31 + 31 of 32
+        Limits.from_settings(LimitsSettings(max_streams=31, max_cloud_calls=31), 32)
+    with pytest.raises(ConfigError, match=r"together must be below server.workers \(8\)"):  # 4 (half) + 4
+        Limits.from_settings(LimitsSettings(max_cloud_calls=4), 8)
     assert cloud_rpcs(autoscaling=False) == {"Launch", "Release"}
     assert cloud_rpcs(autoscaling=True) == {"Launch", "Release", "ReportQueue"}  # it launches before it answers

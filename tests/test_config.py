@@ -115,7 +115,8 @@ def test_non_finite_and_huge_numbers_are_refused_in_every_numeric_key(tmp_path, 
 
 @pytest.mark.parametrize("toml, words", [
     ("[server]\nworkers = \"many\"\n", "server.workers must be a whole number"),
-    ("[server]\nworkers = 0\n", "server.workers must be a whole number >= 1"),
+    ("[server]\nworkers = 0\n", "server.workers must be a whole number >= 4"),
+    ("[server]\nworkers = 3\n", "server.workers must be a whole number >= 4"),
     ("[server]\nlisten = \"nowhere\"\n", "server.listen must be HOST:PORT"),
     ("[server]\nlisten = \"127.0.0.1:99999\"\n", "server.listen must be HOST:PORT"),
     ("[server]\ntls_key_file = \"/k.pem\"\n", "server.tls_cert_file is required when server.tls_key_file is set"),

@@ -49,7 +49,7 @@ def test_thirty_percent_faults_serve_or_report_and_leak_nothing(clouds, tmp_path
 
     # four launches at once, each its own cloud call: none is refused as busy (limits.max_cloud_calls)
     with service(tmp_path, clouds, wrap=wrap, providers=tables, server={"workers": 8},
-                 limits={"max_cloud_calls": 4}, lifecycle={"backoff_s": 0.05, "retries": 3, "max_failover": 4}) as svc, serving(svc) as stub:
+                 limits={"max_cloud_calls": 4, "max_streams": 2}, lifecycle={"backoff_s": 0.05, "retries": 3, "max_failover": 4}) as svc, serving(svc) as stub:
         def sleep(s):
             with lock:
                 sleeps.append(s)
