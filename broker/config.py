@@ -36,6 +36,7 @@ from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market_settings import CatalogSettings, MarketSettings
 from broker.watchers import registry as scheduler_registry
+from broker.fields import bad_character
 from providers.files import SMALL_BYTES, read_text
 from providers.registry import ProvidersSettings, names as registered_clouds
 from providers.settings import NUMBER_LIMIT, Seconds, SettingsError, Table, bad, convert
@@ -438,6 +439,17 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
+        odd = bad_character(self.owner)
+        if odd or len(self.owner) > 128 or self.owner != self.owner.strip():
+            raise bad("owner", f"must be at most 128 characters with no {odd or 'spaces around it'}: it is "
+                               "written in every cloud resource's broker:owner tag, which a cloud reads back")
+        if self.server.callback_listen:
+            chost, _ = split_host_port(self.server.callback_listen)
+            if not (is_loopback_host(chost) or self.server.insecure or self.server.callback_url.startswith("https://")):
+                raise ValueError(
+                    f"server.callback_listen {self.server.callback_listen} is beyond loopback, and the nodes' "
+                    "reports carry their lease's credential in plain HTTP: put TLS in front and set "
+                    "server.callback_url = \"https://...\", or set server.insecure = true for a trusted network")
         scheduler_registry.check(self)  # what an enabled scheduler needs of the other tables
         host, _ = split_host_port(self.server.listen)
         if not is_loopback_host(host) and not self.server.insecure and not (self.server.tls and self.auth):

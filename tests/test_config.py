@@ -45,6 +45,10 @@ def test_the_example_file_is_valid_and_documents_the_defaults():
     ("[lifecycle]\nlifetime_with_job = \"kill\"\n", "lifecycle.lifetime_with_job"),
     ("[lifecycle]\nmax_restarts = -1\n", "lifecycle.max_restarts"),
     ("[server]\ncallback_listen = \"nowhere\"\n", "server.callback_listen must be HOST:PORT"),
+    ("[server]\ncallback_listen = \"0.0.0.0:8081\"\n", "server.callback_listen 0.0.0.0:8081 is beyond loopback, and "
+     "the nodes' reports carry their lease's credential in plain HTTP"),
+    ("owner = \"a\\u0007b\"\n", "owner must be at most 128 characters with no U+0007, a control character"),
+    ("owner = \" team \"\n", "owner must be at most 128 characters with no spaces around it"),
     ("[server]\ncallback_url = \"ftp://x\"\n", "server.callback_url must be an http(s) URL"),
 ])
 def test_job_settings_are_checked_naming_the_key(tmp_path, toml, words):
@@ -169,6 +173,12 @@ def test_auth_never_fails_open(tmp_path, toml, env, words):
     with pytest.raises(ConfigError) as e:
         load(toml, tmp_path, env=env)
     assert words in str(e.value)
+
+
+def test_a_callback_beyond_loopback_needs_https_in_front_or_insecure(tmp_path):
+    for extra in ('callback_url = "https://broker.example.com:8443"\n', "insecure = true\n"):
+        cfg = load(f'[server]\ncallback_listen = "0.0.0.0:8081"\n{extra}', tmp_path)
+        assert cfg.server.callback_listen == "0.0.0.0:8081"
 
 
 def test_tokens_from_the_environment(tmp_path):
