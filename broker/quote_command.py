@@ -294,9 +294,9 @@ def parse(args: list[str], environ=None) -> dict | None:
 
 def fast(args: list[str]) -> bool:
     """Run `broker quote` ``args`` without typer; False (nothing done) when typer must read them.
-    What the CLI does before any command (``BROKER_TLS_CA`` checked) is typer's too."""
+    What the CLI does before any command (``BROKER_TLS_CA`` and ``BROKER_TOKEN`` checked) is typer's too."""
     kwargs = parse(args)
-    if kwargs is None or os.environ.get("BROKER_TLS_CA"):
+    if kwargs is None or os.environ.get("BROKER_TLS_CA") or os.environ.get("BROKER_TOKEN"):
         return False
     try:
         run(**kwargs)

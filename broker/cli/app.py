@@ -43,6 +43,10 @@ def _main(version: bool = typer.Option(False, "--version", help="Print the versi
 
 def _check_client_environment(environ) -> None:
     """A client setting that cannot work is bad input for every command: say so before anything."""
+    token = environ.get("BROKER_TOKEN", "")
+    if token and (token != token.strip() or any(not c.isprintable() or c.isspace() for c in token)):
+        exit_usage("BROKER_TOKEN holds a space, a line break or another character no bearer token has "
+                   "(a stray newline from a file? strip it).")
     ca = environ.get("BROKER_TLS_CA", "")
     if ca:
         from providers.files import SMALL_BYTES, read_bytes
