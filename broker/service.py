@@ -329,12 +329,12 @@ class Service:
     #: its imports and first-use costs (~0.4 s), which clients arriving at once would wait for.
     WARM_DEMAND = Demand(gpus=8, hours=1, gpu_model="H100")
 
-    def warm_up(self, within_s: float) -> list[str]:
+    def warm_up(self, within_s: float, stop: threading.Event | None = None) -> list[str]:
         """What `broker serve` does before it says SERVING, so its first calls cost what later ones
         do: build the enabled clouds' providers (their SDK imports hold the GIL for seconds, which
         every call made meanwhile would wait for), open the store's pooled connections and price
         one quote. Waits at most ``within_s`` for the providers (a build left then goes on behind,
-        as without the warm-up); returns the names of those not built yet."""
+        as without the warm-up), or until ``stop`` is set; returns the names of those not built yet."""
         deadline = time.monotonic() + within_s
         built = threading.Event()
         self._build_providers(then=built.set)
@@ -349,7 +349,9 @@ class Service:
             q.targets(LAUNCHABLE_OFFERS)
         except DemandError:  # a catalog without the GPU: the modules are loaded all the same
             pass
-        built.wait(max(0.0, deadline - time.monotonic()))
+        while not built.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+                break
         return sorted(n for n, p in self.providers.items() if isinstance(p, LazyProvider) and not p.built)
 
     # -- background loops ------------------------------------------------------------------------

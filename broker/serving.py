@@ -174,7 +174,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     service = None
     if process > 0:  # the port already answers (process 0): join it only once able to serve
         service = make_service()
-        _warm_up(service, process, settle_heap)
+        _warm_up(service, process, settle_heap, stop)
         if stop.is_set():
             service.stop()
             return
@@ -186,10 +186,15 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     try:
         if service is None:  # a process > 0 made and warmed its own before it joined the port
             service = make_service()
-            _warm_up(service, process, settle_heap)
+            _warm_up(service, process, settle_heap, stop)
     except BaseException:
         server.stop(grace=None)
         raise
+    if stop.is_set():  # SIGTERM while warming up: stop now, never SERVING
+        server.stop(grace=None)
+        service.stop()
+        log.info("stopped", process=process)
+        return
     gate.open(service)
     service.start_background(lead=process == 0,
                              after_first_market_poll=(lambda: _freeze(process, "market")) if settle_heap else None)
@@ -224,7 +229,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     log.info("stopped", process=process)
 
 
-def _warm_up(service, process: int, settle_heap: bool = False) -> None:
+def _warm_up(service, process: int, settle_heap: bool = False, stop: threading.Event | None = None) -> None:
     """Build the providers, open the store's connections and price a quote before SERVING
     (``[server] warm_up_s``; 0: none): under load from the first second, what the first calls
     would otherwise wait for (a quote's p99 of seconds in the first 15 s of a soak, then a few
@@ -240,7 +245,7 @@ def _warm_up(service, process: int, settle_heap: bool = False) -> None:
     reference cycles stays for the process's life (once: nothing is frozen after that)."""
     within = service.config.server.warm_up_s
     t = time.monotonic()
-    left = service.warm_up(within) if within else []
+    left = service.warm_up(within, stop) if within else []
     frozen = {"frozen_objects": _freeze()} if settle_heap else {}
     if within or settle_heap:
         log.info("warmed_up", seconds=round(time.monotonic() - t, 3), process=process,

@@ -192,3 +192,34 @@ def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_p
         stop.set()
         t.join(60)
     assert not t.is_alive()
+
+
+def test_a_stop_during_the_warm_up_stops_at_once_and_never_serves(tmp_path, monkeypatch):
+    """SIGTERM (the stop event) while a cloud's build holds the warm-up: the server stops within
+    a second, never saying SERVING, rather than when the warm-up's bound runs out."""
+    gate, calls = threading.Event(), []
+
+    def slow(name, settings, owner):
+        calls.append(name)
+        assert gate.wait(60)
+        return _Built()
+
+    monkeypatch.setattr(registry, "build", slow)
+    config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
+                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0,
+                                               "server.warm_up_s": 600})
+    stop, ready, ports = threading.Event(), threading.Event(), []
+    t = _serve_in_thread(config, stop, ready, ports)
+    try:
+        deadline = time.monotonic() + 60
+        while calls != ["aws"]:  # the build has begun: the warm-up now waits on it
+            assert time.monotonic() < deadline, "the build never began"
+            time.sleep(0.01)
+        stop.set()
+        t.join(10)
+        assert not t.is_alive(), "a stop during the warm-up waited for the warm-up"
+        assert not ready.is_set()
+    finally:
+        gate.set()
+        stop.set()
+        t.join(60)
