@@ -186,8 +186,10 @@ class Metrics:
             MultiProcessCollector(registry)
             registry.register(self.leader)
             registry.register(self.store_collector)
-        host, _, port = listen.rpartition(":")
-        self._server = _metrics_server(host or "127.0.0.1", int(port), registry)
+        from broker.config import split_host_port
+
+        host, port = split_host_port(listen)  # "[::1]:9464" binds ::1, not "[::1]"
+        self._server = _metrics_server(host, port, registry)
         return self._server.server_port
 
     def stop(self) -> None:

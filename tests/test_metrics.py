@@ -28,6 +28,24 @@ def test_metrics_endpoint(tmp_path, mini_catalog_dir):
     assert 'broker_spend_usd_total{provider="aws"} 5.0' in body
 
 
+def test_metrics_on_an_ipv6_loopback_address(tmp_path, mini_catalog_dir):
+    """``metrics_listen = "[::1]:PORT"`` binds ::1 (the brackets went to the resolver, which
+    found no such host, after the API already listened)."""
+    import socket
+
+    import pytest
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    with running_server(tmp_path, config={"catalog.path": str(mini_catalog_dir)}) as (_, svc):
+        port = svc.metrics.serve("[::1]:0")
+        body = urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5).read().decode()
+    assert "broker_rpc_duration_seconds" in body
+
+
 def test_provider_errors_are_counted_by_live_metrics_only(tmp_path):
     """A cloud API error is counted by every live Metrics; one stopped, or dropped without being
     stopped (a test, a restarted service), is no longer counted into, nor kept alive for it."""
