@@ -277,6 +277,12 @@ def test_create_prints_the_token_once_and_says_when_no_server_would_ask_for_it(t
     assert r.returncode == 0 and r.stderr == ""
 
 
+def test_revoking_a_token_that_does_not_exist_is_not_found(tmp_path):
+    r = broker("tokens", "revoke", "tok-0000000000", "--db", f"sqlite:///{tmp_path / 'b.db'}")
+    assert r.returncode == 4 and r.stderr == ("broker: there is no token 'tok-0000000000' "
+                                              "(`broker tokens list --all` shows them).\n"), (r.returncode, r.stderr)
+
+
 @pytest.mark.parametrize("args, words", [
     (["create", "--tenant", "team-a", "--expires", "90x"], "--expires must be a duration like 90d"),
     (["create", "--tenant", "team-a", "--role", "admin"], "--role must be tenant, scheduler or operator, got 'admin'"),
@@ -287,7 +293,6 @@ def test_create_prints_the_token_once_and_says_when_no_server_would_ask_for_it(t
     (["create", "--role", "scheduler"], "--tenant: a scheduler token needs tenants"),
     (["create", "--tenant", "team-a", "--note", "x" * 201], "--note: a note is one line of at most 200"),
     (["create", "--tenant", "team-a", "-o", "yaml"], "--format must be table or json"),
-    (["revoke", "tok-0000000000"], "there is no token 'tok-0000000000'"),
     (["list", "--db", "mysql://root@127.0.0.1/x"], "store.url must be sqlite:///PATH or postgresql"),
 ])
 def test_careless_input_is_one_sentence_and_exit_2(tmp_path, args, words):

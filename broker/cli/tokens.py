@@ -189,7 +189,7 @@ def revoke_cmd(
     try:
         rec, now_revoked = TokenStore(store.engine).revoke(token_id)
     except LookupError:
-        exit_usage(f"there is no token {token_id[:64]!r} (`broker tokens list --all` shows them).")
+        exit_error(f"there is no token {token_id[:64]!r} (`broker tokens list --all` shows them).", 4)
     finally:
         store.close()
     if fmt == "json":
