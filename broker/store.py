@@ -176,9 +176,7 @@ class Store:
 
         done = migrate.upgrade(self.engine)
         if done.changed:
-            import structlog
-
-            structlog.get_logger("broker.store").info(
+            _log().info(
                 "schema_upgraded", database=migrate.where(self.url), before=done.before, after=done.after,
                 made_before_migrations=done.adopted)
 
@@ -278,9 +276,7 @@ class Store:
                         {"quote_id": q.quote_id, "created_at": q.created_at, "valid_until": q.valid_until,
                          "body": q.to_json().decode()} for q, _ in batch])
             except Exception as e:  # the writer outlives a failed batch; its callers hear of it
-                import structlog
-
-                structlog.get_logger("broker.store").warning("quote_write_failed", quotes=len(batch),
+                _log().warning("quote_write_failed", quotes=len(batch),
                                                              error=type(e).__name__)
                 for _, done in batch:
                     done.set_exception(Unavailable("the quote could not be stored (the database is "
@@ -591,3 +587,15 @@ class Store:
             r = s.exec(q.order_by(SnapshotRecord.taken_at.desc())).first()
             return None if r is None else json.loads(r.body)
 
+
+def _log() -> Any:
+    """The store's logger. In a process that set up no logging (a command line's: `broker
+    tokens`, `broker catalog refresh`), its records go to stderr, never into stdout, which
+    may be the command's JSON."""
+    import sys
+
+    import structlog
+
+    if not structlog.is_configured():
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    return structlog.get_logger("broker.store")

@@ -259,3 +259,13 @@ def test_a_file_that_never_ends_is_one_sentence_and_exit_2(tmp_path, args, env, 
     assert r.returncode == 2, (r.returncode, r.stderr[-500:])
     assert words in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("broker: "), r.stderr[-500:]
+
+
+def test_json_on_a_first_use_is_only_json(tmp_path):
+    """The store made on a command's first use logs its schema upgrade: to stderr, so stdout
+    stays the command's JSON."""
+    import json
+
+    r = broker("tokens", "list", "-o", "json", env={"HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [] and "schema_upgraded" in r.stderr
