@@ -266,6 +266,6 @@ def test_json_on_a_first_use_is_only_json(tmp_path):
     stays the command's JSON."""
     import json
 
-    r = broker("tokens", "list", "-o", "json", env={"HOME": str(tmp_path)})
+    r = broker("tokens", "list", "-o", "json", env={"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [] and "schema_upgraded" in r.stderr
