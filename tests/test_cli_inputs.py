@@ -266,6 +266,8 @@ def test_json_on_a_first_use_is_only_json(tmp_path):
     stays the command's JSON."""
     import json
 
-    r = broker("tokens", "list", "-o", "json", env={"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)})
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [] and "schema_upgraded" in r.stderr
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    r = broker("catalog", "refresh", "--provider", "aws", "-o", "json", env=env)
+    assert r.returncode == 2 and r.stdout == "" and "schema_upgraded" in r.stderr, (r.stdout, r.stderr)
+    r = broker("tokens", "list", "-o", "json", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout) == [], (r.stdout, r.stderr)
