@@ -169,7 +169,7 @@ def read_lifetimes(path: str) -> Any:
         hit = _LIFETIMES.get(key)
         if hit is not None:
             return hit
-        with open(p, newline="", encoding="utf-8") as f:
+        with open(p, newline="", encoding="utf-8-sig") as f:
             r = csv.DictReader(lines(f))
             lives = lifetimes_from_rows(r, r.fieldnames, os.path.basename(p))
     except OSError as e:

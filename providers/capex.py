@@ -32,7 +32,7 @@ def load_capex(directory: Path | None = None) -> dict[str, ServerCapex]:
     path = directory / "capex.csv" if directory is not None and (directory / "capex.csv").exists() else BUNDLED
     out: dict[str, ServerCapex] = {}
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             for line, r in enumerate(csv.DictReader(lines(f)), start=2):
                 try:
                     row = ServerCapex(r["gpu_model"].strip().upper(), int(r["gpus_per_server"]),

@@ -116,7 +116,7 @@ def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     import csv  # here and in load: only a parse needs them, not the compiled copy
 
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(lines(f))
             missing = [c for c in required if c not in (reader.fieldnames or [])]
             if missing:

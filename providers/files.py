@@ -48,8 +48,9 @@ def read_bytes(path: Path | str, max_bytes: int = DOCUMENT_BYTES, *, regular: bo
 
 
 def read_text(path: Path | str, max_bytes: int = DOCUMENT_BYTES) -> str:
-    """:func:`read_bytes` decoded as UTF-8 (UnicodeDecodeError when it is not)."""
-    return read_bytes(path, max_bytes).decode("utf-8")
+    """:func:`read_bytes` decoded as UTF-8, a byte-order mark (Windows editors, Excel) left out
+    (UnicodeDecodeError when it is not UTF-8)."""
+    return read_bytes(path, max_bytes).decode("utf-8-sig")
 
 
 def lines(f: IO[str], max_chars: int = LINE_CHARS) -> Iterator[str]:

@@ -239,6 +239,13 @@ def test_typed_settings_flow_to_their_users(tmp_path):
     assert str(cfg.budget("team-a").usd_per_month) == "12.5" and cfg.budget("team-b") is None
 
 
+def test_a_configuration_saved_with_a_byte_order_mark_and_crlf_is_read(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_bytes(b'\xef\xbb\xbfowner = "team-x"\r\n[server]\r\nworkers = 8\r\n')
+    cfg = cfgmod.load(path, environ={})
+    assert cfg.owner == "team-x" and cfg.server.workers == 8
+
+
 def test_file_problems_are_sentences(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         cfgmod.load(tmp_path / "absent.toml", environ={})

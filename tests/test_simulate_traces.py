@@ -87,6 +87,13 @@ def test_aliases_find_helios_style_columns(tmp_path):
     assert tr.skipped == {"never_ran": 1}
 
 
+def test_a_trace_saved_by_excel_reads_as_any_other(tmp_path):
+    """A byte-order mark before the header and CRLF line ends (Excel's "CSV UTF-8")."""
+    p = tmp_path / "excel.csv"
+    p.write_bytes(b"\xef\xbb\xbfjob_id,submit_time_s,num_gpus,duration_s\r\nj1,0,1,3600\r\nj2,10,8,60\r\n")
+    assert [(j.job_id, j.gpus, j.duration_s) for j in read_trace(p).jobs] == [("j1", 1, 3600.0), ("j2", 8, 60.0)]
+
+
 # Helios' job log (HeliosData README, cluster_log.csv): `queue` is the seconds the job waited,
 # the original scheduler's outcome; times are naive "YYYY-MM-DD HH:MM:SS".
 HELIOS_LOG = """job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue

@@ -106,7 +106,7 @@ def _depth_trace(path: Path, seed: int, model: str):
     from providers.files import lines
 
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             header = [h.strip().lower() for h in next(lines(f), "").split(",")]
     except (OSError, UnicodeDecodeError):
         return None  # read_trace says what is wrong with it

@@ -17,7 +17,7 @@ def load_lifetimes(path: Path | str) -> Lifetimes:
     ``observed_lifetime_s`` and ``ended_by`` (``still_running...`` marks censored rows)."""
     p = Path(path)
     try:
-        f = p.open(newline="", encoding="utf-8")
+        f = p.open(newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(f"cannot read spot lifetimes {p}: {e.strerror or e}") from None
     with f:

@@ -401,7 +401,7 @@ def read_trace(
     if fractional not in FRACTIONAL:
         raise TraceError(f"fractional GPUs must be one of {', '.join(FRACTIONAL)}, got {fractional!r}")
     try:
-        f = p.open(newline="", encoding="utf-8")
+        f = p.open(newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(f"cannot read trace {p}: {e.strerror or e}") from None
     rd: _Reader | None = None

@@ -121,7 +121,7 @@ def queue_depth_jobs(path: Path | str, seed: int = 0, gpu_model: str = "A100") -
     """Jobs derived from a per-minute queue-depth CSV (see the module docstring)."""
     p = Path(path)
     try:
-        f = p.open(newline="", encoding="utf-8")
+        f = p.open(newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(f"cannot read {p}: {e.strerror or e}") from None
     with f:
