@@ -272,6 +272,8 @@ SIM = {"trace": {"span_s": 86400.0, "gpu_hours": 500.0}, "onprem_gpus": 16,
     ({**SIM, "trace": {"span_s": 1e-300, "gpu_hours": 1.0}}, "span_s must be at least 1 second"),
     ({**SIM, "trace": {"span_s": 86400.0, "gpu_hours": float("nan")}}, "gpu_hours must be a number"),
     ({"sizes": []}, "lacks the trace's span_s and gpu_hours"),
+    ({**SIM, "trace": {"span_s": 1e308, "gpu_hours": 1.0}}, "span_s must be a number above 0 and at most 315,360,000"),
+    ({**SIM, "policies": {"broker": {"onprem_utilization": True}}}, "has no valid onprem_utilization"),
 ])
 def test_advise_reads_a_careless_simulation_file_as_one_sentence_and_exit_2(tmp_path, doc, words):
     cat = write_catalog(tmp_path / "catalog")

@@ -523,6 +523,10 @@ def test_snapshot_json_defaults_and_iso_time():
     (lambda d: d["running"][0].update(nodes=["gpu-1", "gpu\x1b[2J"]), "running[0].nodes contains a control",
      '"nodes": ['),
     (lambda d: d.update(taken_at=1e300), "taken_at must be a time of the years 1 to 9999", '"taken_at"'),
+    (lambda d: d["pending"].append(dict(d["pending"][0])), "pending[1].job_id '1' is also pending[0]'s",
+     '"job_id": "1"'),
+    (lambda d: d["pending"][0].update(job_id=""), "pending[0].job_id is empty", '"job_id": ""'),
+    (lambda d: d["nodes"].append(dict(d["nodes"][0])), "nodes[1].name 'gpu-1' is listed twice", '"name": "gpu-1"'),
     (lambda d: d.update(extra={"gangs": "g"}), "extra.gangs must map each gang to a list of job ids", '"extra"'),
     (lambda d: d.update(extra={"warnings": "abc"}), "extra.warnings must be a list of strings", '"extra"'),
 ])

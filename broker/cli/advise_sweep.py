@@ -34,7 +34,7 @@ def policy_of(doc: dict, path: Path, policy: str) -> dict:
         exit_usage(f"{path} has no policy {policy!r}; it has {', '.join(pols)}.")
     d = pols[policy]
     u = d.get("onprem_utilization") if isinstance(d, dict) else None
-    if not isinstance(u, (int, float)) or not 0 <= u <= 1:
+    if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 <= u <= 1:
         exit_usage(f"{path} policy {policy!r} has no valid onprem_utilization.")
     return d
 
@@ -70,6 +70,7 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
     """Price every size in a `broker simulate` JSON: owning the pool at its simulated utilisation
     plus its cloud bursts scaled to a year, against renting the trace's GPU-hours on demand."""
     from broker.simulate.model import MAX_ONPREM_GPUS
+    from broker.simulate.trace import MAX_SPAN_S
     from policies.tco import TcoError, best_size, size_costs
 
     doc = read_simulation(path)
@@ -79,7 +80,7 @@ def advise_simulation(path: Path, policy: str, spec, prices: dict, model: str, a
     if span is None or gpu_h is None:
         exit_usage(f"{path} lacks the trace's span_s and gpu_hours; write it with this version's "
                    f"`broker simulate --format json`.")
-    span = _number(span, path, "trace.span_s", positive=True)
+    span = _number(span, path, "trace.span_s", positive=True, most=MAX_SPAN_S)
     gpu_h = _number(gpu_h, path, "trace.gpu_hours")
     # A trace shorter than a second is no base for a year's figures.
     if span < 1.0:

@@ -148,6 +148,26 @@ def _within_edge(cls: type, kwargs: dict, path: tuple) -> None:
             raise _FieldError(path + (k,), f"{_name(path + (k,))} must be at most {_num(hi)}, got {_num(v)}")
 
 
+def _edge_ids(lists: dict[str, tuple]) -> None:
+    """A job is pending or running once; a node is listed once: a repeated id would be counted
+    twice (its GPUs asked twice, its node's GPUs free twice)."""
+    seen: dict[str, tuple] = {}
+    for key in ("pending", "running"):
+        for i, job in enumerate(lists[key]):
+            if not job.job_id:
+                raise _FieldError((key, i, "job_id"), f"{key}[{i}].job_id is empty")
+            if job.job_id in seen:
+                first = seen[job.job_id]
+                raise _FieldError((key, i, "job_id"), f"{key}[{i}].job_id {job.job_id[:64]!r} is also "
+                                                      f"{first[0]}[{first[1]}]'s: a job is listed once")
+            seen[job.job_id] = (key, i)
+    names: set[str] = set()
+    for i, node in enumerate(lists["nodes"]):
+        if node.name in names:
+            raise _FieldError(("nodes", i, "name"), f"nodes[{i}].name {node.name[:64]!r} is listed twice")
+        names.add(node.name)
+
+
 def _edge_extra(extra: dict) -> None:
     """The two ``extra`` entries the diagnosis reads, in the shapes the Slurm watcher writes."""
     warnings, gangs = extra.get("warnings", []), extra.get("gangs", {})
@@ -255,6 +275,7 @@ def _from_dict(doc: Any, edge: bool = False) -> QueueSnapshot:
     if edge:
         _edge_string(source, FIELDS["QueueSnapshot.source"], (), "source")
         _edge_extra(extra)
+        _edge_ids(lists)
         if not TS_MIN <= taken_at <= TS_MAX:
             raise _FieldError(("taken_at",), f"taken_at must be a time of the years 1 to 9999, got {taken_at:g}")
     return QueueSnapshot(source=source, taken_at=taken_at, extra=extra, **lists)
