@@ -271,3 +271,17 @@ def test_json_on_a_first_use_is_only_json(tmp_path):
     assert r.returncode == 2 and r.stdout == "" and "schema_upgraded" in r.stderr, (r.stdout, r.stderr)
     r = broker("tokens", "list", "-o", "json", env=env)
     assert r.returncode == 0 and json.loads(r.stdout) == [], (r.stdout, r.stderr)
+
+
+def test_a_slurm_program_run_by_hand_says_why_it_failed(tmp_path):
+    """slurmctld discards what its programs print (the log file has it), but a person running
+    one at a terminal gets one sentence and the error table's code: a bad address 2, no broker
+    answering 7 (both were exit 1 and silence)."""
+    log = str(tmp_path / "slurm.log")
+    r = broker("slurm", "resume", "burst-1", "--server", "nohost:notaport", "--log", log)
+    assert r.returncode == 2 and "must be HOST:PORT" in r.stderr, (r.returncode, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("broker: "), r.stderr
+    r = broker("slurm", "suspend", "burst-1", "--server", "127.0.0.1:1", "--log", log)
+    assert r.returncode == 7 and "no broker answering at 127.0.0.1:1" in r.stderr, (r.returncode, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "resume_crashed" in open(log).read() and "suspend_crashed" in open(log).read()

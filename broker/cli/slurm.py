@@ -10,11 +10,11 @@ import json
 import os
 import signal
 import sys
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
-from broker.cli.app import DEFAULT_SERVER, app, exit_usage
+from broker.cli.app import DEFAULT_SERVER, app, exit_error, exit_refused, exit_usage
 
 slurm_app = typer.Typer(
     name="slurm",
@@ -65,6 +65,18 @@ def _client(server: Optional[str], settings):
 
     target = server or os.environ.get("BROKER_SERVER") or settings.server or DEFAULT_SERVER
     return BrokerClient(target, timeout=settings.rpc_timeout_s)
+
+
+def _crashed(lg, program: str, e: Exception) -> NoReturn:
+    """Never die without a log line (slurmctld shows nothing of what a program prints), nor
+    without one sentence for a person at a terminal: a broker's refusal with its exit code (a
+    bad --server is 2, no broker answering 7), anything else 1."""
+    from broker.client import ClientError
+
+    lg.exception(f"{program.replace('-', '_')}_crashed", error=str(e))
+    if isinstance(e, ClientError):
+        exit_refused(e)
+    exit_error(f"slurm {program} failed: {str(e).rstrip('.')} (its log has the rest).", 1)
 
 
 def _finish(lg, outcome, code: int | None = None) -> None:
@@ -144,9 +156,8 @@ def resume_cmd(
     try:
         with _client(server, settings) as client:
             outcome = resume(nodes, settings, client, request=request)
-    except Exception as e:  # never die without a log line: Slurm shows nothing
-        lg.exception("resume_crashed", error=str(e))
-        raise typer.Exit(1) from None
+    except Exception as e:
+        _crashed(lg, "resume", e)
     _finish(lg, outcome)
 
 
@@ -190,9 +201,8 @@ def _release_nodes(program: str, nodes: str, config: Optional[str], server: Opti
     try:
         with _client(server, settings) as client:
             outcome = action(nodes, settings, client)
-    except Exception as e:  # never die without a log line: Slurm shows nothing
-        lg.exception(f"{program.replace('-', '_')}_crashed", error=str(e))
-        raise typer.Exit(1) from None
+    except Exception as e:
+        _crashed(lg, program, e)
     _finish(lg, outcome)
 
 
