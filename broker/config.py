@@ -167,6 +167,9 @@ class StoreSettings(Table):
             scheme = self.url.split("://", 1)[0][:32] if "://" in self.url else "no scheme"
             raise bad("url", f"must be sqlite:///PATH or postgresql+psycopg://USER@HOST/DB, got {scheme}://"
                       f"{self.url.split('@')[-1].split('://')[-1][:200]}")
+        if self.connect_timeout_s < 2 or not float(self.connect_timeout_s).is_integer():
+            raise bad("connect_timeout_s", f"is whole seconds, at least 2 (libpq's connect_timeout), "
+                      f"got {self.connect_timeout_s:g}")
         if re.fullmatch(r"sqlite:///?(:memory:)?(\?.*)?", self.url):
             raise bad("url", "names an in-memory SQLite database, which every connection sees empty and which "
                       "loses every lease at exit: give a file, sqlite:///PATH")
@@ -225,6 +228,11 @@ class LifecycleSettings(Table):
     # At max_lifetime_s a running job is requeued (or its lease extended); idle capacity released.
     lifetime_with_job: Literal["requeue", "extend"] = "requeue"
     lifetime_warning_s: NonNegative = 1800.0  # the job is warned (lifetime_warning) this long before
+
+    def __post_init__(self) -> None:
+        if self.max_lifetime_s and self.lifetime_warning_s >= self.max_lifetime_s:
+            raise bad("lifetime_warning_s", f"({self.lifetime_warning_s:g}) must be shorter than "
+                      f"lifecycle.max_lifetime_s ({self.max_lifetime_s:g}), or every job is warned at its start")
 
 
 def _table_of(cls: type, exclude: tuple[str, ...] = ()) -> type[Table]:
@@ -439,6 +447,16 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
     def __post_init__(self) -> None:
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
+        for name in self.budget_tables:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name):
+                raise bad("budgets", f"has a table for {name[:64]!r}, which is no tenant's name (letters, digits, "
+                                     "'.', '_', '-'; at most 63): no token could ever spend it")
+        held: set[tuple[str, str]] = set()
+        for r in self.reservations:
+            if (r.provider, r.reservation_id) in held:
+                raise bad("reservations", f"list {r.provider} reservation {r.reservation_id[:64]!r} twice: its "
+                                          "nodes would be counted twice")
+            held.add((r.provider, r.reservation_id))
         odd = bad_character(self.owner)
         if odd or len(self.owner) > 128 or self.owner != self.owner.strip():
             raise bad("owner", f"must be at most 128 characters with no {odd or 'spaces around it'}: it is "

@@ -49,6 +49,14 @@ def test_the_example_file_is_valid_and_documents_the_defaults():
      "the nodes' reports carry their lease's credential in plain HTTP"),
     ("owner = \"a\\u0007b\"\n", "owner must be at most 128 characters with no U+0007, a control character"),
     ("owner = \" team \"\n", "owner must be at most 128 characters with no spaces around it"),
+    ("[lifecycle]\nmax_lifetime_s = 60\nlifetime_warning_s = 3600\n",
+     "lifecycle.lifetime_warning_s (3600) must be shorter than lifecycle.max_lifetime_s (60)"),
+    ("[store]\nconnect_timeout_s = 2.5\n", "store.connect_timeout_s is whole seconds, at least 2"),
+    ("[store]\nconnect_timeout_s = 1\n", "store.connect_timeout_s is whole seconds, at least 2"),
+    ("[budgets.\"team a\"]\nusd_per_month = 5\n", "budgets has a table for 'team a', which is no tenant's name"),
+    ("[[reservations]]\nprovider = \"aws\"\nregion = \"us-east-1\"\ninstance_type = \"p5.48xlarge\"\n"
+     "reservation_id = \"cr-1\"\n[[reservations]]\nprovider = \"aws\"\nregion = \"us-east-1\"\n"
+     "instance_type = \"p5.48xlarge\"\nreservation_id = \"cr-1\"\n", "reservations list aws reservation 'cr-1' twice"),
     ("[server]\ncallback_url = \"ftp://x\"\n", "server.callback_url must be an http(s) URL"),
 ])
 def test_job_settings_are_checked_naming_the_key(tmp_path, toml, words):
