@@ -297,6 +297,11 @@ def server_credentials(server) -> grpc.ServerCredentials | None:
             raise ConfigError(f"config: server.{key} {path} cannot be read: {e.strerror}", field=f"server.{key}") from None
         if b"-----BEGIN " not in files[key]:
             raise ConfigError(f"config: server.{key} {path} is not a PEM file", field=f"server.{key}")
+        want = b"PRIVATE KEY-----" if key == "tls_key_file" else b"-----BEGIN CERTIFICATE-----"
+        if want not in files[key]:
+            what = "private key" if key == "tls_key_file" else "certificate"
+            raise ConfigError(f"config: server.{key} {path} holds no {what} (a PEM file of another kind: "
+                              "the key and a certificate swapped?)", field=f"server.{key}")
     check_certificate(server.tls_cert_file, server.tls_key_file, files["tls_cert_file"])
     roots = files.get("tls_client_ca_file")
     return grpc.ssl_server_credentials([(files["tls_key_file"], files["tls_cert_file"])], root_certificates=roots,

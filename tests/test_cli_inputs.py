@@ -196,6 +196,8 @@ def _certificate(tmp_path, name: str, days: float, start_days: float = -1):
                  "server.tls_cert_file {cert}"),
     ("expired", "config: server.tls_cert_file {expired} expired on "),
     ("future", "config: server.tls_cert_file {future} is not valid before "),
+    ("swapped", "config: server.tls_key_file {cert} holds no private key (a PEM file of another kind"),
+    ("key as CA", "config: server.tls_client_ca_file {key} holds no certificate"),
 ])
 def test_a_tls_key_that_does_not_match_or_an_expired_certificate_is_named_at_start_up(tmp_path, case, words):
     """Not gRPC's "Failed to bind to address": the file and the cause, exit 2. An expired
@@ -204,12 +206,14 @@ def test_a_tls_key_that_does_not_match_or_an_expired_certificate_is_named_at_sta
     _, other_key = _certificate(tmp_path, "other", days=30)
     expired, expired_key = _certificate(tmp_path, "expired", days=-1, start_days=-30)
     future, future_key = _certificate(tmp_path, "future", days=60, start_days=30)
-    pair = {"mismatch": (cert, other_key), "expired": (expired, expired_key), "future": (future, future_key)}[case]
+    pair = {"mismatch": (cert, other_key), "expired": (expired, expired_key), "future": (future, future_key),
+            "swapped": (_key, cert), "key as CA": (cert, _key)}[case]
+    ca = {"BROKER_SERVER__TLS_CLIENT_CA_FILE": str(_key)} if case == "key as CA" else {}
     r = broker("serve", "--listen", "127.0.0.1:0", "--db", f"sqlite:///{tmp_path / 'b.db'}", "--log-level", "error",
-               env={"BROKER_SERVER__TLS_CERT_FILE": str(pair[0]), "BROKER_SERVER__TLS_KEY_FILE": str(pair[1])})
+               env={"BROKER_SERVER__TLS_CERT_FILE": str(pair[0]), "BROKER_SERVER__TLS_KEY_FILE": str(pair[1]), **ca})
     assert r.returncode == 2, (r.returncode, r.stderr[-1000:])
     said = [line for line in r.stderr.strip().splitlines() if not line.startswith("{")]
-    expected = words.format(other_key=other_key, cert=cert, expired=expired, future=future)
+    expected = words.format(other_key=other_key, cert=cert, expired=expired, future=future, key=_key)
     assert len(said) == 1 and expected in said[0] and "Traceback" not in r.stderr, said
 
 
