@@ -54,3 +54,17 @@ def test_simulate_tables_keep_p99_and_utilisation_whole_at_80_columns(capsys):
         rows = [line for line in out.splitlines() if line.rstrip().endswith(" %")]  # the table's rows
         assert len(rows) == n and all("2,847 h" in line and line.rstrip().endswith("99 %") for line in rows), out
         assert all("61,728,390" in line for line in rows if "broker-burst-overdue" in line), out
+
+
+def test_advise_keeps_its_totals_and_offers_whole_at_80_and_50_columns():
+    """A million GPUs' totals ($30,576,409,560) and the offers' instance types were cut with an
+    ellipsis at 80 columns; at a narrower terminal the rates give way, never the totals."""
+    for columns in ("80", "50"):
+        r = broker("advise", "--gpus", "1000000", "--utilization", "0.9", columns=columns)
+        assert r.returncode == 0, r.stderr
+        table = r.stdout.split("owning, per year")[0]
+        assert max(map(len, table.splitlines())) <= int(columns) and "…" not in table, table
+        doc = json.loads(broker("advise", "--gpus", "1000000", "--utilization", "0.9", "-o", "json").stdout)
+        for total in (doc["cost_usd"]["build"]["3y"], doc["cost_usd"]["rent_committed_1y"]["3y"]):
+            assert f"${total:,.0f}" in table, (total, table)
+        assert "gpu_1x_h100_pcie" in table.replace("\n", "") or "a3-highgpu-8g" in table, table

@@ -240,23 +240,23 @@ def _catalog(catalog_dir: Optional[Path]):
 
 
 def _print_advice(adv, gpus: int, model: str, u: float, source: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from broker.cli.app import console, fitted_table
 
-    con = Console(width=80)
-    t = Table(title=f"Build vs rent: {gpus} {model} GPUs at {u * 100:.0f} % utilisation ({source})")
-    for c in ("choice", "per GPU-h", "break-even", "1 year", "3 years"):
-        t.add_column(c, justify="left" if c == "choice" else "right")
-    t.add_row("build (own)", f"${adv.onprem_per_year / max(1e-9, gpus * 8760 * max(u, 1e-9)):.2f} used", "-",
-              f"${adv.costs['build']['1y']:,.0f}", f"${adv.costs['build']['3y']:,.0f}")
+    con = console()
+    rows = [["build (own)", f"${adv.onprem_per_year / max(1e-9, gpus * 8760 * max(u, 1e-9)):.2f} used", "-",
+             f"${adv.costs['build']['1y']:,.0f}", f"${adv.costs['build']['3y']:,.0f}"]]
     for k, p in adv.prices.items():
         be = adv.break_even[k]
-        t.add_row(f"rent {k.replace('_', ' ')}\n({p.label})", f"${p.usd_per_gpu_hour:.2f}",
-                  "never" if be is None else f"{be * 100:.0f} %",
-                  f"${adv.costs['rent_' + k]['1y']:,.0f}", f"${adv.costs['rent_' + k]['3y']:,.0f}")
-    t.add_row("hybrid (own the base,\nburst on demand)", "-", "-", f"${adv.costs['hybrid']['1y']:,.0f}",
-              f"${adv.costs['hybrid']['3y']:,.0f}")
-    con.print(t)
+        where, _, region = p.label.rpartition(" ")  # "aws p5.48xlarge us-east-1": the region below
+        rows.append([f"rent {k.replace('_', ' ')}\n({where}\n {region})" if where else f"rent {k.replace('_', ' ')}\n({p.label})",
+                     f"${p.usd_per_gpu_hour:.2f}",
+                     "never" if be is None else f"{be * 100:.0f} %",
+                     f"${adv.costs['rent_' + k]['1y']:,.0f}", f"${adv.costs['rent_' + k]['3y']:,.0f}"])
+    rows.append(["hybrid (own the base,\nburst on demand)", "-", "-", f"${adv.costs['hybrid']['1y']:,.0f}",
+                 f"${adv.costs['hybrid']['3y']:,.0f}"])
+    con.print(f"Build vs rent: {gpus:,} {model} GPUs at {u * 100:.0f} % utilisation ({source})", highlight=False)
+    columns = [(c, "left" if c == "choice" else "right") for c in ("choice", "per GPU-h", "break-even", "1 year", "3 years")]
+    con.print(fitted_table(con, columns, rows, drop_first=("break-even", "per GPU-h"), fold=("choice",)))
     lines = ", ".join(f"{k.replace('_', ' ')} ${v:,.0f}" for k, v in adv.onprem_lines.items())
     con.print(f"owning, per year: {lines}", highlight=False)
     con.print(f"recommendation: {adv.reason}", highlight=False)
