@@ -203,6 +203,8 @@ def run(gpu: str, hours: float, data_in_gb: float = 0.0, data_out_gb: float = 0.
         providers=split_list(providers), regions=split_list(regions), residency=split_list(residency),
         min_sla_pct=min_sla, deadline=parse_deadline(deadline, now),
     )
+    if server is not None and not server.strip():  # "--server $BROKER" with nothing in it
+        exit_usage("--server is empty; give HOST:PORT, or leave it out to quote in-process.")
     if server:
         from broker.client import BrokerClient, ClientError
 

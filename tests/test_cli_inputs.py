@@ -70,6 +70,7 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["watch", "--after", str(2 ** 64), "--server", "127.0.0.1:1"], {}, "Invalid value for '--after'"),
     (["leases", "--limit", "-1", "--server", "127.0.0.1:1"], {}, "Invalid value for '--limit'"),
     (QUOTE + ["--hours", "1", "--deadline", "100000000h"], {}, "--deadline is at most 87840h (ten years) from now"),
+    (QUOTE + ["--hours", "1", "--server", ""], {}, "--server is empty; give HOST:PORT, or leave it out"),
     (["diagnose", "--squeue", str(ROOT / "tests/fixtures/slurm/squeue.json"), "--sinfo",
       str(ROOT / "tests/fixtures/slurm/sinfo.json"), "--now", "nan"], {}, "--now must be epoch seconds from 0"),
     (QUOTE + ["--hours", "1"], {"BROKER_QUOTE__TTL": "5"},

@@ -234,5 +234,5 @@ def diagnose_command(
         print_json(doc)
     else:
         for w in snap.extra.get("warnings") or []:
-            typer.echo(f"warning: {w}", err=True)
+            typer.echo(f"broker: warning: {w}", err=True)
         _print_table(diag, snap)
