@@ -375,11 +375,11 @@ class LimitsSettings(Table):
     """``[limits]``: the API's bounds at its edge (enforced by :mod:`broker.limits`)."""
 
     #: One request or response, in bytes (gRPC's own cap, both ways).
-    max_message_bytes: Annotated[int, Meta(ge=1024, le=2**31 - 1)] = 4 * 1024 * 1024
+    max_message_bytes: Annotated[int, Meta(ge=1024, le=NUMBER_LIMIT)] = 4 * 1024 * 1024
     #: Any string field (names and ids have tighter bounds of their own).
-    max_string_chars: Annotated[int, Meta(ge=64, le=2**31 - 1)] = 4096
+    max_string_chars: Annotated[int, Meta(ge=64, le=NUMBER_LIMIT)] = 4096
     #: Any list or map field (a demand's filters have tighter bounds of their own).
-    max_list_items: Annotated[int, Meta(ge=16, le=2**31 - 1)] = 100_000
+    max_list_items: Annotated[int, Meta(ge=16, le=NUMBER_LIMIT)] = 100_000
     #: Nodes of one lease, launch or demand.
     max_nodes: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     #: Open WatchLeases streams (each holds a worker thread); 0 = half of server.workers.
@@ -392,9 +392,9 @@ class LimitsSettings(Table):
     #: (protobuf answers, launch targets); 0 = no caching.
     quote_cache_entries: Annotated[int, Meta(ge=0, le=1_000_000)] = 1024
     #: Bytes (estimated) the quote result cache may hold; the oldest results leave first.
-    quote_cache_bytes: Annotated[int, Meta(ge=0, le=2**31 - 1)] = 64 * 1024 * 1024
+    quote_cache_bytes: Annotated[int, Meta(ge=0, le=NUMBER_LIMIT)] = 64 * 1024 * 1024
     #: Bytes (estimated) each cache derived from quote results may hold.
-    derived_cache_bytes: Annotated[int, Meta(ge=0, le=2**31 - 1)] = 64 * 1024 * 1024
+    derived_cache_bytes: Annotated[int, Meta(ge=0, le=NUMBER_LIMIT)] = 64 * 1024 * 1024
 
 
 class TelemetrySettings(Table):

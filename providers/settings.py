@@ -64,7 +64,13 @@ def convert(raw: Any, typ: Any, where: str = "", sources: Mapping[str, str] | No
 
     ``where`` prefixes every key (``providers.aws``); ``sources`` maps a dotted key to the
     environment variable that set it, so the sentence names the variable the user wrote."""
-    _check_numbers(raw, where)
+    try:
+        _check_numbers(raw, where)
+    except SettingsError as e:  # name the environment variable that set it, as every other sentence
+        env = (sources or {}).get(e.key.removeprefix(f"{where}.") if where else e.key, "")
+        if env:
+            raise SettingsError(f"environment variable {env} (setting {e.key}){str(e)[len(e.key):]}", e.key) from None
+        raise
     try:
         return msgspec.convert(raw, typ, strict=True)
     except msgspec.ValidationError as e:
@@ -212,7 +218,7 @@ def _sentence(text: str, raw: Any, typ: Any, where: str, sources: Mapping[str, s
         want = want.replace("int", "a whole number").replace("float", "a number").replace("array", "a list")
         want = want.replace("object", "a table")
         bound = expected[3].strip()
-        got = f", got {value!r}" if value is not None else ""
+        got = f", got {json.dumps(value) if isinstance(value, bool) else repr(value)}" if value is not None else ""
         return SettingsError(f"{name(prefix)} must be {want}{(' ' + bound) if bound else ''}{got}", prefix)
     invalid = re.match(r"Invalid enum value (.+)", msg)
     if invalid:

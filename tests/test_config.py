@@ -98,7 +98,7 @@ def test_unknown_keys_are_refused_naming_the_key_and_the_key_meant(tmp_path, tom
     ("BROKER_CONIFG", "/etc/broker.toml", "BROKER_CONIFG is not a broker setting (did you mean BROKER_CONFIG?)"),
     ("BROKER_LISTEN", "x", "settings are BROKER_<SECTION>__<KEY>"),
     ("BROKER_RECONCILER__INTERVAL_S", "soon", "reconciler.interval_s) must be a number, got 'soon'"),
-    ("BROKER_RECONCILER__INTERVAL_S", "inf", "reconciler.interval_s must be a finite number"),
+    ("BROKER_RECONCILER__INTERVAL_S", "inf", "BROKER_RECONCILER__INTERVAL_S (setting reconciler.interval_s) must be a finite number"),
     ("BROKER_STORE__URL__X", "1", "BROKER_STORE__URL__X (setting store.url) must be a string"),
 ])
 def test_environment_variables_are_checked_too(name, value, words):
@@ -129,6 +129,8 @@ def test_non_finite_and_huge_numbers_are_refused_in_every_numeric_key(tmp_path, 
     ("[server]\nworkers = \"many\"\n", "server.workers must be a whole number"),
     ("[server]\nworkers = 0\n", "server.workers must be a whole number >= 4"),
     ("[server]\nworkers = 3\n", "server.workers must be a whole number >= 4"),
+    ("[server]\nworkers = true\n", "server.workers must be a whole number, got true"),
+    ("[limits]\nmax_message_bytes = 2147483647\n", "limits.max_message_bytes must be a finite number of at most 1,000,000,000"),
     ("[server]\nlisten = \"nowhere\"\n", "server.listen must be HOST:PORT"),
     ("[server]\nlisten = \"127.0.0.1:99999\"\n", "server.listen must be HOST:PORT"),
     ("[server]\ntls_key_file = \"/k.pem\"\n", "server.tls_cert_file is required when server.tls_key_file is set"),
