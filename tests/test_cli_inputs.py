@@ -71,6 +71,8 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["leases", "--limit", "-1", "--server", "127.0.0.1:1"], {}, "Invalid value for '--limit'"),
     (QUOTE + ["--hours", "1", "--deadline", "100000000h"], {}, "--deadline is at most 87840h (ten years) from now"),
     (QUOTE + ["--hours", "1", "--server", ""], {}, "--server is empty; give HOST:PORT, or leave it out"),
+    (["advise", "--gpus", "8", "--utilization", "0.5", "--plot", "/nonexistent/dir/x.png"], {},
+     "--plot: there is no directory /nonexistent/dir to write x.png in"),
     (["diagnose", "--squeue", str(ROOT / "tests/fixtures/slurm/squeue.json"), "--sinfo",
       str(ROOT / "tests/fixtures/slurm/sinfo.json"), "--now", "nan"], {}, "--now must be epoch seconds from 0"),
     (QUOTE + ["--hours", "1"], {"BROKER_QUOTE__TTL": "5"},

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from broker.cli.advise_sweep import advise_simulation, policy_of, read_simulation
-from broker.cli.app import app, check_format, exit_usage, print_json
+from broker.cli.app import app, check_format, check_writable, exit_usage, print_json
 from broker.times import as_of
 from providers.files import read_text
 
@@ -124,7 +124,9 @@ def advise_cmd(
     if len(sources) != 1:
         exit_usage("give the utilisation exactly one way: --utilization, --from-simulate, --sacct or --simulation.")
     if plot is not None and plot.suffix.lower() != ".png":
-        exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
+        exit_usage(f"--plot writes a PNG; give a path ending in .png, got {str(plot)[:200]}.")
+    if plot is not None:
+        check_writable(plot, "--plot")
     catalog = _catalog(catalog_dir)
     model, prices = _model_and_prices(catalog, gpu_model, simulation)
     owning = _owning(model, catalog_dir, gpus_per_server, server_capex, kw_per_server)

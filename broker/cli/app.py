@@ -59,6 +59,16 @@ def _check_client_environment(environ) -> None:
             exit_usage(f"BROKER_TLS_CA names {ca}, which is not a PEM certificate file.")
 
 
+def check_writable(path, option: str) -> None:
+    """A file to write at the end of long work: its directory must take it now, not after the
+    work (a replay of minutes lost to a typo in the path)."""
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(parent):
+        exit_usage(f"{option}: there is no directory {parent[:200]} to write {os.path.basename(path)[:100]} in.")
+    if not os.access(parent, os.W_OK) or os.path.isdir(path):
+        exit_usage(f"{option}: {str(path)[:200]} cannot be written here.")
+
+
 def server_option_default() -> str:
     return os.environ.get("BROKER_SERVER", DEFAULT_SERVER)
 

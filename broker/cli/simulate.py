@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from broker.cli.app import FORMATS, app, exit_usage, print_json
+from broker.cli.app import FORMATS, app, check_writable, exit_usage, print_json
 from broker.times import as_of
 
 _POLICIES = ("onprem-only", "ondemand-cheapest", "spot-greedy", "broker", "broker-burst-overdue")
@@ -60,7 +60,9 @@ def _check(names, share, ckpt, plot, fractional, jobs) -> None:
     if ckpt < 0:
         exit_usage(f"--checkpoint-minutes must be zero or positive, got {ckpt}.")
     if plot is not None and plot.suffix.lower() != ".png":
-        exit_usage(f"--plot writes a PNG; give a path ending in .png, got {plot}.")
+        exit_usage(f"--plot writes a PNG; give a path ending in .png, got {str(plot)[:200]}.")
+    if plot is not None:
+        check_writable(plot, "--plot")
     if fractional not in ("round-up", "skip"):
         exit_usage(f"--fractional-gpus must be round-up or skip, got {fractional!r}.")
     if jobs is not None and jobs <= 0:
