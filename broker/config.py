@@ -564,13 +564,13 @@ def load(path: str | Path | None = None, environ: Mapping[str, str] | None = Non
         try:
             data = tomllib.loads(read_text(path, SMALL_BYTES))
         except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
+            raise ConfigError(f"config file {str(path)[:200]} does not exist") from None
         except OSError as e:  # a directory, no permission, larger than a configuration is
-            raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
+            raise ConfigError(f"config file {str(path)[:200]} cannot be read: {e.strerror or e}") from None
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+            raise ConfigError(f"config file {str(path)[:200]} is not valid TOML: {e}") from None
         except UnicodeDecodeError:
-            raise ConfigError(f"config file {path} is not UTF-8 text") from None
+            raise ConfigError(f"config file {str(path)[:200]} is not UTF-8 text") from None
     sources = _apply_env(data, environ)
     for k, v in (overrides or {}).items():
         if v is not None:
