@@ -57,6 +57,7 @@ class Service:
             self.auth = Auth(config.auth_tokens, issued=issued)
         self.market_seen = market_store.version(self.store.engine)  # what self.engine was built from
         self.engine = market.quote_engine(config, self.store.engine)
+        self._check_autoscaler_demand(config)
         try:
             # Lazily: the clouds' SDKs cost ~3 s of start-up with all three enabled; they are
             # built behind the service once it answers (start_background).
@@ -328,6 +329,19 @@ class Service:
     #: A common demand the warm-up quotes (no quote is stored): the quote path's first call pays
     #: its imports and first-use costs (~0.4 s), which clients arriving at once would wait for.
     WARM_DEMAND = Demand(gpus=8, hours=1, gpu_model="H100")
+
+    def _check_autoscaler_demand(self, config: Config) -> None:
+        """``[autoscaler] default_gpu_model`` and ``data_location`` name what the catalog has: every
+        burst's demand carries them, and one the quote refuses would fail every burst, silently."""
+        s = config.autoscaler
+        model = s.default_gpu_model.upper()
+        probe = Demand(gpus=1, hours=1.0, gpu_model=model, min_gpu_memory_gb=0 if model else s.default_min_gpu_memory_gb,
+                       data_location=s.data_location)
+        try:
+            self.engine.validate(probe, self.clock())
+        except DemandError as e:
+            key = {"gpu_model": "default_gpu_model"}.get(e.field, e.field)
+            raise ConfigError(f"config: autoscaler.{key}: {str(e).rstrip('.')}", field=f"autoscaler.{key}") from None
 
     def warm_up(self, within_s: float, stop: threading.Event | None = None) -> list[str]:
         """What `broker serve` does before it says SERVING, so its first calls cost what later ones

@@ -239,6 +239,21 @@ def test_an_in_memory_store_and_a_catalog_path_that_is_no_catalog_are_refused(tm
             load(f'[catalog]\npath = "{path}"\n', tmp_path)
 
 
+@pytest.mark.parametrize("env, words", [
+    ({"BROKER_AUTOSCALER__DATA_LOCATION": "mars"}, "autoscaler.data_location: data_location must be 'onprem' or PROVIDER:REGION"),
+    ({"BROKER_AUTOSCALER__DATA_LOCATION": "aws:"}, "autoscaler.data_location: data_location 'aws:' is not a region of aws"),
+    ({"BROKER_AUTOSCALER__DEFAULT_GPU_MODEL": "Z999"}, "autoscaler.default_gpu_model: unknown GPU model 'Z999'"),
+])
+def test_what_every_burst_would_ask_the_catalog_is_checked_at_start_up(tmp_path, env, words):
+    """A default GPU model or data location the quote refuses would fail every burst, each
+    logged and none said at start-up."""
+    from broker.service import Service
+
+    cfg = cfgmod.load(None, environ={"BROKER_STORE__URL": f"sqlite:///{tmp_path / 'b.db'}", **env})
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        Service(cfg)
+
+
 def test_typed_settings_flow_to_their_users(tmp_path):
     cfg = load("[lifecycle]\nmax_failover = 2\n[autoscaler]\ninterval_s = 5\n[autoscaler.selection]\n"
                "startup_s = 60\n[providers.aws]\nregions = [\"us-east-1\"]\nimage_id = \"ami-0abc12345def67890\"\n"
