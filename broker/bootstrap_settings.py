@@ -71,6 +71,14 @@ class BootstrapSettings(Table):
         overlap = sorted(set(self.vars) & (set(self.__struct_fields__) | _BOOT_KEYS))
         if overlap:
             raise bad(f"vars.{overlap[0]}", "is a built-in setting: set it in [bootstrap] itself")
+        import os
+        import re
+
+        for name, path in self.templates.items():  # a launch names one: say now, not at its launch
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+                raise bad("templates", f"names a template {name[:64]!r}; a name is letters, digits, '.', '_', '-'")
+            if not os.path.isfile(path):
+                raise bad(f"templates.{name}", f"is {path[:200]!r}, which is no readable file")
 
     @property
     def configured(self) -> bool:
