@@ -191,5 +191,12 @@ def history_cmd(fmt: str = typer.Option("table", "--format", "-o", help="table o
     t.add_column("description", overflow="fold")  # wraps on a narrow terminal; ids never do
     for r in rows:
         t.add_row(r["revision"] + (" (newest)" if r["head"] else ""), r["down_revision"] or "-",
-                  r["description"])
+                  _plain(r["description"]))
     console().print(t)
+
+
+def _plain(doc: str) -> str:
+    """A migration's docstring as a person reads it: ``x`` and :mod:`x` as x."""
+    import re
+
+    return re.sub(r":[a-z]+:`([^`]+)`", r"\1", doc).replace("``", "")
