@@ -191,10 +191,7 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
         server.stop(grace=None)
         raise
     if stop.is_set():  # SIGTERM while warming up: stop now, never SERVING
-        server.stop(grace=None)
-        service.stop()
-        log.info("stopped", process=process)
-        return
+        return _stop_unserved(server, service, process)
     gate.open(service)
     service.start_background(lead=process == 0,
                              after_first_market_poll=(lambda: _freeze(process, "market")) if settle_heap else None)
@@ -225,6 +222,12 @@ def serve(config, listen: str, make_service, *, ready: threading.Event | None = 
     server.stop(grace=10).wait()
     if callback is not None:
         callback.stop()
+    service.stop()
+    log.info("stopped", process=process)
+
+
+def _stop_unserved(server, service, process: int) -> None:
+    server.stop(grace=None)
     service.stop()
     log.info("stopped", process=process)
 

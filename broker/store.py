@@ -589,9 +589,8 @@ class Store:
 
 
 def _log() -> Any:
-    """The store's logger. In a process that set up no logging (a command line's: `broker
-    tokens`, `broker catalog refresh`), its records go to stderr, never into stdout, which
-    may be the command's JSON."""
+    """The store's logger. In a process that set up no logging (a command line's), its records
+    go to stderr, never into stdout, which may be the command's JSON."""
     import sys
 
     import structlog

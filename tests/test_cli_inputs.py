@@ -68,7 +68,7 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["launch", "--provider", "aws", "--region", "us-east-1", "--instance-type", "p5.48xlarge",
       "--max-lifetime-s", str(2 ** 64)], {}, "Invalid value for '--max-lifetime-s'"),
     (["watch", "--after", str(2 ** 64), "--server", "127.0.0.1:1"], {}, "Invalid value for '--after'"),
-    (["leases", "--limit", "-1", "--server", "127.0.0.1:1"], {}, "Invalid value for '--limit'"),
+    (["leases", "--limit", str(2 ** 64), "--server", "127.0.0.1:1"], {}, "--limit must be zero (every lease) or more, at most 10,000,000"),
     (QUOTE + ["--hours", "1", "--deadline", "100000000h"], {}, "--deadline is at most 87840h (ten years) from now"),
     (QUOTE + ["--hours", "1", "--server", ""], {}, "--server is empty; give HOST:PORT, or leave it out"),
     (["advise", "--gpus", "8", "--utilization", "0.5", "--plot", "/nonexistent/dir/x.png"], {},

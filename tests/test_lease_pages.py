@@ -120,7 +120,7 @@ def test_the_cli_lists_every_lease_with_limit_zero_and_refuses_a_negative_one(se
     out = cli("leases", "--limit", "120", "-o", "json", server=addr, token="tok-op")
     assert len(json.loads(out.stdout)) == 120
     out = cli("leases", "--limit", "-1", server=addr)
-    assert out.returncode == 2 and out.stderr.strip().endswith("--limit must be zero (every lease) or more, got -1."), \
+    assert out.returncode == 2 and out.stderr.strip().endswith("--limit must be zero (every lease) or more, at most 10,000,000, got -1."), \
         out.stderr
 
 

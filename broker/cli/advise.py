@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from broker.cli.advise_sweep import advise_simulation, policy_of, read_simulation
-from broker.cli.app import app, check_format, check_writable, exit_usage, print_json
+from broker.cli.app import app, check_format, check_writable, console, exit_usage, fitted_table, print_json
 from broker.times import as_of
 from providers.files import read_text
 
@@ -242,8 +242,6 @@ def _catalog(catalog_dir: Optional[Path]):
 
 
 def _print_advice(adv, gpus: int, model: str, u: float, source: str) -> None:
-    from broker.cli.app import console, fitted_table
-
     con = console()
     rows = [["build (own)", f"${adv.onprem_per_year / max(1e-9, gpus * 8760 * max(u, 1e-9)):.2f} used", "-",
              f"${adv.costs['build']['1y']:,.0f}", f"${adv.costs['build']['3y']:,.0f}"]]

@@ -167,15 +167,15 @@ def lease(
 def leases(
     state: Optional[list[str]] = typer.Option(None, "--state", help="Only this state (repeatable)."),
     tenant: str = typer.Option("", "--tenant"),
-    limit: int = typer.Option(100, "--limit", min=0, max=10_000_000, help="At most this many, newest first; 0 = every one (read in pages)."),
+    limit: int = typer.Option(100, "--limit", help="At most this many, newest first; 0 = every one (read in pages)."),
     fmt: str = typer.Option("table", "--format", "-o", help="table or json."),
     server: Optional[str] = typer.Option(None, "--server", help=SERVER_HELP),
 ) -> None:
     from broker.client import ClientError
     from broker.convert import STATE_TO_PB
 
-    if limit < 0:
-        exit_usage(f"--limit must be zero (every lease) or more, got {limit}.")
+    if not 0 <= limit <= 10_000_000:
+        exit_usage(f"--limit must be zero (every lease) or more, at most 10,000,000, got {limit}.")
     for s in state or []:
         if s not in STATE_TO_PB:
             exit_usage(f"--state must be one of {', '.join(STATE_TO_PB)}, got {s!r}.")
