@@ -167,9 +167,9 @@ def test_serve_says_serving_once_the_clouds_are_built(tmp_path, monkeypatch):
     assert not t.is_alive()
 
 
-def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_path, monkeypatch):
-    """A build that outlasts the warm-up's bound (``[server] warm_up_s``) goes on behind
-    SERVING, as without the warm-up."""
+def _slow_aws(tmp_path, monkeypatch, warm_up_s: float):
+    """AWS enabled, its build held until the returned gate is set (its name is in calls once it
+    began), and the configuration with that warm-up bound."""
     gate, calls = threading.Event(), []
 
     def slow(name, settings, owner):
@@ -180,7 +180,14 @@ def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_p
     monkeypatch.setattr(registry, "build", slow)
     config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
                                                "providers.aws": AWS, "catalog.refresh_interval_s": 0,
-                                               "server.warm_up_s": 0.1})
+                                               "server.warm_up_s": warm_up_s})
+    return gate, calls, config
+
+
+def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_path, monkeypatch):
+    """A build that outlasts the warm-up's bound (``[server] warm_up_s``) goes on behind
+    SERVING, as without the warm-up."""
+    gate, calls, config = _slow_aws(tmp_path, monkeypatch, warm_up_s=0.1)
     stop, ready, ports = threading.Event(), threading.Event(), []
     t = _serve_in_thread(config, stop, ready, ports)
     try:
@@ -197,17 +204,7 @@ def test_serve_does_not_wait_past_its_bound_for_a_cloud_that_builds_slowly(tmp_p
 def test_a_stop_during_the_warm_up_stops_at_once_and_never_serves(tmp_path, monkeypatch):
     """SIGTERM (the stop event) while a cloud's build holds the warm-up: the server stops within
     a second, never saying SERVING, rather than when the warm-up's bound runs out."""
-    gate, calls = threading.Event(), []
-
-    def slow(name, settings, owner):
-        calls.append(name)
-        assert gate.wait(60)
-        return _Built()
-
-    monkeypatch.setattr(registry, "build", slow)
-    config = load(None, environ={}, overrides={"store.url": f"sqlite:///{tmp_path / 's.db'}",
-                                               "providers.aws": AWS, "catalog.refresh_interval_s": 0,
-                                               "server.warm_up_s": 600})
+    gate, calls, config = _slow_aws(tmp_path, monkeypatch, warm_up_s=600)
     stop, ready, ports = threading.Event(), threading.Event(), []
     t = _serve_in_thread(config, stop, ready, ports)
     try:

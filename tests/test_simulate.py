@@ -154,18 +154,18 @@ def test_malformed_rows_name_their_line(tmp_path, row, needle):
     assert needle in str(e.value) and "bad.csv" in str(e.value)
 
 
-def test_a_trace_of_impossible_spans_is_refused(tmp_path):
-    """Times in mixed units (milliseconds beside seconds): the replay would sample every hour of
-    63 years. Start and end ten years apart are no job either."""
-    p = write_trace(tmp_path / "units.csv", [("a", 0, 1, 3600), ("b", 2e9, 1, 60)])
-    with pytest.raises(TraceError, match="units.csv spans 63 years from its first submission to its last"):
-        load_trace(p)
-    p = tmp_path / "ends.csv"
-    p.write_text("job_id,submit_time,start_time,end_time,num_gpus\nj1,0,10,1e11,1\n")
-    with pytest.raises(TraceError, match="ends.csv line 2: the job ran 3,171 years"):
-        load_trace(p)
-    p.write_text("job_id,submit_time,start_time,end_time,num_gpus\nj2,0,10,1e300,1\n")
-    with pytest.raises(TraceError, match="line 2: end_time must be a time before the year 10000"):
+@pytest.mark.parametrize("text, words", [
+    # times in mixed units (milliseconds beside seconds): the replay would sample every hour of 63 years
+    ("job_id,submit_time_s,num_gpus,duration_s\na,0,1,3600\nb,2e9,1,60\n",
+     "t.csv spans 63 years from its first submission to its last"),
+    ("job_id,submit_time,start_time,end_time,num_gpus\nj1,0,10,1e11,1\n", "t.csv line 2: the job ran 3,171 years"),
+    ("job_id,submit_time,start_time,end_time,num_gpus\nj2,0,10,1e300,1\n",
+     "line 2: end_time must be a time before the year 10000"),
+])
+def test_a_trace_of_impossible_spans_is_refused(tmp_path, text, words):
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(TraceError, match=words):
         load_trace(p)
 
 

@@ -73,8 +73,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "runtime_known": ("runtime_known",),
 }
 _REQUIRED = ("job_id", "submit", "gpus")
-MAX_TIME_S, YEAR_S, MAX_JOB_GPUS = 253_402_300_799, 365 * 24 * 3600, 1_000_000
-MAX_SPAN_S = 10 * YEAR_S
+from broker.simulate.trace import MAX_SPAN_S, YEAR_S, out_of_range  # noqa: E402
 _EMPTY = {"", "none", "null", "nan", "na", "n/a", "unknown", "-"}
 
 
@@ -248,20 +247,9 @@ class _Reader:
         except ValueError:
             raise self.fail(line, "submit_time_s, num_gpus and duration_s must be numbers (times may be timestamps), got "
                             + ", ".join(repr(self.get(row, f)) for f in ("submit", "gpus", "duration"))) from None
-        # the ranges the reader has since taken on (broker.simulate.trace), in the same words
-        if submit is None or not (math.isfinite(submit) and 0 <= submit <= MAX_TIME_S):
-            raise self.fail(line, f"submit_time_s must be zero or positive, before the year 10000 "
-                                  f"({MAX_TIME_S:,} s), got {self.get(row, 'submit')!r}")
-        for fld, v in (("start", start), ("end", end)):
-            if v is not None and not (math.isfinite(v) and abs(v) <= MAX_TIME_S):
-                raise self.fail(line, f"{fld}_time must be a time before the year 10000 ({MAX_TIME_S:,} s), "
-                                      f"got {self.get(row, fld)!r}")
-        if not (math.isfinite(gpus) and 0 <= gpus <= MAX_JOB_GPUS):
-            raise self.fail(line, f"num_gpus must be zero or positive, at most {MAX_JOB_GPUS:,}, "
-                                  f"got {self.get(row, 'gpus')!r}")
-        if dur is not None and not (math.isfinite(dur) and 0 <= dur <= MAX_SPAN_S):
-            raise self.fail(line, f"duration_s must be zero or positive, at most ten years ({MAX_SPAN_S:,} s), "
-                                  f"got {self.get(row, 'duration')!r}")
+        what = out_of_range(submit, start, end, gpus, dur)  # the ranges the reader has since taken on
+        if what:
+            raise self.fail(line, f"{what[1]}, got {self.get(row, what[0])!r}")
         return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None,
                     self.extra(line, row, jid))
 

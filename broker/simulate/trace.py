@@ -221,6 +221,22 @@ class _Row:
     extra: tuple  # queue, interruptible, gpu_model, data_gb, kind, checkpoint, job_class, runtime_known
 
 
+def out_of_range(submit: float | None, start: float | None, end: float | None, gpus: float,
+                 dur: float | None) -> tuple[str, str] | None:
+    """(the field, the rule it breaks) for the first of a row's numbers outside any real
+    range, or None."""
+    if submit is None or not (math.isfinite(submit) and 0 <= submit <= MAX_TIME_S):
+        return "submit", f"submit_time_s must be zero or positive, before the year 10000 ({MAX_TIME_S:,} s)"
+    for fld, v in (("start", start), ("end", end)):
+        if v is not None and not (math.isfinite(v) and abs(v) <= MAX_TIME_S):
+            return fld, f"{fld}_time must be a time before the year 10000 ({MAX_TIME_S:,} s)"
+    if not (math.isfinite(gpus) and 0 <= gpus <= MAX_JOB_GPUS):
+        return "gpus", f"num_gpus must be zero or positive, at most {MAX_JOB_GPUS:,}"
+    if dur is not None and not (math.isfinite(dur) and 0 <= dur <= MAX_SPAN_S):
+        return "duration", f"duration_s must be zero or positive, at most ten years ({MAX_SPAN_S:,} s)"
+    return None
+
+
 class _Reader:
     def __init__(self, cols: _Columns, name: str, opts: dict):
         self.c = cols.at
@@ -264,19 +280,10 @@ class _Reader:
         except ValueError:
             raise self.fail(line, "submit_time_s, num_gpus and duration_s must be numbers (times may be timestamps), got "
                             + ", ".join(repr(self.get(row, f)) for f in ("submit", "gpus", "duration"))) from None
-        if submit is None or not (math.isfinite(submit) and 0 <= submit <= MAX_TIME_S):
-            raise self.fail(line, f"submit_time_s must be zero or positive, before the year 10000 "
-                                  f"({MAX_TIME_S:,} s), got {self.get(row, 'submit')!r}")
-        for fld, v in (("start", start), ("end", end)):
-            if v is not None and not (math.isfinite(v) and abs(v) <= MAX_TIME_S):
-                raise self.fail(line, f"{fld}_time must be a time before the year 10000 ({MAX_TIME_S:,} s), "
-                                      f"got {self.get(row, fld)!r}")
-        if not (math.isfinite(gpus) and 0 <= gpus <= MAX_JOB_GPUS):
-            raise self.fail(line, f"num_gpus must be zero or positive, at most {MAX_JOB_GPUS:,}, "
-                                  f"got {self.get(row, 'gpus')!r}")
-        if dur is not None and not (math.isfinite(dur) and 0 <= dur <= MAX_SPAN_S):
-            raise self.fail(line, f"duration_s must be zero or positive, at most ten years ({MAX_SPAN_S:,} s), "
-                                  f"got {self.get(row, 'duration')!r}")
+        what = out_of_range(submit, start, end, gpus, dur)
+        if what:
+            fld, said = what
+            raise self.fail(line, f"{said}, got {self.get(row, fld)!r}")
         extra = tuple(sys.intern(x) if type(x) is str else x  # queues and models repeat: one copy
                       for x in self.extra(line, row, jid))
         return _Row(line, jid, submit, gpus, dur, start, end, self.c["start"] is not None, extra)
