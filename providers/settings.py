@@ -85,8 +85,8 @@ def _check_numbers(value: Any, path: str) -> None:
             raise SettingsError(f"{path or 'value'} must be a finite number of at most {NUMBER_LIMIT:,} "
                                 f"in magnitude, got {value!r}", path)
     elif isinstance(value, Mapping):
-        for k, v in value.items():
-            _check_numbers(v, f"{path}.{k}" if path else str(k))
+        for k, v in value.items():  # a key of auth.tokens is a token: never in a sentence
+            _check_numbers(v, path if path == "auth.tokens" else f"{path}.{k}" if path else str(k))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _check_numbers(v, f"{path}[{i}]")
