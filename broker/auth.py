@@ -32,12 +32,12 @@ from typing import Callable, Iterable, Mapping
 import grpc
 
 from broker.errors import BrokerError, ConfigError, NotFound, PermissionDenied, Unauthenticated, outcome
+from broker.fields import TENANT as _TENANT
 from providers.files import SMALL_BYTES, read_bytes
 
 ANY_TENANT = "*"
 LEASE_PREFIX = "brl_"  # broker.jobs.CREDENTIAL_PREFIX
 SERVICE_PREFIX = "/broker.v1.Broker/"
-_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})\Z", re.IGNORECASE)
 
 

@@ -35,7 +35,7 @@ from broker.errors import ConfigError
 from broker.job_classes import JobClassTable, ClassName
 from broker.market_settings import CatalogSettings, MarketSettings
 from broker.watchers import registry as scheduler_registry
-from broker.fields import bad_character
+from broker.fields import TENANT, bad_character
 from broker.server_settings import MAX_PROCESSES, ServerSettings, is_loopback_host, split_host_port  # noqa: F401 (MAX_PROCESSES: re-exported)
 from providers.files import SMALL_BYTES, read_text
 from providers.registry import ProvidersSettings, names as registered_clouds
@@ -376,7 +376,7 @@ class Config(SchedulerTables):  # type: ignore[misc,valid-type]
         if not self.owner.strip():
             raise bad("owner", "must not be empty (it is written in every cloud resource's broker:owner tag)")
         for name in self.budget_tables:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name):
+            if not TENANT.match(name):
                 raise bad("budgets", f"has a table for {name[:64]!r}, which is no tenant's name (letters, digits, "
                                      "'.', '_', '-'; at most 63): no token could ever spend it")
         held: set[tuple[str, str]] = set()

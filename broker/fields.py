@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from broker.paging import MAX_PAGE
 
 TEN_YEARS_S = 10 * 365 * 24 * 3600
+#: A tenant's name: what a token acts for, a budget is kept for, a lease is charged to.
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 # Timestamp range of google.protobuf.Timestamp: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z.
 TS_MIN, TS_MAX = -62135596800, 253402300799
 

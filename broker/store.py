@@ -276,8 +276,7 @@ class Store:
                         {"quote_id": q.quote_id, "created_at": q.created_at, "valid_until": q.valid_until,
                          "body": q.to_json().decode()} for q, _ in batch])
             except Exception as e:  # the writer outlives a failed batch; its callers hear of it
-                _log().warning("quote_write_failed", quotes=len(batch),
-                                                             error=type(e).__name__)
+                _log().warning("quote_write_failed", quotes=len(batch), error=type(e).__name__)
                 for _, done in batch:
                     done.set_exception(Unavailable("the quote could not be stored (the database is "
                                                    "unavailable); ask again shortly."))

@@ -85,8 +85,8 @@ def _check_numbers(value: Any, path: str) -> None:
             raise SettingsError(f"{path or 'value'} must be a finite number of at most {NUMBER_LIMIT:,} "
                                 f"in magnitude, got {value!r}", path)
     elif isinstance(value, Mapping):
-        for k, v in value.items():  # a key of auth.tokens is a token: never in a sentence
-            _check_numbers(v, path if path == "auth.tokens" else f"{path}.{k}" if path else str(k))
+        for k, v in value.items():
+            _check_numbers(v, path if path == _TOKENS else f"{path}.{k}" if path else str(k))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _check_numbers(v, f"{path}[{i}]")
@@ -95,6 +95,7 @@ def _check_numbers(value: Any, path: str) -> None:
 _AT = re.compile(r"^(?P<msg>.*) - at `(?P<key>key` in `)?\$(?P<path>.*)`$", re.S)
 # Settings whose values are secrets (tokens, a database URL with its password): never echoed.
 _SECRET = ("auth", "store.url")
+_TOKENS = "auth.tokens"  # a table whose keys are secrets too: a sentence names the table, never a key
 _TOKEN = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+|\.\.\.)\]")
 
 
@@ -167,8 +168,8 @@ def _sentence(text: str, raw: Any, typ: Any, where: str, sources: Mapping[str, s
     keys, value, here = _locate(raw, typ, [(a or "", b or "") for a, b in _TOKEN.findall(path)])
     prefix = ".".join(p for p in (where, *keys) if p)
     secret = any(prefix == s or prefix.startswith(f"{s}.") for s in _SECRET)
-    if prefix.startswith("auth.tokens."):  # the key below is a token
-        prefix = "auth.tokens"
+    if prefix.startswith(f"{_TOKENS}."):
+        prefix = _TOKENS
     if m and m["key"]:  # a table's key (a name) fails its rule: say which, never the table
         rule = get_args(here)[0] if get_origin(here) is dict else Any
         bad_key = next((k for k in (value if isinstance(value, Mapping) else ())

@@ -54,6 +54,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from broker.fields import TEN_YEARS_S, TS_MAX
 from broker.simulate.table import KINDS, IdLog, JobTable, TraceJob
 from providers.files import lines
 
@@ -78,9 +79,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "runtime_known": ("runtime_known",),
 }
 _REQUIRED = ("job_id", "submit", "gpus")
-MAX_TIME_S = 253_402_300_799  # 9999-12-31T23:59:59Z, as a protobuf Timestamp
+MAX_TIME_S = TS_MAX  # 9999-12-31T23:59:59Z, as a protobuf Timestamp
 YEAR_S = 365 * 24 * 3600
-MAX_SPAN_S = 10 * YEAR_S  # a job's duration, and the trace's first to last submission
+MAX_SPAN_S = TEN_YEARS_S  # a job's duration, and the trace's first to last submission
 MAX_JOB_GPUS = 1_000_000  # as `broker quote --gpu`
 _EMPTY = {"", "none", "null", "nan", "na", "n/a", "unknown", "-"}
 

@@ -143,8 +143,7 @@ def _within_edge(cls: type, kwargs: dict, path: tuple) -> None:
                 raise _FieldError(path + (k,), f"{_name(path + (k,))} holds {len(v)} entries; at most {rule.items}")
             for s in v:
                 _edge_string(s, rule, path, k)
-        elif not isinstance(v, bool) and v > (MAX_NUMBER if rule.hi is None else rule.hi):
-            hi = MAX_NUMBER if rule.hi is None else rule.hi
+        elif not isinstance(v, bool) and v > (hi := MAX_NUMBER if rule.hi is None else rule.hi):
             raise _FieldError(path + (k,), f"{_name(path + (k,))} must be at most {_num(hi)}, got {_num(v)}")
 
 
